@@ -1,0 +1,103 @@
+"""pyworkflow: durable workflows and AI agents that pause mid-step for a person or another
+system, hold nothing while they wait, survive crashes and deploys, and continue where they left
+off.
+
+>>> from pyworkflow import workflow, step, step_hook, start, resume_hook
+"""
+
+from ._api import (
+    PendingHook,
+    ResumeResult,
+    WorkflowEvent,
+    WorkflowRun,
+    cancel_workflow,
+    configure,
+    get_store,
+    get_workflow_events,
+    get_workflow_run,
+    list_pending_hooks,
+    resume_hook,
+    resume_hook_by_id,
+    serve,
+    shutdown,
+    start,
+    wait_for_run,
+)
+from ._checkpoints import delete_step_checkpoint, load_step_checkpoint, save_step_checkpoint
+from ._errors import (
+    CancellationError,
+    CheckpointConflictError,
+    ConfigurationError,
+    FatalError,
+    HookAlreadyReceivedError,
+    HookCancelledError,
+    HookError,
+    HookExpiredError,
+    HookNotFoundError,
+    InvalidTokenError,
+    LeaseLostError,
+    PayloadValidationError,
+    RetryableError,
+    SerializationError,
+    StepAlreadyCompletedError,
+    StepTimeoutError,
+    SuspensionSignal,
+    WorkflowError,
+    WorkflowNotFoundError,
+)
+from ._step import step
+from ._waits import STEP_HOOK_TIMEOUT, hook, sleep, step_hook
+from ._workflow import workflow
+from .store import RunStatus, WaitStatus
+
+__version__ = "0.1.0"
+
+__all__ = [
+    "STEP_HOOK_TIMEOUT",
+    "CancellationError",
+    "CheckpointConflictError",
+    "ConfigurationError",
+    "FatalError",
+    "HookAlreadyReceivedError",
+    "HookCancelledError",
+    "HookError",
+    "HookExpiredError",
+    "HookNotFoundError",
+    "InvalidTokenError",
+    "LeaseLostError",
+    "PayloadValidationError",
+    "PendingHook",
+    "ResumeResult",
+    "RetryableError",
+    "RunStatus",
+    "SerializationError",
+    "StepAlreadyCompletedError",
+    "StepTimeoutError",
+    "SuspensionSignal",
+    "WaitStatus",
+    "WorkflowError",
+    "WorkflowEvent",
+    "WorkflowNotFoundError",
+    "WorkflowRun",
+    "__version__",
+    "cancel_workflow",
+    "configure",
+    "delete_step_checkpoint",
+    "get_store",
+    "get_workflow_events",
+    "get_workflow_run",
+    "hook",
+    "list_pending_hooks",
+    "load_step_checkpoint",
+    "resume_hook",
+    "resume_hook_by_id",
+    "save_step_checkpoint",
+    "serve",
+    "shutdown",
+    "sleep",
+    "start",
+    "step",
+    "step_hook",
+    "wait_for_run",
+    "workflow",
+]

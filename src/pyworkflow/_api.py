@@ -1,0 +1,334 @@
+"""The process-wide entry points: configure, start, inspect, resume, cancel, serve."""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import os
+import secrets
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from . import _serde
+from ._engine import encode_input
+from ._errors import ConfigurationError, WorkflowNotFoundError
+from ._waits import check_token, digest_token, validate_payload
+from ._workflow import definition_of
+from .runtime._local import LocalRuntime
+from .store import Event, RunRecord, RunStatus, Store, WaitRecord, WaitStatus, open_store
+
+
+def default_home() -> Path:
+    return Path(os.environ.get("PYWORKFLOW_HOME") or Path.home() / ".pyworkflow")
+
+
+@dataclass(slots=True)
+class Settings:
+    storage: str = ""
+    runtime: str = "local"
+    synchronous: str = "FULL"
+    lease_ttl: float = 30.0
+    poll_interval: float = 0.05
+    max_concurrency: int = 1000
+    max_crashes: int = 5
+    extra: dict[str, Any] = field(default_factory=dict)
+
+    def storage_url(self) -> str:
+        return (
+            self.storage
+            or os.environ.get("PYWORKFLOW_STORAGE")
+            or f"sqlite:///{default_home() / 'pyworkflow.db'}"
+        )
+
+
+_settings = Settings()
+_store: Store | None = None
+_runtime: LocalRuntime | None = None
+
+
+def configure(
+    storage: str | None = None,
+    *,
+    runtime: str = "local",
+    synchronous: str = "FULL",
+    lease_ttl: float = 30.0,
+    poll_interval: float = 0.05,
+    max_concurrency: int = 1000,
+    max_crashes: int = 5,
+    **extra: Any,
+) -> None:
+    """Choose where state lives and how runs execute. Call before the first ``start``.
+
+    ``storage``: ``sqlite:///path.db`` (default: ``$PYWORKFLOW_STORAGE`` or
+    ``~/.pyworkflow/pyworkflow.db``, the folder from ``$PYWORKFLOW_HOME``) or ``postgresql://...``.
+    ``synchronous``: SQLite's durability level (FULL by default). ``max_crashes``: turns a run may
+    lose to dead workers before it is failed."""
+    global _settings, _store
+    if runtime not in ("local", "celery"):
+        raise ConfigurationError(f"runtime must be 'local' or 'celery', not {runtime!r}")
+    if synchronous.upper() not in ("OFF", "NORMAL", "FULL", "EXTRA"):
+        raise ConfigurationError(f"synchronous must be OFF, NORMAL, FULL or EXTRA, not {synchronous!r}")
+    for label, value in (("lease_ttl", lease_ttl), ("poll_interval", poll_interval)):
+        if isinstance(value, bool) or not isinstance(value, int | float) or value <= 0:
+            raise ConfigurationError(f"{label} must be a positive number of seconds, not {value!r}")
+    for label, count in (("max_concurrency", max_concurrency), ("max_crashes", max_crashes)):
+        if isinstance(count, bool) or not isinstance(count, int) or count < 1:
+            raise ConfigurationError(f"{label} must be an int >= 1, not {count!r}")
+    if storage is not None and (not isinstance(storage, str) or not storage.strip()):
+        raise ConfigurationError("storage must be a non-empty URL such as sqlite:///pyworkflow.db")
+    if _runtime is not None and _runtime.running:
+        raise ConfigurationError("pyworkflow is running; await shutdown() before configure()")
+    new = Settings(storage or "", runtime, synchronous.upper(), float(lease_ttl), float(poll_interval),
+                   max_concurrency, max_crashes, extra)  # fmt: skip
+    if _store is not None and new.storage_url() != _settings.storage_url():
+        _store.close()
+        _store = None
+    _settings = new
+
+
+def get_store() -> Store:
+    """The configured store, opened (and migrated) on first use."""
+    global _store
+    if _store is None:
+        _store = open_store(_settings.storage_url(), synchronous=_settings.synchronous)
+    return _store
+
+
+async def get_runtime() -> LocalRuntime:
+    """This process's local runtime, started on the running event loop."""
+    global _runtime
+    loop = asyncio.get_running_loop()
+    if _runtime is None or _runtime.loop is not loop or not _runtime.running:
+        if _runtime is not None and _runtime.loop is loop:
+            await _runtime.stop()
+        _runtime = LocalRuntime(
+            get_store(),
+            lease_ttl=_settings.lease_ttl,
+            poll_interval=_settings.poll_interval,
+            max_concurrency=_settings.max_concurrency,
+            max_crashes=_settings.max_crashes,
+        )
+        await _runtime.start()
+    return _runtime
+
+
+def _new_run_id() -> str:
+    return base64.urlsafe_b64encode(secrets.token_bytes(16)).rstrip(b"=").decode()
+
+
+async def start(workflow: Any, /, *args: Any, **kwargs: Any) -> str:
+    """Start a run of a ``@workflow`` and return its id once the run is durably recorded. With
+    the local runtime its first turn begins at once in this event loop."""
+    defn = definition_of(workflow)
+    data = encode_input(args, kwargs, defn.module)
+    run_id = _new_run_id()
+    if _settings.runtime == "celery":
+        from .runtime import _celery  # type: ignore[attr-defined,unused-ignore]
+
+        await _celery.submit(get_store(), run_id, defn.name, data)  # pragma: no cover - issue 3
+        return run_id
+    runtime = await get_runtime()
+    await runtime.submit(run_id, defn.name, data)
+    return run_id
+
+
+@dataclass(frozen=True, slots=True)
+class WorkflowRun:
+    """A run as stored, with its result and error decoded."""
+
+    run_id: str
+    workflow_name: str
+    status: RunStatus
+    input: Any
+    result: Any
+    error: dict[str, Any] | None
+    created_at: float
+    updated_at: float
+    finished_at: float | None
+
+    @property
+    def is_terminal(self) -> bool:
+        return self.status.is_terminal
+
+    @classmethod
+    def from_record(cls, record: RunRecord) -> WorkflowRun:
+        info = _serde.loads(record.input) or {}
+        return cls(
+            record.id,
+            record.workflow,
+            record.status,
+            {"args": info.get("args", []), "kwargs": info.get("kwargs", {})},
+            _serde.loads(record.result),
+            _serde.loads(record.error),
+            record.created_at,
+            record.updated_at,
+            record.finished_at,
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class WorkflowEvent:
+    run_id: str
+    seq: int
+    at: float
+    type: str
+    key: str | None
+    data: Any
+
+    @classmethod
+    def from_record(cls, event: Event) -> WorkflowEvent:
+        return cls(event.run_id, event.seq, event.at, event.type, event.key, _serde.loads(event.data))
+
+
+@dataclass(frozen=True, slots=True)
+class ResumeResult:
+    run_id: str
+    hook_id: str
+    hook_name: str
+    status: WaitStatus
+
+
+@dataclass(frozen=True, slots=True)
+class PendingHook:
+    """A wait listed for an inbox: hooks and step hooks that still expect a payload."""
+
+    hook_id: str
+    run_id: str
+    kind: str
+    name: str
+    step_key: str
+    created_at: float
+    expires_at: float | None
+
+    @classmethod
+    def from_record(cls, w: WaitRecord) -> PendingHook:
+        return cls(w.id, w.run_id, w.kind.value, w.name, w.step_key, w.created_at, w.expires_at)
+
+
+def _check_run_id(run_id: Any) -> str:
+    if not isinstance(run_id, str) or not run_id or len(run_id) > 200:
+        raise WorkflowNotFoundError(f"no run {run_id!r}")
+    return run_id
+
+
+async def get_workflow_run(run_id: str) -> WorkflowRun:
+    """The run's current state; ``WorkflowNotFoundError`` for an unknown id."""
+    record = await get_store().get_run(_check_run_id(run_id))
+    if record is None:
+        raise WorkflowNotFoundError(f"no run {run_id!r}")
+    return WorkflowRun.from_record(record)
+
+
+async def get_workflow_events(run_id: str) -> list[WorkflowEvent]:
+    """The run's history, oldest first."""
+    await get_workflow_run(run_id)
+    return [WorkflowEvent.from_record(e) for e in await get_store().get_events(run_id)]
+
+
+async def cancel_workflow(run_id: str) -> bool:
+    """Cancel a run that has not finished (its pending hooks are cancelled); False if it had."""
+    cancelled = await get_store().cancel_run(_check_run_id(run_id), now=time.time())
+    if _runtime is not None and _runtime.running:
+        _runtime.wake()
+    return cancelled
+
+
+async def resume_hook(token: str, payload: Any = None) -> ResumeResult:
+    """Deliver ``payload`` to the hook ``token`` names and schedule its run.
+
+    Recorded (durably) before the run is scheduled, so it is not lost even if it arrives before
+    the step has suspended. Raises ``InvalidTokenError``, ``HookNotFoundError``,
+    ``HookExpiredError``, ``HookAlreadyReceivedError``, ``HookCancelledError`` or
+    ``PayloadValidationError`` and changes nothing (an expired hook is recorded as expired)."""
+    digest = digest_token(check_token(token))
+    store = get_store()
+    wait = await store.get_wait_by_token(digest)
+    if wait is not None:
+        data = validate_payload(wait, payload)
+    else:
+        data = b"null"  # resolve_wait raises HookNotFoundError below
+    resolved = await store.resolve_wait(token_digest=digest, payload=data, now=time.time())
+    _wake_local_runtime()
+    return ResumeResult(resolved.run_id, resolved.id, resolved.name, resolved.status)
+
+
+async def resume_hook_by_id(hook_id: str, payload: Any = None) -> ResumeResult:
+    """Like :func:`resume_hook`, addressed by hook id: for operators' inboxes (console, CLI),
+    which authorize the caller themselves instead of holding the token."""
+    if not isinstance(hook_id, str) or not hook_id or len(hook_id) > 200:
+        raise WorkflowNotFoundError(f"no hook {hook_id!r}")
+    store = get_store()
+    wait = await store.get_wait(hook_id)
+    data = validate_payload(wait, payload) if wait is not None else b"null"
+    resolved = await store.resolve_wait(wait_id=hook_id, payload=data, now=time.time())
+    _wake_local_runtime()
+    return ResumeResult(resolved.run_id, resolved.id, resolved.name, resolved.status)
+
+
+async def list_pending_hooks(limit: int = 100) -> list[PendingHook]:
+    """Hooks and step hooks waiting for a payload, oldest first."""
+    waits = await get_store().list_waits(status=WaitStatus.PENDING, limit=limit)
+    return [PendingHook.from_record(w) for w in waits if w.kind.value in ("hook", "step_hook")]
+
+
+def _wake_local_runtime() -> None:
+    if _runtime is not None and _runtime.running and _runtime.loop is not None:
+        try:
+            running = asyncio.get_running_loop()
+        except RuntimeError:
+            running = None
+        if running is _runtime.loop:
+            _runtime.wake()
+        else:
+            _runtime.loop.call_soon_threadsafe(_runtime.wake)
+
+
+_TERMINAL = (RunStatus.COMPLETED, RunStatus.FAILED, RunStatus.CANCELLED)
+
+
+async def wait_for_run(
+    run_id: str, timeout: float | None = None, *, until: tuple[str, ...] | None = None
+) -> WorkflowRun:
+    """Wait until the run is terminal (or reaches one of ``until``) and return it; raises
+    ``TimeoutError`` after ``timeout`` seconds. Runs executed elsewhere are polled."""
+    wanted = {RunStatus(s) for s in until} if until else set(_TERMINAL)
+    deadline = None if timeout is None else time.monotonic() + timeout
+    while True:
+        run = await get_workflow_run(run_id)
+        if run.status in wanted or (until is None and run.is_terminal):
+            return run
+        remaining = None if deadline is None else deadline - time.monotonic()
+        if remaining is not None and remaining <= 0:
+            raise TimeoutError(f"run {run_id} is still {run.status} after {timeout} s")
+        pause = _settings.poll_interval if remaining is None else min(_settings.poll_interval, remaining)
+        if _runtime is not None and _runtime.running and _runtime.loop is asyncio.get_running_loop():
+            try:
+                await asyncio.wait_for(_runtime.changed(run_id).wait(), max(pause, 0.001) * 4)
+            except TimeoutError:
+                pass
+        else:
+            await asyncio.sleep(max(pause, 0.001))
+
+
+async def serve() -> None:
+    """Run the local runtime in this process until cancelled: executes runs started or resumed
+    anywhere on the same store, fires due timers and hook deadlines, recovers runs whose process
+    died."""
+    await get_runtime()
+    try:
+        await asyncio.Event().wait()
+    finally:
+        await shutdown()
+
+
+async def shutdown() -> None:
+    """Stop the local runtime (active turns are released for another process) and close the store."""
+    global _runtime, _store
+    if _runtime is not None:
+        await _runtime.stop()
+        _runtime = None
+    if _store is not None:
+        _store.close()
+        _store = None

@@ -1,0 +1,48 @@
+"""Step checkpoints: JSON state saved inside a step so that re-executing it (after a hook, a
+retry or a crash) can skip work already done. One value per step, compare-and-set underneath."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from . import _serde
+from ._context import require_step
+from .store import CheckpointRecord
+
+_NAME = ""  # one checkpoint per step; the store supports named ones for other faces
+
+
+async def save_step_checkpoint(value: Any) -> int:
+    """Persist ``value`` (JSON) for the current step; durable when this returns. Returns the
+    checkpoint's revision (1 for the first save)."""
+    ctx = require_step("save_step_checkpoint")
+    wctx = ctx.workflow
+    data = _serde.dumps(value, what="checkpoint")
+    key = (ctx.step_key, _NAME)
+    current = wctx.state.checkpoints.get(key)
+    revision = await wctx.store.save_checkpoint(
+        wctx.fence,
+        ctx.step_key,
+        _NAME,
+        data,
+        expected_revision=current.revision if current else 0,
+        now=wctx.now(),
+    )
+    wctx.state.checkpoints[key] = CheckpointRecord(ctx.step_key, _NAME, data, revision)
+    return revision
+
+
+async def load_step_checkpoint() -> Any:
+    """The value last saved by this step in this run, or ``None`` on first entry."""
+    ctx = require_step("load_step_checkpoint")
+    record = ctx.workflow.state.checkpoints.get((ctx.step_key, _NAME))
+    return _serde.loads(record.value) if record else None
+
+
+async def delete_step_checkpoint() -> bool:
+    """Remove this step's checkpoint; returns whether there was one."""
+    ctx = require_step("delete_step_checkpoint")
+    wctx = ctx.workflow
+    if wctx.state.checkpoints.pop((ctx.step_key, _NAME), None) is None:
+        return False
+    return await wctx.store.delete_checkpoint(wctx.fence, ctx.step_key, _NAME, now=wctx.now())

@@ -1,0 +1,85 @@
+"""The context a workflow turn and a step attempt run in, carried by context variables."""
+
+from __future__ import annotations
+
+import time
+from contextvars import ContextVar
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
+
+from ._errors import ConfigurationError
+from .store import Fence, RunState, Store
+
+if TYPE_CHECKING:
+    from .runtime._local import LocalRuntime
+
+
+@dataclass(slots=True)
+class WorkflowContext:
+    """One turn of one run: its fence, its replay state and deterministic call counters."""
+
+    run_id: str
+    fence: Fence
+    store: Store
+    state: RunState
+    runtime: LocalRuntime | None = None
+    step_counters: dict[str, int] = field(default_factory=dict)
+    wait_counters: dict[str, int] = field(default_factory=dict)
+    #: waits whose on_created ran in this turn: marked notified with the suspension
+    notified: list[str] = field(default_factory=list)
+    #: generator steps' delivered-chunk counts, saved with the suspension
+    delivered: dict[str, int] = field(default_factory=dict)
+
+    def next_step_key(self, name: str) -> str:
+        n = self.step_counters.get(name, 0) + 1
+        self.step_counters[name] = n
+        return f"{name}#{n}"
+
+    def next_wait_key(self, scope: str, kind: str, name: str) -> str:
+        base = f"{scope}/{kind}:{name}" if scope else f"{kind}:{name}"
+        n = self.wait_counters.get(base, 0) + 1
+        self.wait_counters[base] = n
+        return f"{base}#{n}"
+
+    @staticmethod
+    def now() -> float:
+        return time.time()
+
+
+@dataclass(slots=True)
+class StepContext:
+    """One attempt of one step inside a turn."""
+
+    workflow: WorkflowContext
+    step_key: str
+    name: str
+    attempt: int
+
+
+_workflow: ContextVar[WorkflowContext | None] = ContextVar("pyworkflow_workflow", default=None)
+_step: ContextVar[StepContext | None] = ContextVar("pyworkflow_step", default=None)
+
+
+def current_workflow() -> WorkflowContext | None:
+    return _workflow.get()
+
+
+def current_step() -> StepContext | None:
+    return _step.get()
+
+
+def require_step(api: str) -> StepContext:
+    ctx = _step.get()
+    if ctx is None:
+        raise ConfigurationError(
+            f"{api}() must be called inside a @step running in a workflow"
+            + ("; use hook() at workflow level" if api == "step_hook" else "")
+        )
+    return ctx
+
+
+def require_workflow(api: str) -> WorkflowContext:
+    ctx = _workflow.get()
+    if ctx is None:
+        raise ConfigurationError(f"{api}() must be called inside a running @workflow")
+    return ctx

@@ -1,0 +1,60 @@
+"""One turn of a run: execute the workflow function from the top against its recorded state and
+record how the turn ended (suspended, completed or failed) in one transition."""
+
+from __future__ import annotations
+
+import logging
+import time
+from typing import TYPE_CHECKING, Any
+
+from . import _serde
+from ._context import WorkflowContext, _workflow
+from ._errors import CancellationError, LeaseLostError, SuspensionSignal, WorkflowError
+from ._workflow import resolve
+from .store import Claim, RunState, Store
+
+if TYPE_CHECKING:
+    from .runtime._local import LocalRuntime
+
+log = logging.getLogger("pyworkflow")
+
+
+def encode_input(args: tuple[Any, ...], kwargs: dict[str, Any], module: str) -> bytes:
+    return _serde.dumps({"args": list(args), "kwargs": kwargs, "module": module}, what="workflow arguments")
+
+
+async def execute_turn(
+    store: Store, claim: Claim, state: RunState, runtime: LocalRuntime | None = None
+) -> None:
+    fence = claim.fence
+    info = _serde.loads(claim.input)
+    try:
+        defn = resolve(claim.workflow, info.get("module"))
+    except WorkflowError as exc:
+        await store.fail_run(fence, _serde.encode_error(exc), now=time.time())
+        return
+    ctx = WorkflowContext(fence.run_id, fence, store, state, runtime)
+    token = _workflow.set(ctx)
+    try:
+        try:
+            result = await defn.fn(*info["args"], **info["kwargs"])
+            data = _serde.dumps(result, what="workflow result")
+        except SuspensionSignal:
+            await store.suspend_run(fence, notified=ctx.notified, delivered=ctx.delivered, now=time.time())
+            return
+        except (LeaseLostError, CancellationError) as exc:
+            if isinstance(exc, CancellationError):
+                run = await store.get_run(fence.run_id)
+                if run is not None and not run.status.is_terminal:
+                    await store.fail_run(fence, _serde.encode_error(exc), now=time.time())
+            else:
+                log.warning("run %s: %s; leaving it to its new owner", fence.run_id, exc)
+            return
+        except Exception as exc:
+            await store.fail_run(fence, _serde.encode_error(exc), now=time.time())
+            return
+        await store.complete_run(fence, data, now=time.time())
+    except (LeaseLostError, CancellationError) as exc:
+        log.info("run %s: turn ended without recording: %s", fence.run_id, exc)
+    finally:
+        _workflow.reset(token)

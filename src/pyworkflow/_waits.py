@@ -1,0 +1,278 @@
+"""Waiting durably: ``hook()`` (workflow level), ``step_hook()`` (inside a step), ``sleep()`` and
+``resume_hook()``.
+
+A wait's identity is deterministic: (run, scope, kind, name, per-scope call counter), so a step
+that re-executes from the top finds its own wait again, and two steps (or two calls in one step)
+that use the same name never see each other's payload. The token handed to ``on_created`` is
+random (192 bits) and only its SHA-256 digest is stored.
+"""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import inspect
+import re
+import secrets
+from collections.abc import Awaitable, Callable, Mapping
+from dataclasses import dataclass
+from datetime import timedelta
+from typing import Any, Final, Literal
+
+import jsonschema
+
+from . import _serde
+from ._context import WorkflowContext, current_step, current_workflow, require_workflow
+from ._errors import (
+    CancellationError,
+    ConfigurationError,
+    HookExpiredError,
+    InvalidTokenError,
+    PayloadValidationError,
+    SuspensionSignal,
+)
+from .store import NewWait, WaitKind, WaitRecord, WaitStatus
+
+TOKEN_PREFIX = "pwh_"
+_TOKEN_RE = re.compile(r"^pwh_[A-Za-z0-9_-]{32}$")
+#: Largest payload ``resume_hook`` accepts, serialized.
+MAX_PAYLOAD_BYTES = 1024 * 1024
+
+
+class _StepHookTimeout:
+    """The value ``step_hook``/``hook`` return when the deadline passed and ``on_timeout="return"``."""
+
+    _instance: _StepHookTimeout | None = None
+
+    def __new__(cls) -> _StepHookTimeout:
+        if cls._instance is None:
+            cls._instance = super().__new__(cls)
+        return cls._instance
+
+    def __repr__(self) -> str:
+        return "STEP_HOOK_TIMEOUT"
+
+    def __bool__(self) -> bool:
+        return False
+
+    def __reduce__(self) -> str:
+        return "STEP_HOOK_TIMEOUT"
+
+
+STEP_HOOK_TIMEOUT: Final = _StepHookTimeout()
+
+OnCreated = Callable[[str], Awaitable[None] | None]
+Duration = str | float | int | timedelta
+
+
+def new_token() -> tuple[str, bytes]:
+    token = TOKEN_PREFIX + secrets.token_urlsafe(24)
+    return token, digest_token(token)
+
+
+def digest_token(token: str) -> bytes:
+    return hashlib.sha256(token.encode()).digest()
+
+
+def _new_id() -> str:
+    return base64.urlsafe_b64encode(secrets.token_bytes(16)).rstrip(b"=").decode()
+
+
+@dataclass(frozen=True, slots=True)
+class _Schema:
+    json_schema: dict[str, Any] | None
+    model: Any  # a pydantic model class, when one was given
+
+
+def _schema_of(payload_schema: Any) -> _Schema:
+    if payload_schema is None:
+        return _Schema(None, None)
+    if isinstance(payload_schema, Mapping):
+        schema = dict(payload_schema)
+        try:
+            jsonschema.validators.validator_for(schema).check_schema(schema)
+        except jsonschema.SchemaError as exc:
+            raise ConfigurationError(f"payload_schema is not a valid JSON Schema: {exc.message}") from None
+        return _Schema(schema, None)
+    if isinstance(payload_schema, type) and hasattr(payload_schema, "model_json_schema"):
+        return _Schema(payload_schema.model_json_schema(), payload_schema)
+    raise ConfigurationError("payload_schema must be a JSON Schema dict or a pydantic model class")
+
+
+async def _call_on_created(on_created: OnCreated, token: str) -> None:
+    result = on_created(token)
+    if inspect.isawaitable(result):
+        await result
+
+
+def _check_on_timeout(on_timeout: str) -> None:
+    if on_timeout not in ("raise", "return"):
+        raise ConfigurationError(f"on_timeout must be 'raise' or 'return', not {on_timeout!r}")
+
+
+async def _wait_for(
+    ctx: WorkflowContext,
+    *,
+    scope: str,
+    kind: WaitKind,
+    name: str,
+    timeout: Duration | None,
+    on_created: OnCreated | None,
+    on_timeout: Literal["raise", "return"],
+    payload_schema: Any,
+) -> Any:
+    """The shared mechanics of hook() and step_hook(): find this call's wait or create it."""
+    if not isinstance(name, str) or not name or len(name) > 200:
+        raise ConfigurationError("a hook name must be a non-empty string of at most 200 characters")
+    _check_on_timeout(on_timeout)
+    seconds = _serde.parse_duration(timeout, what="timeout") if timeout is not None else None
+    schema = _schema_of(payload_schema)
+    wait_key = ctx.next_wait_key(scope, kind.value, name)
+    wait = ctx.state.waits.get(wait_key)
+    if wait is not None:
+        if wait.status == WaitStatus.RECEIVED:
+            value = _serde.loads(wait.payload)
+            return schema.model.model_validate(value) if schema.model is not None else value
+        if wait.status == WaitStatus.EXPIRED:
+            if on_timeout == "return":
+                return STEP_HOOK_TIMEOUT
+            raise HookExpiredError(f"hook {name!r} expired before a payload arrived", wait_id=wait.id)
+        if wait.status == WaitStatus.CANCELLED:
+            raise CancellationError(f"hook {name!r} was cancelled")
+        if not wait.notified and on_created is not None:
+            # The previous turn created the wait but died before recording that on_created ran:
+            # deliver again (at least once) with a fresh token; every token handed out stays valid.
+            token, digest = new_token()
+            await ctx.store.add_wait_token(ctx.fence, wait.id, digest)
+            await _call_on_created(on_created, token)
+            ctx.notified.append(wait.id)
+        raise SuspensionSignal("hook", wait_key)
+    token, digest = new_token()
+    now = ctx.now()
+    new = NewWait(
+        id=_new_id(),
+        wait_key=wait_key,
+        kind=kind,
+        name=name,
+        step_key=scope,
+        token_digest=digest,
+        expires_at=now + seconds if seconds is not None else None,
+        payload_schema=_serde.dumps(schema.json_schema) if schema.json_schema is not None else None,
+    )
+    wait = await ctx.store.create_wait(ctx.fence, new, now=now)
+    ctx.state.waits[wait_key] = wait
+    if on_created is not None:
+        await _call_on_created(on_created, token)
+    ctx.notified.append(wait.id)
+    raise SuspensionSignal("hook", wait_key)
+
+
+async def step_hook(
+    name: str,
+    *,
+    timeout: Duration | None = None,
+    on_created: OnCreated | None = None,
+    on_timeout: Literal["raise", "return"] = "raise",
+    payload_schema: Any = None,
+) -> Any:
+    """Suspend the current step until ``resume_hook(token, payload)`` delivers a payload.
+
+    The first call creates the hook, calls ``on_created(token)`` (at least once: again only if
+    the process died before the suspension was recorded) and suspends the run, freeing the worker.
+    When resumed, the step re-executes from the top and this call returns the payload. With a
+    ``timeout`` the deadline is durable: ``on_timeout="return"`` gives ``STEP_HOOK_TIMEOUT``,
+    the default raises ``HookExpiredError``."""
+    step = current_step()
+    if step is None:
+        raise ConfigurationError(
+            "step_hook() must be called inside a @step running in a workflow; use hook()"
+        )
+    return await _wait_for(
+        step.workflow,
+        scope=step.step_key,
+        kind=WaitKind.STEP_HOOK,
+        name=name,
+        timeout=timeout,
+        on_created=on_created,
+        on_timeout=on_timeout,
+        payload_schema=payload_schema,
+    )
+
+
+async def hook(
+    name: str,
+    *,
+    timeout: Duration | None = None,
+    on_created: OnCreated | None = None,
+    on_timeout: Literal["raise", "return"] = "raise",
+    payload_schema: Any = None,
+) -> Any:
+    """Suspend the workflow (between steps) until ``resume_hook(token, payload)``; the same
+    contract as :func:`step_hook`, at workflow level."""
+    if current_step() is not None:
+        raise ConfigurationError("hook() is for workflow level; inside a @step use step_hook()")
+    return await _wait_for(
+        require_workflow("hook"),
+        scope="",
+        kind=WaitKind.HOOK,
+        name=name,
+        timeout=timeout,
+        on_created=on_created,
+        on_timeout=on_timeout,
+        payload_schema=payload_schema,
+    )
+
+
+async def sleep(duration: Duration) -> None:
+    """Durable sleep: the run suspends (holding nothing) and resumes by itself after
+    ``duration``, also across restarts. Outside a workflow it is ``asyncio.sleep``."""
+    seconds = _serde.parse_duration(duration, what="sleep duration")
+    ctx = current_workflow()
+    if ctx is None:
+        import asyncio
+
+        await asyncio.sleep(seconds)
+        return
+    step = current_step()
+    scope = step.step_key if step is not None else ""
+    wait_key = ctx.next_wait_key(scope, WaitKind.TIMER.value, "sleep")
+    wait = ctx.state.waits.get(wait_key)
+    if wait is not None:
+        if wait.status == WaitStatus.PENDING:
+            raise SuspensionSignal("sleep", wait_key)
+        if wait.status == WaitStatus.CANCELLED:
+            raise CancellationError("sleep was cancelled")
+        return
+    if seconds == 0:
+        return
+    now = ctx.now()
+    new = NewWait(_new_id(), wait_key, WaitKind.TIMER, "sleep", scope, None, now + seconds, None)
+    ctx.state.waits[wait_key] = await ctx.store.create_wait(ctx.fence, new, now=now)
+    raise SuspensionSignal("sleep", wait_key)
+
+
+def validate_payload(wait: WaitRecord, payload: Any) -> bytes:
+    """Serialize ``payload`` and check it against the wait's schema; raises, changing nothing."""
+    data = _serde.dumps(payload, what="payload")
+    if len(data) > MAX_PAYLOAD_BYTES:
+        raise PayloadValidationError(f"payload is {len(data)} bytes; the limit is {MAX_PAYLOAD_BYTES}")
+    if _serde.depth(payload) > _serde.MAX_DEPTH:
+        raise PayloadValidationError(f"payload nests deeper than {_serde.MAX_DEPTH} levels")
+    if wait.payload_schema is not None:
+        schema = _serde.loads(wait.payload_schema)
+        validator = jsonschema.validators.validator_for(schema)(schema)
+        error = jsonschema.exceptions.best_match(validator.iter_errors(payload))
+        if error is not None:
+            where = "/".join(str(p) for p in error.absolute_path) or "(root)"
+            raise PayloadValidationError(
+                f"payload does not match the hook's schema at {where}: {error.message}"
+            )
+    return data
+
+
+def check_token(token: Any) -> str:
+    if not isinstance(token, str):
+        raise InvalidTokenError(f"a hook token is a string, not {type(token).__name__}")
+    if not _TOKEN_RE.match(token):
+        raise InvalidTokenError("malformed hook token (expected 'pwh_' followed by 32 URL-safe characters)")
+    return token

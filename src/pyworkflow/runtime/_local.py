@@ -1,0 +1,191 @@
+"""The local runtime: runs turns as asyncio tasks in this process, on any store.
+
+Only active turns cost a task; a suspended run costs a few rows. The loop claims due work from the
+store's queue (so runs resumed, timed out or orphaned by other processes are picked up), expires
+due waits, heartbeats the leases it holds and frees the leases of dead processes on this host.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+import socket
+import time
+import uuid
+from collections.abc import Iterable
+
+from .._engine import execute_turn
+from ..store import Claim, RunState, Store
+
+log = logging.getLogger("pyworkflow.runtime")
+_HOST = socket.gethostname()
+
+
+def owner_id() -> str:
+    return f"{_HOST}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
+
+
+def _dead_local_owners(owners: Iterable[str], me: str) -> list[str]:
+    """Lease owners on this host whose process no longer exists."""
+    dead = []
+    for owner in owners:
+        host, _, rest = owner.partition(":")
+        pid_text = rest.partition(":")[0]
+        if host != _HOST or owner == me or not pid_text.isdigit():
+            continue
+        try:
+            os.kill(int(pid_text), 0)
+        except ProcessLookupError:
+            dead.append(owner)
+        except PermissionError:  # alive, someone else's
+            pass
+    return dead
+
+
+class LocalRuntime:
+    def __init__(
+        self,
+        store: Store,
+        *,
+        lease_ttl: float = 30.0,
+        poll_interval: float = 0.05,
+        max_concurrency: int = 1000,
+        max_crashes: int = 5,
+    ) -> None:
+        self.store = store
+        self.owner = owner_id()
+        self.lease_ttl = lease_ttl
+        self.poll_interval = poll_interval
+        self.max_concurrency = max_concurrency
+        self.max_crashes = max_crashes
+        self.loop: asyncio.AbstractEventLoop | None = None
+        self._wake = asyncio.Event()
+        self._tasks: set[asyncio.Task[None]] = set()
+        self._runner: asyncio.Task[None] | None = None
+        self._heart: asyncio.Task[None] | None = None
+        self._changed: dict[str, asyncio.Event] = {}
+        self.turns = 0  # turns executed by this runtime (for tests and benchmarks)
+
+    # -- lifecycle ------------------------------------------------------------------------------
+
+    @property
+    def running(self) -> bool:
+        return self._runner is not None and not self._runner.done()
+
+    async def start(self) -> None:
+        if self.running:
+            return
+        self.loop = asyncio.get_running_loop()
+        await self._free_dead_leases()
+        self._runner = asyncio.create_task(self._run(), name="pyworkflow-runtime")
+        self._heart = asyncio.create_task(self._heartbeat(), name="pyworkflow-heartbeat")
+
+    async def stop(self) -> None:
+        """Stop claiming; cancel active turns, whose leases are released for another process."""
+        for task in (self._runner, self._heart):
+            if task is not None:
+                task.cancel()
+        for task in list(self._tasks):
+            task.cancel()
+        pending = [t for t in (self._runner, self._heart, *self._tasks) if t is not None]
+        if pending:
+            await asyncio.gather(*pending, return_exceptions=True)
+        self._runner = self._heart = None
+
+    def wake(self) -> None:
+        self._wake.set()
+
+    # -- running work ---------------------------------------------------------------------------
+
+    async def submit(self, run_id: str, workflow: str, input: bytes) -> None:
+        """Create a run and run its first turn here, without a round trip through the queue."""
+        claim = await self.store.create_run(
+            run_id, workflow, input, now=time.time(), lease_owner=self.owner, lease_ttl=self.lease_ttl
+        )
+        if claim is not None:
+            self._spawn(claim, RunState())
+
+    def _spawn(self, claim: Claim, state: RunState | None) -> None:
+        task = asyncio.create_task(self._turn(claim, state), name=f"pyworkflow-turn:{claim.fence.run_id}")
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+
+    async def _turn(self, claim: Claim, state: RunState | None) -> None:
+        run_id = claim.fence.run_id
+        try:
+            if state is None:
+                state = await self.store.load_state(run_id) if claim.resumed else RunState()
+            self.turns += 1
+            await execute_turn(self.store, claim, state, self)
+        except asyncio.CancelledError:
+            try:
+                await asyncio.shield(self.store.release(claim.fence, now=time.time()))
+            finally:
+                raise
+        except Exception:
+            log.exception("run %s: turn crashed; its lease will expire and the run will be retried", run_id)
+        finally:
+            event = self._changed.pop(run_id, None)
+            if event is not None:
+                event.set()
+            # A wake-up that arrived during the turn left the run due again; capacity freed too.
+            self._wake.set()
+
+    def changed(self, run_id: str) -> asyncio.Event:
+        """An event set the next time a turn of ``run_id`` ends in this process."""
+        event = self._changed.get(run_id)
+        if event is None:
+            event = self._changed[run_id] = asyncio.Event()
+        return event
+
+    async def _run(self) -> None:
+        next_dead_check = time.monotonic() + self.lease_ttl / 2
+        while True:
+            try:
+                timeout = await self._tick()
+                if time.monotonic() >= next_dead_check:
+                    next_dead_check = time.monotonic() + self.lease_ttl / 2
+                    await self._free_dead_leases()
+            except asyncio.CancelledError:
+                raise
+            except Exception:
+                log.exception("runtime loop error; retrying")
+                timeout = 1.0
+            try:
+                await asyncio.wait_for(self._wake.wait(), timeout)
+            except TimeoutError:
+                pass
+            self._wake.clear()
+
+    async def _tick(self) -> float:
+        """Expire due waits and claim due runs; return how long to sleep."""
+        now = time.time()
+        due = await self.store.next_due()
+        if due is not None and due <= now:
+            await self.store.expire_due_waits(now=now)
+            free = self.max_concurrency - len(self._tasks)
+            if free > 0 and await self.store.has_ready(now=now):
+                for claim in await self.store.claim(
+                    self.owner, limit=free, now=now, lease_ttl=self.lease_ttl, max_crashes=self.max_crashes
+                ):
+                    self._spawn(claim, None)
+            due = await self.store.next_due()
+        if due is None:
+            return self.poll_interval
+        return max(0.0, min(self.poll_interval, due - time.time()))
+
+    async def _heartbeat(self) -> None:
+        while True:
+            await asyncio.sleep(self.lease_ttl / 3)
+            if self._tasks:
+                try:
+                    await self.store.heartbeat(self.owner, lease_expires_at=time.time() + self.lease_ttl)
+                except Exception:
+                    log.exception("heartbeat failed")
+
+    async def _free_dead_leases(self) -> None:
+        dead = _dead_local_owners(await self.store.lease_owners(now=time.time()), self.owner)
+        if dead:
+            count = await self.store.expire_leases_of(dead, now=time.time())
+            log.info("freed %d run(s) left by dead process(es) %s", count, ", ".join(dead))

@@ -1,0 +1,279 @@
+"""What the engine needs from storage: a small protocol every backend implements, and the plain
+records it returns. Each mutating method is one state transition in one transaction.
+
+A turn of a run (one execution of its workflow function from the top) holds a lease on the run's
+queue row; its writes carry a :class:`Fence` and are refused with ``LeaseLostError`` once another
+worker has claimed the run (a higher epoch).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from enum import StrEnum
+from typing import Protocol, runtime_checkable
+
+
+class RunStatus(StrEnum):
+    """State of a run. Allowed transitions::
+
+    pending   -> running | cancelled
+    running   -> suspended | completed | failed | cancelled | running (crash, re-claimed)
+    suspended -> running | cancelled
+    completed, failed, cancelled: terminal
+    """
+
+    PENDING = "pending"
+    RUNNING = "running"
+    SUSPENDED = "suspended"
+    COMPLETED = "completed"
+    FAILED = "failed"
+    CANCELLED = "cancelled"
+
+    @property
+    def is_terminal(self) -> bool:
+        return self in (RunStatus.COMPLETED, RunStatus.FAILED, RunStatus.CANCELLED)
+
+
+class WaitStatus(StrEnum):
+    """State of a wait. Exactly one transition out of ``pending``, by a conditional update, so a
+    payload racing a deadline has one winner::
+
+    pending -> received | expired | cancelled
+    """
+
+    PENDING = "pending"
+    RECEIVED = "received"
+    EXPIRED = "expired"
+    CANCELLED = "cancelled"
+
+
+class WaitKind(StrEnum):
+    HOOK = "hook"  # workflow-level hook()
+    STEP_HOOK = "step_hook"  # step_hook() inside a step
+    TIMER = "timer"  # durable sleep(): expiry is its normal end
+    RETRY = "retry"  # back-off before a step's next attempt
+
+
+class StepStatus(StrEnum):
+    RETRYING = "retrying"  # an attempt failed; the next one waits for its back-off timer
+    RUNNING = "running"  # suspended inside the step (progress such as delivered chunks kept)
+    COMPLETED = "completed"
+    FAILED = "failed"  # retries exhausted or a FatalError: the error is replayed
+
+
+@dataclass(frozen=True, slots=True)
+class Fence:
+    """Identifies one turn: writes are accepted only while ``epoch`` is the run's current one."""
+
+    run_id: str
+    epoch: int
+    wake_seq: int
+
+
+@dataclass(slots=True)
+class RunRecord:
+    id: str
+    workflow: str
+    status: RunStatus
+    input: bytes
+    result: bytes | None
+    error: bytes | None
+    created_at: float
+    updated_at: float
+    finished_at: float | None
+
+
+@dataclass(slots=True)
+class StepRecord:
+    step_key: str
+    status: StepStatus
+    attempt: int
+    result: bytes | None
+    error: bytes | None
+    delivered: int
+
+
+@dataclass(slots=True)
+class WaitRecord:
+    id: str
+    run_id: str
+    wait_key: str
+    kind: WaitKind
+    name: str
+    step_key: str
+    status: WaitStatus
+    notified: bool
+    created_at: float
+    expires_at: float | None
+    resolved_at: float | None
+    payload: bytes | None
+    payload_schema: bytes | None
+
+
+@dataclass(slots=True)
+class CheckpointRecord:
+    scope: str
+    name: str
+    value: bytes
+    revision: int
+
+
+@dataclass(slots=True)
+class RunState:
+    """Everything replay needs, read with indexed lookups by run id (never the event log)."""
+
+    steps: dict[str, StepRecord] = field(default_factory=dict)
+    waits: dict[str, WaitRecord] = field(default_factory=dict)
+    checkpoints: dict[tuple[str, str], CheckpointRecord] = field(default_factory=dict)
+
+
+@dataclass(slots=True)
+class Claim:
+    fence: Fence
+    workflow: str
+    input: bytes
+    resumed: bool  # False for a run's first turn (nothing to load)
+
+
+@dataclass(slots=True)
+class Event:
+    run_id: str
+    seq: int
+    at: float
+    type: str
+    key: str | None
+    data: bytes | None
+
+
+@dataclass(slots=True)
+class NewWait:
+    id: str
+    wait_key: str
+    kind: WaitKind
+    name: str
+    step_key: str
+    token_digest: bytes | None
+    expires_at: float | None
+    payload_schema: bytes | None
+
+
+@runtime_checkable
+class Store(Protocol):
+    """Durable state of pyworkflow. Times are seconds since the epoch."""
+
+    # -- runs ------------------------------------------------------------------------------------
+    async def create_run(
+        self,
+        run_id: str,
+        workflow: str,
+        input: bytes,
+        *,
+        now: float,
+        lease_owner: str | None,
+        lease_ttl: float,
+    ) -> Claim | None:
+        """Insert a run and its queue row. With ``lease_owner`` the row is claimed at once (the
+        caller runs the first turn itself) and the claim is returned."""
+        ...
+
+    async def get_run(self, run_id: str) -> RunRecord | None: ...
+
+    async def list_runs(
+        self, *, status: RunStatus | None = None, workflow: str | None = None, limit: int = 100
+    ) -> list[RunRecord]: ...
+
+    async def get_events(self, run_id: str, *, after_seq: int = 0, limit: int = 10_000) -> list[Event]: ...
+
+    async def load_state(self, run_id: str) -> RunState: ...
+
+    async def cancel_run(self, run_id: str, *, now: float) -> bool:
+        """Cancel a run that is not terminal: its pending waits are cancelled too."""
+        ...
+
+    # -- the queue -------------------------------------------------------------------------------
+    async def has_ready(self, *, now: float) -> bool:
+        """Cheap read: is there a queue row a claim would take?"""
+        ...
+
+    async def claim(
+        self, owner: str, *, limit: int, now: float, lease_ttl: float, max_crashes: int
+    ) -> list[Claim]:
+        """Lease up to ``limit`` due runs. A row whose previous lease was never released counts as
+        a crash; past ``max_crashes`` the run is failed instead of claimed."""
+        ...
+
+    async def heartbeat(self, owner: str, *, lease_expires_at: float) -> int: ...
+
+    async def expire_leases_of(self, owners: Sequence[str], *, now: float) -> int:
+        """Make the leases of known-dead owners claimable now."""
+        ...
+
+    async def lease_owners(self, *, now: float) -> list[str]: ...
+
+    async def next_due(self) -> float | None:
+        """The earliest time at which a claim or a wait expiry could find work."""
+        ...
+
+    async def release(self, fence: Fence, *, now: float) -> None:
+        """End a turn without changing the run (shutdown): the run is claimable again at once."""
+        ...
+
+    # -- turn writes (fenced) --------------------------------------------------------------------
+    async def complete_step(self, fence: Fence, step_key: str, result: bytes, *, now: float) -> None: ...
+
+    async def fail_step(
+        self,
+        fence: Fence,
+        step_key: str,
+        *,
+        attempt: int,
+        error: bytes,
+        retry: NewWait | None,
+        delivered: int,
+        now: float,
+    ) -> None:
+        """Record a failed attempt: with ``retry`` (a back-off timer) the step will run again,
+        without it the failure is final and is replayed from now on."""
+        ...
+
+    async def save_checkpoint(
+        self, fence: Fence, scope: str, name: str, value: bytes, *, expected_revision: int | None, now: float
+    ) -> int: ...
+
+    async def delete_checkpoint(self, fence: Fence, scope: str, name: str, *, now: float) -> bool: ...
+
+    async def create_wait(self, fence: Fence, wait: NewWait, *, now: float) -> WaitRecord:
+        """Create a pending wait; if the run already has one with this key, return it unchanged."""
+        ...
+
+    async def add_wait_token(self, fence: Fence, wait_id: str, token_digest: bytes) -> None: ...
+
+    async def suspend_run(
+        self, fence: Fence, *, notified: Sequence[str], delivered: dict[str, int], now: float
+    ) -> None: ...
+
+    async def complete_run(self, fence: Fence, result: bytes, *, now: float) -> None: ...
+
+    async def fail_run(self, fence: Fence, error: bytes, *, now: float) -> None: ...
+
+    # -- decisions -------------------------------------------------------------------------------
+    async def get_wait_by_token(self, token_digest: bytes) -> WaitRecord | None: ...
+
+    async def get_wait(self, wait_id: str) -> WaitRecord | None: ...
+
+    async def list_waits(
+        self, *, status: WaitStatus | None = WaitStatus.PENDING, limit: int = 100
+    ) -> list[WaitRecord]: ...
+
+    async def resolve_wait(
+        self, *, token_digest: bytes | None = None, wait_id: str | None = None, payload: bytes, now: float
+    ) -> WaitRecord:
+        """``pending -> received`` and wake the run, in one transaction. Raises the matching
+        ``HookError`` (and changes nothing) when the wait is unknown, expired, cancelled or
+        already received; a wait past its deadline is expired here rather than received."""
+        ...
+
+    async def expire_due_waits(self, *, now: float, limit: int = 500) -> int: ...
+
+    def close(self) -> None: ...

@@ -1,0 +1,576 @@
+"""The embedded SQLite store: every transition is a function run by the group-commit writer of
+:class:`SQLiteDatabase`; reads use this thread's reader connection and indexed lookups only."""
+
+from __future__ import annotations
+
+import sqlite3
+from collections.abc import Sequence
+from typing import Any
+
+from .._errors import (
+    CancellationError,
+    CheckpointConflictError,
+    HookAlreadyReceivedError,
+    HookCancelledError,
+    HookExpiredError,
+    HookNotFoundError,
+    LeaseLostError,
+    StepAlreadyCompletedError,
+    WorkflowNotFoundError,
+)
+from ._migrations import load_migrations
+from ._protocol import (
+    CheckpointRecord,
+    Claim,
+    Event,
+    Fence,
+    NewWait,
+    RunRecord,
+    RunState,
+    RunStatus,
+    StepRecord,
+    StepStatus,
+    WaitKind,
+    WaitRecord,
+    WaitStatus,
+)
+from ._sqlite_db import SQLiteDatabase
+
+
+def pyworkflow_migrations() -> list[Any]:
+    return load_migrations("pyworkflow.store.migrations", "sqlite", "pyworkflow")
+
+
+# -- SQL, one statement per purpose ------------------------------------------------------------
+
+# Next event number of a run: the primary key makes MAX(seq) a single index probe.
+SQL_APPEND_EVENT = """
+INSERT INTO events (run_id, seq, at, type, key, data)
+VALUES (?1, (SELECT COALESCE(MAX(seq), 0) + 1 FROM events WHERE run_id = ?1), ?2, ?3, ?4, ?5)
+"""
+SQL_INSERT_RUN = """
+INSERT INTO runs (id, workflow, status, input, created_at, updated_at) VALUES (?, ?, ?, ?, ?, ?)
+"""
+# A new run's queue row, optionally leased at once to the process that starts it.
+SQL_INSERT_QUEUE = """
+INSERT INTO queue (run_id, available_at, wake_seq, epoch, lease_owner, lease_expires_at)
+VALUES (?, ?, 0, ?, ?, ?)
+"""
+# Wake a run: make its row due now, or, if a turn holds it, bump wake_seq so the turn's end keeps it.
+SQL_WAKE = """
+INSERT INTO queue (run_id, available_at, wake_seq) VALUES (?1, ?2, 1)
+ON CONFLICT (run_id) DO UPDATE SET wake_seq = wake_seq + 1, available_at = MIN(available_at, ?2)
+"""
+SQL_FENCE = "SELECT epoch FROM queue WHERE run_id = ?"
+SQL_RUN_STATUS = "SELECT status FROM runs WHERE id = ?"
+SQL_SET_RUN_STATUS = "UPDATE runs SET status = ?, updated_at = ? WHERE id = ?"
+SQL_FINISH_RUN = (
+    "UPDATE runs SET status = ?, result = ?, error = ?, updated_at = ?, finished_at = ? WHERE id = ?"
+)
+# End a turn: drop the row unless a wake-up arrived during the turn ...
+SQL_DELETE_QUEUE_IF_QUIET = "DELETE FROM queue WHERE run_id = ? AND wake_seq = ?"
+# ... in which case keep it, unleased and due now, for another turn.
+SQL_UNLEASE = (
+    "UPDATE queue SET lease_owner = NULL, lease_expires_at = NULL, available_at = ? WHERE run_id = ?"
+)
+SQL_DELETE_QUEUE = "DELETE FROM queue WHERE run_id = ?"
+# Due rows nobody holds (never leased, released, or whose lease ran out).
+SQL_READY = """
+SELECT run_id, epoch, wake_seq, lease_owner, crashes FROM queue
+WHERE available_at <= ?1 AND (lease_expires_at IS NULL OR lease_expires_at < ?1)
+ORDER BY available_at LIMIT ?2
+"""
+SQL_ANY_READY = """
+SELECT 1 FROM queue WHERE available_at <= ?1 AND (lease_expires_at IS NULL OR lease_expires_at < ?1) LIMIT 1
+"""
+SQL_LEASE = """
+UPDATE queue SET epoch = epoch + 1, lease_owner = ?, lease_expires_at = ?, crashes = ? WHERE run_id = ?
+"""
+SQL_RUN_FOR_CLAIM = "SELECT workflow, input, status FROM runs WHERE id = ?"
+SQL_HEARTBEAT = "UPDATE queue SET lease_expires_at = ? WHERE lease_owner = ?"
+SQL_EXPIRE_LEASES = "UPDATE queue SET lease_expires_at = ? WHERE lease_owner = ?"
+SQL_LEASE_OWNERS = (
+    "SELECT DISTINCT lease_owner FROM queue WHERE lease_owner IS NOT NULL AND lease_expires_at >= ?"
+)
+SQL_NEXT_QUEUE = "SELECT MIN(COALESCE(lease_expires_at, available_at)) FROM queue"
+SQL_NEXT_WAIT = "SELECT MIN(expires_at) FROM waits WHERE status = 'pending' AND expires_at IS NOT NULL"
+SQL_STEP = "SELECT status FROM steps WHERE run_id = ? AND step_key = ?"
+SQL_UPSERT_STEP = """
+INSERT INTO steps (run_id, step_key, status, attempt, result, error, delivered, updated_at)
+VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8)
+ON CONFLICT (run_id, step_key) DO UPDATE SET
+    status = ?3, attempt = ?4, result = ?5, error = ?6, delivered = MAX(delivered, ?7), updated_at = ?8
+"""
+SQL_STEP_PROGRESS = """
+INSERT INTO steps (run_id, step_key, status, delivered, updated_at) VALUES (?1, ?2, 'running', ?3, ?4)
+ON CONFLICT (run_id, step_key) DO UPDATE SET delivered = MAX(delivered, ?3), updated_at = ?4
+"""
+SQL_CHECKPOINT_REVISION = "SELECT revision FROM checkpoints WHERE run_id = ? AND scope = ? AND name = ?"
+SQL_UPSERT_CHECKPOINT = """
+INSERT INTO checkpoints (run_id, scope, name, value, revision, updated_at) VALUES (?1, ?2, ?3, ?4, ?5, ?6)
+ON CONFLICT (run_id, scope, name) DO UPDATE SET value = ?4, revision = ?5, updated_at = ?6
+"""
+SQL_DELETE_CHECKPOINT = "DELETE FROM checkpoints WHERE run_id = ? AND scope = ? AND name = ?"
+_WAIT_COLUMNS = (
+    "id, run_id, wait_key, kind, name, step_key, status, notified, created_at, expires_at, resolved_at,"
+    " payload, payload_schema"
+)
+SQL_WAIT_BY_KEY = f"SELECT {_WAIT_COLUMNS} FROM waits WHERE run_id = ? AND wait_key = ?"
+SQL_WAIT_BY_ID = f"SELECT {_WAIT_COLUMNS} FROM waits WHERE id = ?"
+SQL_WAIT_BY_TOKEN = f"SELECT {_WAIT_COLUMNS} FROM waits WHERE token_digest = ?"
+SQL_WAIT_ID_BY_EXTRA_TOKEN = "SELECT wait_id FROM wait_tokens WHERE token_digest = ?"
+SQL_INSERT_WAIT = """
+INSERT INTO waits (id, run_id, wait_key, kind, name, step_key, token_digest, status, created_at, expires_at,
+                   payload_schema)
+VALUES (?, ?, ?, ?, ?, ?, ?, 'pending', ?, ?, ?)
+"""
+SQL_INSERT_WAIT_TOKEN = "INSERT INTO wait_tokens (token_digest, wait_id) VALUES (?, ?)"
+SQL_MARK_NOTIFIED = "UPDATE waits SET notified = 1 WHERE id = ?"
+# The single transition out of 'pending': whoever updates the row first wins.
+SQL_RESOLVE_WAIT = """
+UPDATE waits SET status = ?, payload = ?, resolved_at = ? WHERE id = ? AND status = 'pending'
+"""
+SQL_DUE_WAITS = """
+SELECT id, run_id, wait_key, kind FROM waits
+WHERE status = 'pending' AND expires_at IS NOT NULL AND expires_at <= ? ORDER BY expires_at LIMIT ?
+"""
+SQL_CANCEL_WAITS = """
+UPDATE waits SET status = 'cancelled', resolved_at = ? WHERE run_id = ? AND status = 'pending'
+"""
+SQL_PENDING_WAITS = f"SELECT {_WAIT_COLUMNS} FROM waits WHERE status = ? ORDER BY created_at LIMIT ?"
+SQL_STATE_STEPS = "SELECT step_key, status, attempt, result, error, delivered FROM steps WHERE run_id = ?"
+SQL_STATE_WAITS = f"SELECT {_WAIT_COLUMNS} FROM waits WHERE run_id = ?"
+SQL_STATE_CHECKPOINTS = "SELECT scope, name, value, revision FROM checkpoints WHERE run_id = ?"
+_RUN_COLUMNS = "id, workflow, status, input, result, error, created_at, updated_at, finished_at"
+SQL_GET_RUN = f"SELECT {_RUN_COLUMNS} FROM runs WHERE id = ?"
+SQL_EVENTS = (
+    "SELECT run_id, seq, at, type, key, data FROM events WHERE run_id = ? AND seq > ? ORDER BY seq LIMIT ?"
+)
+
+
+def _run(row: Sequence[Any]) -> RunRecord:
+    return RunRecord(row[0], row[1], RunStatus(row[2]), row[3], row[4], row[5], row[6], row[7], row[8])
+
+
+def _wait(row: Sequence[Any]) -> WaitRecord:
+    return WaitRecord(
+        id=row[0],
+        run_id=row[1],
+        wait_key=row[2],
+        kind=WaitKind(row[3]),
+        name=row[4],
+        step_key=row[5],
+        status=WaitStatus(row[6]),
+        notified=bool(row[7]),
+        created_at=row[8],
+        expires_at=row[9],
+        resolved_at=row[10],
+        payload=row[11],
+        payload_schema=row[12],
+    )
+
+
+def _event(conn: sqlite3.Connection, run_id: str, now: float, type_: str, key: str | None = None,
+           data: bytes | None = None) -> None:  # fmt: skip
+    conn.execute(SQL_APPEND_EVENT, (run_id, now, type_, key, data))
+
+
+def _check_fence(conn: sqlite3.Connection, fence: Fence) -> None:
+    row = conn.execute(SQL_FENCE, (fence.run_id,)).fetchone()
+    if row is None or row[0] != fence.epoch:
+        status = conn.execute(SQL_RUN_STATUS, (fence.run_id,)).fetchone()
+        if status is not None and status[0] == RunStatus.CANCELLED:
+            raise CancellationError(f"run {fence.run_id} was cancelled")
+        raise LeaseLostError(f"run {fence.run_id}: lease epoch {fence.epoch} is no longer current")
+
+
+def _wake(conn: sqlite3.Connection, run_id: str, now: float) -> None:
+    conn.execute(SQL_WAKE, (run_id, now))
+
+
+def _end_turn(conn: sqlite3.Connection, fence: Fence, now: float, *, keep_if_woken: bool) -> None:
+    if keep_if_woken:
+        if conn.execute(SQL_DELETE_QUEUE_IF_QUIET, (fence.run_id, fence.wake_seq)).rowcount == 0:
+            conn.execute(SQL_UNLEASE, (now, fence.run_id))
+    else:
+        conn.execute(SQL_DELETE_QUEUE, (fence.run_id,))
+
+
+class SQLiteStore:
+    """:class:`~pyworkflow.store.Store` on one SQLite file (WAL, group commit)."""
+
+    def __init__(self, path: str, *, synchronous: str = "FULL", db: SQLiteDatabase | None = None) -> None:
+        self.db = db or SQLiteDatabase(path, migrations=pyworkflow_migrations(), synchronous=synchronous)
+        self.url = f"sqlite:///{self.db.path}"
+
+    def close(self) -> None:
+        self.db.close()
+
+    # -- runs ------------------------------------------------------------------------------------
+
+    async def create_run(
+        self,
+        run_id: str,
+        workflow: str,
+        input: bytes,
+        *,
+        now: float,
+        lease_owner: str | None,
+        lease_ttl: float,
+    ) -> Claim | None:
+        def tx(conn: sqlite3.Connection) -> Claim | None:
+            status = RunStatus.RUNNING if lease_owner else RunStatus.PENDING
+            conn.execute(SQL_INSERT_RUN, (run_id, workflow, status, input, now, now))
+            epoch = 1 if lease_owner else 0
+            expires = now + lease_ttl if lease_owner else None
+            conn.execute(SQL_INSERT_QUEUE, (run_id, now, epoch, lease_owner, expires))
+            _event(conn, run_id, now, "run_created")
+            return Claim(Fence(run_id, epoch, 0), workflow, input, resumed=False) if lease_owner else None
+
+        return await self.db.write(tx)
+
+    async def get_run(self, run_id: str) -> RunRecord | None:
+        row = self.db.reader().execute(SQL_GET_RUN, (run_id,)).fetchone()
+        return _run(row) if row else None
+
+    async def list_runs(
+        self, *, status: RunStatus | None = None, workflow: str | None = None, limit: int = 100
+    ) -> list[RunRecord]:
+        clauses, params = [], []
+        if status is not None:
+            clauses.append("status = ?")
+            params.append(str(status))
+        if workflow is not None:
+            clauses.append("workflow = ?")
+            params.append(workflow)
+        where = f"WHERE {' AND '.join(clauses)}" if clauses else ""
+        sql = f"SELECT {_RUN_COLUMNS} FROM runs {where} ORDER BY created_at DESC LIMIT ?"
+        return [_run(r) for r in self.db.reader().execute(sql, (*params, int(limit)))]
+
+    async def get_events(self, run_id: str, *, after_seq: int = 0, limit: int = 10_000) -> list[Event]:
+        rows = self.db.reader().execute(SQL_EVENTS, (run_id, after_seq, limit)).fetchall()
+        return [Event(*r) for r in rows]
+
+    async def load_state(self, run_id: str) -> RunState:
+        def read(conn: sqlite3.Connection) -> RunState:
+            state = RunState()
+            for r in conn.execute(SQL_STATE_STEPS, (run_id,)):
+                state.steps[r[0]] = StepRecord(r[0], StepStatus(r[1]), r[2], r[3], r[4], r[5])
+            for r in conn.execute(SQL_STATE_WAITS, (run_id,)):
+                w = _wait(r)
+                state.waits[w.wait_key] = w
+            for r in conn.execute(SQL_STATE_CHECKPOINTS, (run_id,)):
+                state.checkpoints[(r[0], r[1])] = CheckpointRecord(r[0], r[1], r[2], r[3])
+            return state
+
+        return self.db.read(read)
+
+    async def cancel_run(self, run_id: str, *, now: float) -> bool:
+        def tx(conn: sqlite3.Connection) -> bool:
+            row = conn.execute(SQL_RUN_STATUS, (run_id,)).fetchone()
+            if row is None:
+                raise WorkflowNotFoundError(f"no run {run_id!r}")
+            if RunStatus(row[0]).is_terminal:
+                return False
+            conn.execute(SQL_FINISH_RUN, (RunStatus.CANCELLED, None, None, now, now, run_id))
+            conn.execute(SQL_CANCEL_WAITS, (now, run_id))
+            conn.execute(SQL_DELETE_QUEUE, (run_id,))
+            _event(conn, run_id, now, "run_cancelled")
+            return True
+
+        return await self.db.write(tx)
+
+    # -- the queue -------------------------------------------------------------------------------
+
+    async def has_ready(self, *, now: float) -> bool:
+        return self.db.reader().execute(SQL_ANY_READY, (now,)).fetchone() is not None
+
+    async def claim(
+        self, owner: str, *, limit: int, now: float, lease_ttl: float, max_crashes: int
+    ) -> list[Claim]:
+        def tx(conn: sqlite3.Connection) -> list[Claim]:
+            claims: list[Claim] = []
+            for run_id, epoch, wake_seq, previous_owner, crashes in conn.execute(
+                SQL_READY, (now, limit)
+            ).fetchall():
+                run = conn.execute(SQL_RUN_FOR_CLAIM, (run_id,)).fetchone()
+                if run is None or RunStatus(run[2]).is_terminal:
+                    conn.execute(SQL_DELETE_QUEUE, (run_id,))
+                    continue
+                if previous_owner is not None:  # a turn that never ended: its worker died
+                    crashes += 1
+                    if crashes > max_crashes:
+                        error = (
+                            b'{"type":"pyworkflow.WorkerCrashed","message":"the worker running this run died '
+                            + str(crashes).encode()
+                            + b' times; giving up (max_crashes)"}'
+                        )
+                        conn.execute(SQL_FINISH_RUN, (RunStatus.FAILED, None, error, now, now, run_id))
+                        conn.execute(SQL_CANCEL_WAITS, (now, run_id))
+                        conn.execute(SQL_DELETE_QUEUE, (run_id,))
+                        _event(conn, run_id, now, "run_failed", None, error)
+                        continue
+                conn.execute(SQL_LEASE, (owner, now + lease_ttl, crashes, run_id))
+                conn.execute(SQL_SET_RUN_STATUS, (RunStatus.RUNNING, now, run_id))
+                _event(conn, run_id, now, "run_resumed" if previous_owner is None else "run_recovered")
+                fresh = run[2] == RunStatus.PENDING
+                claims.append(Claim(Fence(run_id, epoch + 1, wake_seq), run[0], run[1], resumed=not fresh))
+            return claims
+
+        return await self.db.write(tx)
+
+    async def heartbeat(self, owner: str, *, lease_expires_at: float) -> int:
+        return await self.db.write(lambda c: c.execute(SQL_HEARTBEAT, (lease_expires_at, owner)).rowcount)
+
+    async def expire_leases_of(self, owners: Sequence[str], *, now: float) -> int:
+        def tx(conn: sqlite3.Connection) -> int:
+            return sum(conn.execute(SQL_EXPIRE_LEASES, (now - 1, o)).rowcount for o in owners)
+
+        return await self.db.write(tx)
+
+    async def lease_owners(self, *, now: float) -> list[str]:
+        return [r[0] for r in self.db.reader().execute(SQL_LEASE_OWNERS, (now,))]
+
+    async def next_due(self) -> float | None:
+        reader = self.db.reader()
+        times = [reader.execute(SQL_NEXT_QUEUE).fetchone()[0], reader.execute(SQL_NEXT_WAIT).fetchone()[0]]
+        known = [t for t in times if t is not None]
+        return min(known) if known else None
+
+    async def release(self, fence: Fence, *, now: float) -> None:
+        def tx(conn: sqlite3.Connection) -> None:
+            row = conn.execute(SQL_FENCE, (fence.run_id,)).fetchone()
+            if row is not None and row[0] == fence.epoch:
+                conn.execute(SQL_UNLEASE, (now, fence.run_id))
+
+        await self.db.write(tx)
+
+    # -- turn writes -----------------------------------------------------------------------------
+
+    async def complete_step(self, fence: Fence, step_key: str, result: bytes, *, now: float) -> None:
+        def tx(conn: sqlite3.Connection) -> None:
+            _check_fence(conn, fence)
+            row = conn.execute(SQL_STEP, (fence.run_id, step_key)).fetchone()
+            if row is not None and row[0] in (StepStatus.COMPLETED, StepStatus.FAILED):
+                raise StepAlreadyCompletedError(
+                    f"step {step_key!r} of run {fence.run_id} already has a result"
+                )
+            conn.execute(
+                SQL_UPSERT_STEP, (fence.run_id, step_key, StepStatus.COMPLETED, 0, result, None, 0, now)
+            )
+            _event(conn, fence.run_id, now, "step_completed", step_key)
+
+        await self.db.write(tx)
+
+    async def fail_step(
+        self,
+        fence: Fence,
+        step_key: str,
+        *,
+        attempt: int,
+        error: bytes,
+        retry: NewWait | None,
+        delivered: int,
+        now: float,
+    ) -> None:
+        def tx(conn: sqlite3.Connection) -> None:
+            _check_fence(conn, fence)
+            row = conn.execute(SQL_STEP, (fence.run_id, step_key)).fetchone()
+            if row is not None and row[0] in (StepStatus.COMPLETED, StepStatus.FAILED):
+                raise StepAlreadyCompletedError(
+                    f"step {step_key!r} of run {fence.run_id} already has a result"
+                )
+            status = StepStatus.RETRYING if retry else StepStatus.FAILED
+            conn.execute(
+                SQL_UPSERT_STEP, (fence.run_id, step_key, status, attempt, None, error, delivered, now)
+            )
+            _event(conn, fence.run_id, now, "step_retrying" if retry else "step_failed", step_key, error)
+            if retry is not None:
+                _insert_wait(conn, fence.run_id, retry, now)
+
+        await self.db.write(tx)
+
+    async def save_checkpoint(
+        self, fence: Fence, scope: str, name: str, value: bytes, *, expected_revision: int | None, now: float
+    ) -> int:
+        def tx(conn: sqlite3.Connection) -> int:
+            _check_fence(conn, fence)
+            row = conn.execute(SQL_CHECKPOINT_REVISION, (fence.run_id, scope, name)).fetchone()
+            current = row[0] if row else 0
+            if expected_revision is not None and expected_revision != current:
+                raise CheckpointConflictError(
+                    f"checkpoint {name!r} is at revision {current}, not {expected_revision}",
+                    current_revision=current,
+                )
+            conn.execute(SQL_UPSERT_CHECKPOINT, (fence.run_id, scope, name, value, current + 1, now))
+            _event(conn, fence.run_id, now, "checkpoint_saved", f"{scope}/{name}" if name else scope)
+            return current + 1
+
+        return await self.db.write(tx)
+
+    async def delete_checkpoint(self, fence: Fence, scope: str, name: str, *, now: float) -> bool:
+        def tx(conn: sqlite3.Connection) -> bool:
+            _check_fence(conn, fence)
+            deleted = conn.execute(SQL_DELETE_CHECKPOINT, (fence.run_id, scope, name)).rowcount > 0
+            if deleted:
+                _event(conn, fence.run_id, now, "checkpoint_deleted", f"{scope}/{name}" if name else scope)
+            return deleted
+
+        return await self.db.write(tx)
+
+    async def create_wait(self, fence: Fence, wait: NewWait, *, now: float) -> WaitRecord:
+        def tx(conn: sqlite3.Connection) -> WaitRecord:
+            _check_fence(conn, fence)
+            existing = conn.execute(SQL_WAIT_BY_KEY, (fence.run_id, wait.wait_key)).fetchone()
+            if existing is not None:
+                return _wait(existing)
+            return _insert_wait(conn, fence.run_id, wait, now)
+
+        return await self.db.write(tx)
+
+    async def add_wait_token(self, fence: Fence, wait_id: str, token_digest: bytes) -> None:
+        def tx(conn: sqlite3.Connection) -> None:
+            _check_fence(conn, fence)
+            conn.execute(SQL_INSERT_WAIT_TOKEN, (token_digest, wait_id))
+
+        await self.db.write(tx)
+
+    async def suspend_run(
+        self, fence: Fence, *, notified: Sequence[str], delivered: dict[str, int], now: float
+    ) -> None:
+        def tx(conn: sqlite3.Connection) -> None:
+            _check_fence(conn, fence)
+            for wait_id in notified:
+                conn.execute(SQL_MARK_NOTIFIED, (wait_id,))
+            for step_key, count in delivered.items():
+                conn.execute(SQL_STEP_PROGRESS, (fence.run_id, step_key, count, now))
+            conn.execute(SQL_SET_RUN_STATUS, (RunStatus.SUSPENDED, now, fence.run_id))
+            _event(conn, fence.run_id, now, "run_suspended")
+            _end_turn(conn, fence, now, keep_if_woken=True)
+
+        await self.db.write(tx)
+
+    async def complete_run(self, fence: Fence, result: bytes, *, now: float) -> None:
+        def tx(conn: sqlite3.Connection) -> None:
+            _check_fence(conn, fence)
+            conn.execute(SQL_FINISH_RUN, (RunStatus.COMPLETED, result, None, now, now, fence.run_id))
+            conn.execute(SQL_CANCEL_WAITS, (now, fence.run_id))
+            _event(conn, fence.run_id, now, "run_completed")
+            _end_turn(conn, fence, now, keep_if_woken=False)
+
+        await self.db.write(tx)
+
+    async def fail_run(self, fence: Fence, error: bytes, *, now: float) -> None:
+        def tx(conn: sqlite3.Connection) -> None:
+            _check_fence(conn, fence)
+            conn.execute(SQL_FINISH_RUN, (RunStatus.FAILED, None, error, now, now, fence.run_id))
+            conn.execute(SQL_CANCEL_WAITS, (now, fence.run_id))
+            _event(conn, fence.run_id, now, "run_failed", None, error)
+            _end_turn(conn, fence, now, keep_if_woken=False)
+
+        await self.db.write(tx)
+
+    # -- decisions -------------------------------------------------------------------------------
+
+    async def get_wait_by_token(self, token_digest: bytes) -> WaitRecord | None:
+        return _find_by_token(self.db.reader(), token_digest)
+
+    async def get_wait(self, wait_id: str) -> WaitRecord | None:
+        row = self.db.reader().execute(SQL_WAIT_BY_ID, (wait_id,)).fetchone()
+        return _wait(row) if row else None
+
+    async def list_waits(
+        self, *, status: WaitStatus | None = WaitStatus.PENDING, limit: int = 100
+    ) -> list[WaitRecord]:
+        if status is None:
+            sql = f"SELECT {_WAIT_COLUMNS} FROM waits ORDER BY created_at LIMIT ?"
+            return [_wait(r) for r in self.db.reader().execute(sql, (limit,))]
+        return [_wait(r) for r in self.db.reader().execute(SQL_PENDING_WAITS, (str(status), limit))]
+
+    async def resolve_wait(
+        self, *, token_digest: bytes | None = None, wait_id: str | None = None, payload: bytes, now: float
+    ) -> WaitRecord:
+        def tx(conn: sqlite3.Connection) -> WaitRecord:
+            if token_digest is not None:
+                wait = _find_by_token(conn, token_digest)
+            else:
+                row = conn.execute(SQL_WAIT_BY_ID, (wait_id,)).fetchone()
+                wait = _wait(row) if row else None
+            if wait is None:
+                raise HookNotFoundError("no hook has this token" if token_digest else f"no hook {wait_id!r}")
+            _raise_if_resolved(wait)
+            if wait.expires_at is not None and wait.expires_at <= now:
+                # Past its deadline but not swept yet: the deadline wins, and is recorded now.
+                _expire(conn, wait, now)
+                return wait
+            conn.execute(SQL_RESOLVE_WAIT, (WaitStatus.RECEIVED, payload, now, wait.id))
+            _event(conn, wait.run_id, now, "wait_received", wait.wait_key)
+            _wake(conn, wait.run_id, now)
+            wait.status, wait.payload, wait.resolved_at = WaitStatus.RECEIVED, payload, now
+            return wait
+
+        wait = await self.db.write(tx)
+        if wait.status == WaitStatus.EXPIRED:
+            raise HookExpiredError(f"hook {wait.name!r} expired before the payload arrived", wait_id=wait.id)
+        return wait
+
+    async def expire_due_waits(self, *, now: float, limit: int = 500) -> int:
+        def tx(conn: sqlite3.Connection) -> int:
+            count = 0
+            for wait_id, run_id, wait_key, _kind in conn.execute(SQL_DUE_WAITS, (now, limit)).fetchall():
+                if conn.execute(SQL_RESOLVE_WAIT, (WaitStatus.EXPIRED, None, now, wait_id)).rowcount:
+                    _event(conn, run_id, now, "wait_expired", wait_key)
+                    _wake(conn, run_id, now)
+                    count += 1
+            return count
+
+        return await self.db.write(tx)
+
+
+def _insert_wait(conn: sqlite3.Connection, run_id: str, wait: NewWait, now: float) -> WaitRecord:
+    conn.execute(
+        SQL_INSERT_WAIT,
+        (
+            wait.id,
+            run_id,
+            wait.wait_key,
+            wait.kind,
+            wait.name,
+            wait.step_key,
+            wait.token_digest,
+            now,
+            wait.expires_at,
+            wait.payload_schema,
+        ),
+    )
+    _event(conn, run_id, now, "wait_created", wait.wait_key)
+    return WaitRecord(
+        wait.id, run_id, wait.wait_key, wait.kind, wait.name, wait.step_key, WaitStatus.PENDING, False, now,
+        wait.expires_at, None, None, wait.payload_schema,
+    )  # fmt: skip
+
+
+def _find_by_token(conn: sqlite3.Connection, token_digest: bytes) -> WaitRecord | None:
+    row = conn.execute(SQL_WAIT_BY_TOKEN, (token_digest,)).fetchone()
+    if row is None:
+        extra = conn.execute(SQL_WAIT_ID_BY_EXTRA_TOKEN, (token_digest,)).fetchone()
+        if extra is None:
+            return None
+        row = conn.execute(SQL_WAIT_BY_ID, (extra[0],)).fetchone()
+    return _wait(row) if row else None
+
+
+def _raise_if_resolved(wait: WaitRecord) -> None:
+    if wait.status == WaitStatus.RECEIVED:
+        raise HookAlreadyReceivedError(f"hook {wait.name!r} already received a payload", wait_id=wait.id)
+    if wait.status == WaitStatus.EXPIRED:
+        raise HookExpiredError(f"hook {wait.name!r} expired before the payload arrived", wait_id=wait.id)
+    if wait.status == WaitStatus.CANCELLED:
+        raise HookCancelledError(f"hook {wait.name!r} was cancelled with its run", wait_id=wait.id)
+
+
+def _expire(conn: sqlite3.Connection, wait: WaitRecord, now: float) -> None:
+    if conn.execute(SQL_RESOLVE_WAIT, (WaitStatus.EXPIRED, None, now, wait.id)).rowcount:
+        _event(conn, wait.run_id, now, "wait_expired", wait.wait_key)
+        _wake(conn, wait.run_id, now)
+    wait.status, wait.resolved_at = WaitStatus.EXPIRED, now
