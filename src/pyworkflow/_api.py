@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from . import _serde
+from ._crashpoints import crashpoint
 from ._engine import encode_input
 from ._errors import ConfigurationError, WorkflowNotFoundError
 from ._waits import check_token, digest_token, validate_payload
@@ -250,6 +251,7 @@ async def resume_hook(token: str, payload: Any = None) -> ResumeResult:
     else:
         data = b"null"  # resolve_wait raises HookNotFoundError below
     resolved = await store.resolve_wait(token_digest=digest, payload=data, now=time.time())
+    crashpoint("after_hook_resumed")
     _wake_local_runtime()
     return ResumeResult(resolved.run_id, resolved.id, resolved.name, resolved.status)
 

@@ -7,6 +7,7 @@ from typing import Any
 
 from . import _serde
 from ._context import require_step
+from ._crashpoints import crashpoint
 from .store import CheckpointRecord
 
 _NAME = ""  # one checkpoint per step; the store supports named ones for other faces
@@ -29,6 +30,7 @@ async def save_step_checkpoint(value: Any) -> int:
         now=wctx.now(),
     )
     wctx.state.checkpoints[key] = CheckpointRecord(ctx.step_key, _NAME, data, revision)
+    crashpoint("after_checkpoint_saved")
     return revision
 
 

@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING, Any
 
 from . import _serde
 from ._context import WorkflowContext, _workflow
+from ._crashpoints import crashpoint
 from ._errors import CancellationError, LeaseLostError, SuspensionSignal, WorkflowError
 from ._workflow import resolve
 from .store import Claim, RunState, Store
@@ -41,6 +42,7 @@ async def execute_turn(
             data = _serde.dumps(result, what="workflow result")
         except SuspensionSignal:
             await store.suspend_run(fence, notified=ctx.notified, delivered=ctx.delivered, now=time.time())
+            crashpoint("after_suspended")
             return
         except (LeaseLostError, CancellationError) as exc:
             if isinstance(exc, CancellationError):

@@ -22,6 +22,7 @@ from typing import Any, ParamSpec, TypeVar, overload
 
 from . import _serde
 from ._context import StepContext, WorkflowContext, _step, current_step, current_workflow
+from ._crashpoints import crashpoint
 from ._errors import (
     CancellationError,
     ConfigurationError,
@@ -235,6 +236,7 @@ async def _run_step(opts: StepOptions, func: Callable[..., Any], args: Any, kwar
     data = _serde.dumps(result, what=f"result of step {opts.name!r}")
     await wctx.store.complete_step(wctx.fence, key, data, now=wctx.now())
     wctx.state.steps[key] = StepRecord(key, StepStatus.COMPLETED, attempt, data, None, 0)
+    crashpoint("after_step_completed")
     return result
 
 

@@ -23,6 +23,7 @@ import jsonschema
 
 from . import _serde
 from ._context import WorkflowContext, current_step, current_workflow, require_workflow
+from ._crashpoints import crashpoint
 from ._errors import (
     CancellationError,
     ConfigurationError,
@@ -161,8 +162,10 @@ async def _wait_for(
     )
     wait = await ctx.store.create_wait(ctx.fence, new, now=now)
     ctx.state.waits[wait_key] = wait
+    crashpoint("after_wait_created")
     if on_created is not None:
         await _call_on_created(on_created, token)
+        crashpoint("after_on_created")
     ctx.notified.append(wait.id)
     raise SuspensionSignal("hook", wait_key)
 

@@ -15,6 +15,7 @@ import time
 import uuid
 from collections.abc import Iterable
 
+from .._crashpoints import crashpoint
 from .._engine import execute_turn
 from ..store import Claim, RunState, Store
 
@@ -103,6 +104,7 @@ class LocalRuntime:
         claim = await self.store.create_run(
             run_id, workflow, input, now=time.time(), lease_owner=self.owner, lease_ttl=self.lease_ttl
         )
+        crashpoint("after_run_created")
         if claim is not None:
             self._spawn(claim, RunState())
 
@@ -169,6 +171,7 @@ class LocalRuntime:
                 for claim in await self.store.claim(
                     self.owner, limit=free, now=now, lease_ttl=self.lease_ttl, max_crashes=self.max_crashes
                 ):
+                    crashpoint("after_claim")
                     self._spawn(claim, None)
             due = await self.store.next_due()
         if due is None:
