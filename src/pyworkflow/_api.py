@@ -307,7 +307,8 @@ async def wait_for_run(
         pause = _settings.poll_interval if remaining is None else min(_settings.poll_interval, remaining)
         if _runtime is not None and _runtime.running and _runtime.loop is asyncio.get_running_loop():
             try:
-                await asyncio.wait_for(_runtime.changed(run_id).wait(), max(pause, 0.001) * 4)
+                async with asyncio.timeout(max(pause, 0.001) * 4):
+                    await _runtime.changed(run_id).wait()
             except TimeoutError:
                 pass
         else:

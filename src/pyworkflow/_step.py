@@ -27,6 +27,7 @@ from ._errors import (
     CancellationError,
     ConfigurationError,
     FatalError,
+    HookError,
     LeaseLostError,
     RetryableError,
     StepTimeoutError,
@@ -38,8 +39,9 @@ from .store import NewWait, StepRecord, StepStatus, WaitKind, WaitStatus
 P = ParamSpec("P")
 R = TypeVar("R")
 
-#: Exceptions that end a step at once: the run's own control flow, not the step's failure.
-_NOT_RETRIED = (FatalError, CancellationError, LeaseLostError)
+#: Exceptions that end a step at once: retrying cannot change them (an expired or cancelled hook
+#: stays so; a lost lease or a cancelled run belongs to someone else now).
+_NOT_RETRIED = (FatalError, CancellationError, LeaseLostError, HookError)
 
 
 @dataclass(frozen=True, slots=True)

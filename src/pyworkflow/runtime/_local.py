@@ -154,8 +154,11 @@ class LocalRuntime:
             except Exception:
                 log.exception("runtime loop error; retrying")
                 timeout = 1.0
+            # asyncio.timeout, not wait_for: 3.11's wait_for can swallow a cancellation that
+            # races its timeout, which would leave stop() waiting forever.
             try:
-                await asyncio.wait_for(self._wake.wait(), timeout)
+                async with asyncio.timeout(max(timeout, 0.001)):
+                    await self._wake.wait()
             except TimeoutError:
                 pass
             self._wake.clear()
@@ -164,9 +167,9 @@ class LocalRuntime:
         """Expire due waits and claim due runs; return how long to sleep."""
         now = time.time()
         due = await self.store.next_due()
+        free = self.max_concurrency - len(self._tasks)
         if due is not None and due <= now:
             await self.store.expire_due_waits(now=now)
-            free = self.max_concurrency - len(self._tasks)
             if free > 0 and await self.store.has_ready(now=now):
                 for claim in await self.store.claim(
                     self.owner, limit=free, now=now, lease_ttl=self.lease_ttl, max_crashes=self.max_crashes
@@ -174,7 +177,7 @@ class LocalRuntime:
                     crashpoint("after_claim")
                     self._spawn(claim, None)
             due = await self.store.next_due()
-        if due is None:
+        if due is None or free <= 0:  # at capacity, a finishing turn wakes the loop
             return self.poll_interval
         return max(0.0, min(self.poll_interval, due - time.time()))
 
