@@ -25,7 +25,9 @@ def require_service(name: str, host: str, port: int) -> None:
         with socket.create_connection((host, port), timeout=2):
             return
     except OSError as exc:
-        pytest.fail(f"{name} is not reachable on {host}:{port} ({exc}); start it (scripts/services.sh)", pytrace=False)
+        pytest.fail(
+            f"{name} is not reachable on {host}:{port} ({exc}); start it (scripts/services.sh)", pytrace=False
+        )
 
 
 def _pg_url_for(dbname: str) -> str:

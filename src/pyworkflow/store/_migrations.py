@@ -11,8 +11,10 @@ import re
 import sqlite3
 import time
 from collections.abc import Sequence
+from contextlib import AbstractContextManager
 from dataclasses import dataclass
 from importlib import resources
+from typing import Any, Protocol
 
 _NAME = re.compile(r"^(\d{4})_([a-z0-9_]+)\.sql$")
 
@@ -71,9 +73,7 @@ CREATE TABLE IF NOT EXISTS schema_migrations (
 """
 
 
-def apply_migrations(
-    conn: sqlite3.Connection, migrations: Sequence[Migration]
-) -> list[Migration]:
+def apply_migrations(conn: sqlite3.Connection, migrations: Sequence[Migration]) -> list[Migration]:
     """Apply the migrations not yet recorded, all in one IMMEDIATE transaction, so that two
     processes opening a new file at once serialize and the second finds nothing to do."""
     if not migrations:
@@ -100,3 +100,54 @@ def apply_migrations(
     except BaseException:
         conn.execute("ROLLBACK")
         raise
+
+
+# -- PostgreSQL ---------------------------------------------------------------------------------
+
+#: Key of the transaction-scoped advisory lock that serializes migrators of one database.
+PG_MIGRATION_LOCK = 0x7079_776F_726B  # "pywork"
+
+_PG_VERSION_TABLE = """
+CREATE TABLE IF NOT EXISTS schema_migrations (
+    component  text             NOT NULL,
+    version    integer          NOT NULL,
+    name       text             NOT NULL,
+    applied_at double precision NOT NULL,
+    PRIMARY KEY (component, version)
+)
+"""
+
+
+class _PgConnection(Protocol):
+    """The part of a synchronous psycopg connection the migrator uses (psycopg stays optional)."""
+
+    def execute(self, query: Any, params: Any = None, /) -> Any: ...
+    def transaction(self) -> AbstractContextManager[Any]: ...
+
+
+def apply_postgres_migrations(conn: _PgConnection, migrations: Sequence[Migration]) -> list[Migration]:
+    """Apply the migrations not yet recorded in one transaction that first takes
+    ``pg_advisory_xact_lock``: concurrent migrators queue on the lock, and each sees the versions
+    the previous one committed (READ COMMITTED reads after the lock), so the schema is built once."""
+    if not migrations:
+        return []
+    done: list[Migration] = []
+    with conn.transaction():
+        conn.execute("SELECT pg_advisory_xact_lock(%s)", (PG_MIGRATION_LOCK,))
+        conn.execute(_PG_VERSION_TABLE)
+        applied = {
+            (row[0], row[1])
+            for row in conn.execute("SELECT component, version FROM schema_migrations").fetchall()
+        }
+        for migration in migrations:
+            if (migration.component, migration.version) in applied:
+                continue
+            for statement in split_statements(migration.sql):
+                conn.execute(statement)
+            conn.execute(
+                "INSERT INTO schema_migrations (component, version, name, applied_at)"
+                " VALUES (%s, %s, %s, %s)",
+                (migration.component, migration.version, migration.name, time.time()),
+            )
+            done.append(migration)
+    return done
