@@ -231,3 +231,34 @@ async def test_cancel_a_waiting_run_cancels_its_hooks(engine: str) -> None:
     assert run.status == RunStatus.CANCELLED
     with pytest.raises(pyworkflow.HookCancelledError):
         await resume_hook(TOKENS[0], "too late")
+
+
+# -- capacity -----------------------------------------------------------------------------------
+
+ACTIVE: list[int] = [0, 0]  # [now, peak]
+
+
+@step
+async def busy() -> None:
+    ACTIVE[0] += 1
+    ACTIVE[1] = max(ACTIVE[1], ACTIVE[0])
+    await asyncio.sleep(0.05)
+    ACTIVE[0] -= 1
+
+
+@workflow
+async def busy_flow() -> str:
+    await busy()
+    return "done"
+
+
+async def test_runs_beyond_max_concurrency_wait_in_the_queue(store_url: str) -> None:
+    ACTIVE[:] = [0, 0]
+    pyworkflow.configure(storage=store_url, poll_interval=0.02, max_concurrency=2)
+    try:
+        run_ids = [await start(busy_flow) for _ in range(6)]
+        runs = [await wait_for_run(r, 10) for r in run_ids]
+        assert [r.result for r in runs] == ["done"] * 6
+        assert ACTIVE[1] == 2
+    finally:
+        await pyworkflow.shutdown()

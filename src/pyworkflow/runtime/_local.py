@@ -100,13 +100,17 @@ class LocalRuntime:
     # -- running work ---------------------------------------------------------------------------
 
     async def submit(self, run_id: str, workflow: str, input: bytes) -> None:
-        """Create a run and run its first turn here, without a round trip through the queue."""
+        """Create a run and, with capacity to spare, run its first turn here without a round trip
+        through the queue; at capacity the run waits in the queue like any other."""
+        owner = self.owner if len(self._tasks) < self.max_concurrency else None
         claim = await self.store.create_run(
-            run_id, workflow, input, now=time.time(), lease_owner=self.owner, lease_ttl=self.lease_ttl
+            run_id, workflow, input, now=time.time(), lease_owner=owner, lease_ttl=self.lease_ttl
         )
         crashpoint("after_run_created")
         if claim is not None:
             self._spawn(claim, RunState())
+        else:
+            self.wake()
 
     def _spawn(self, claim: Claim, state: RunState | None) -> None:
         task = asyncio.create_task(self._turn(claim, state), name=f"pyworkflow-turn:{claim.fence.run_id}")
