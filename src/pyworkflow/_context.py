@@ -29,11 +29,23 @@ class WorkflowContext:
     notified: list[str] = field(default_factory=list)
     #: generator steps' delivered-chunk counts, saved with the suspension
     delivered: dict[str, int] = field(default_factory=dict)
+    #: step keys this turn reached, to detect a replay that diverged from the recorded run
+    visited: set[str] = field(default_factory=set)
 
     def next_step_key(self, name: str) -> str:
         n = self.step_counters.get(name, 0) + 1
         self.step_counters[name] = n
-        return f"{name}#{n}"
+        key = f"{name}#{n}"
+        self.visited.add(key)
+        return key
+
+    def unreached_steps(self) -> list[str]:
+        """Recorded, finished steps this turn's replay never called: the code has diverged."""
+        return sorted(
+            key
+            for key, record in self.state.steps.items()
+            if key not in self.visited and record.status in ("completed", "failed")
+        )
 
     def next_wait_key(self, scope: str, kind: str, name: str) -> str:
         base = f"{scope}/{kind}:{name}" if scope else f"{kind}:{name}"

@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING, Any
 from . import _serde
 from ._context import WorkflowContext, _workflow
 from ._crashpoints import crashpoint
-from ._errors import CancellationError, LeaseLostError, SuspensionSignal, WorkflowError
+from ._errors import CancellationError, LeaseLostError, NonDeterminismError, SuspensionSignal, WorkflowError
 from ._workflow import resolve
 from .store import Claim, RunState, Store
 
@@ -38,8 +38,11 @@ async def execute_turn(
     token = _workflow.set(ctx)
     try:
         try:
-            result = await defn.fn(*info["args"], **info["kwargs"])
-            data = _serde.dumps(result, what="workflow result")
+            try:
+                result = await defn.fn(*info["args"], **info["kwargs"])
+                data = _serde.dumps(result, what="workflow result")
+            finally:
+                _check_determinism(ctx)
         except SuspensionSignal:
             await store.suspend_run(fence, notified=ctx.notified, delivered=ctx.delivered, now=time.time())
             crashpoint("after_suspended")
@@ -60,3 +63,13 @@ async def execute_turn(
         log.info("run %s: turn ended without recording: %s", fence.run_id, exc)
     finally:
         _workflow.reset(token)
+
+
+def _check_determinism(ctx: WorkflowContext) -> None:
+    unreached = ctx.unreached_steps()
+    if unreached:
+        raise NonDeterminismError(
+            f"run {ctx.run_id}: the workflow no longer reaches the recorded step(s) {', '.join(unreached)}; "
+            "was the workflow changed while this run was in flight? Deploy a compatible version "
+            "(keep the same steps in the same order) or start a new run."
+        )

@@ -13,6 +13,7 @@
     ├── CheckpointConflictError     a checkpoint write with a stale revision
     ├── StepAlreadyCompletedError   a second completion of the same step (duplicate delivery)
     ├── LeaseLostError              the turn's lease was taken over by another worker
+    ├── NonDeterminismError         replay did not reach the steps the run recorded (code changed)
     └── HookError
         ├── HookNotFoundError
         ├── HookExpiredError
@@ -91,6 +92,11 @@ class StepAlreadyCompletedError(WorkflowError):
 
 class LeaseLostError(WorkflowError):
     """Another worker took over this run; this turn's writes are refused."""
+
+
+class NonDeterminismError(WorkflowError):
+    """Replaying the workflow did not reach steps this run recorded: the workflow code changed
+    while the run was in flight (or depends on something other than its inputs and step results)."""
 
 
 class HookError(WorkflowError):
