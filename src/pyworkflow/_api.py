@@ -14,11 +14,21 @@ from typing import Any
 from . import _serde
 from ._crashpoints import crashpoint
 from ._engine import encode_input
-from ._errors import ConfigurationError, WorkflowNotFoundError
+from ._errors import ConfigurationError, HookNotFoundError, WorkflowNotFoundError
 from ._waits import check_token, digest_token, validate_payload
 from ._workflow import definition_of
 from .runtime._local import LocalRuntime
-from .store import Event, RunRecord, RunStatus, Store, WaitRecord, WaitStatus, open_store
+from .store import (
+    Event,
+    RunRecord,
+    RunStatus,
+    Store,
+    WaitKind,
+    WaitRecord,
+    WaitStatus,
+    open_store,
+    sqlite_path,
+)
 
 
 def default_home() -> Path:
@@ -69,16 +79,24 @@ def configure(
     global _settings, _store
     if runtime not in ("local", "celery"):
         raise ConfigurationError(f"runtime must be 'local' or 'celery', not {runtime!r}")
-    if synchronous.upper() not in ("OFF", "NORMAL", "FULL", "EXTRA"):
+    if runtime == "celery":
+        from .runtime._celery import CeleryOptions
+
+        CeleryOptions.from_extra(extra)  # broker=, queue=, visibility_timeout=: refuse bad ones now
+    if not isinstance(synchronous, str) or synchronous.upper() not in ("OFF", "NORMAL", "FULL", "EXTRA"):
         raise ConfigurationError(f"synchronous must be OFF, NORMAL, FULL or EXTRA, not {synchronous!r}")
     for label, value in (("lease_ttl", lease_ttl), ("poll_interval", poll_interval)):
-        if isinstance(value, bool) or not isinstance(value, int | float) or value <= 0:
+        if isinstance(value, bool) or not isinstance(value, int | float) or not 0 < value < float("inf"):
             raise ConfigurationError(f"{label} must be a positive number of seconds, not {value!r}")
     for label, count in (("max_concurrency", max_concurrency), ("max_crashes", max_crashes)):
         if isinstance(count, bool) or not isinstance(count, int) or count < 1:
             raise ConfigurationError(f"{label} must be an int >= 1, not {count!r}")
     if storage is not None and (not isinstance(storage, str) or not storage.strip()):
         raise ConfigurationError("storage must be a non-empty URL such as sqlite:///pyworkflow.db")
+    if storage is not None:
+        _check_storage_url(storage)
+    if runtime == "local" and extra:
+        raise ConfigurationError(f"unknown option(s) for the local runtime: {', '.join(sorted(extra))}")
     if _runtime is not None and _runtime.running:
         raise ConfigurationError("pyworkflow is running; await shutdown() before configure()")
     new = Settings(storage or "", runtime, synchronous.upper(), float(lease_ttl), float(poll_interval),
@@ -87,6 +105,17 @@ def configure(
         _store.close()
         _store = None
     _settings = new
+
+
+def _check_storage_url(url: str) -> None:
+    """Refuse a URL ``open_store`` cannot open, now rather than at the first ``start``."""
+    scheme = url.split("://", 1)[0] if "://" in url else "sqlite"
+    if scheme not in ("sqlite", "postgresql", "postgres"):
+        raise ConfigurationError(
+            f"unknown storage scheme {scheme!r} in {url!r}; use sqlite:/// or postgresql://"
+        )
+    if scheme == "sqlite":
+        sqlite_path(url)  # raises ConfigurationError when the path is missing
 
 
 def get_store() -> Store:
@@ -126,9 +155,9 @@ async def start(workflow: Any, /, *args: Any, **kwargs: Any) -> str:
     data = encode_input(args, kwargs, defn.module)
     run_id = _new_run_id()
     if _settings.runtime == "celery":
-        from .runtime import _celery  # type: ignore[attr-defined,unused-ignore]
+        from .runtime import _celery
 
-        await _celery.submit(get_store(), run_id, defn.name, data)  # pragma: no cover - issue 3
+        await _celery.submit(get_store(), run_id, defn.name, data, _settings.extra)
         return run_id
     runtime = await get_runtime()
     await runtime.submit(run_id, defn.name, data)
@@ -252,7 +281,7 @@ async def resume_hook(token: str, payload: Any = None) -> ResumeResult:
         data = b"null"  # resolve_wait raises HookNotFoundError below
     resolved = await store.resolve_wait(token_digest=digest, payload=data, now=time.time())
     crashpoint("after_hook_resumed")
-    _wake_local_runtime()
+    _wake_runtime(resolved.run_id)
     return ResumeResult(resolved.run_id, resolved.id, resolved.name, resolved.status)
 
 
@@ -260,22 +289,33 @@ async def resume_hook_by_id(hook_id: str, payload: Any = None) -> ResumeResult:
     """Like :func:`resume_hook`, addressed by hook id: for operators' inboxes (console, CLI),
     which authorize the caller themselves instead of holding the token."""
     if not isinstance(hook_id, str) or not hook_id or len(hook_id) > 200:
-        raise WorkflowNotFoundError(f"no hook {hook_id!r}")
+        raise HookNotFoundError(f"no hook {hook_id!r}")
     store = get_store()
     wait = await store.get_wait(hook_id)
     data = validate_payload(wait, payload) if wait is not None else b"null"
     resolved = await store.resolve_wait(wait_id=hook_id, payload=data, now=time.time())
-    _wake_local_runtime()
+    _wake_runtime(resolved.run_id)
     return ResumeResult(resolved.run_id, resolved.id, resolved.name, resolved.status)
 
 
 async def list_pending_hooks(limit: int = 100) -> list[PendingHook]:
     """Hooks and step hooks waiting for a payload, oldest first."""
-    waits = await get_store().list_waits(status=WaitStatus.PENDING, limit=limit)
-    return [PendingHook.from_record(w) for w in waits if w.kind.value in ("hook", "step_hook")]
+    if isinstance(limit, bool) or not isinstance(limit, int) or limit < 0:
+        raise ConfigurationError(f"limit must be an int >= 0, not {limit!r}")
+    waits = await get_store().list_waits(
+        status=WaitStatus.PENDING, kinds=(WaitKind.HOOK, WaitKind.STEP_HOOK), limit=limit
+    )
+    return [PendingHook.from_record(w) for w in waits]
 
 
-def _wake_local_runtime() -> None:
+def _wake_runtime(run_id: str) -> None:
+    """Schedule the run a decision was just recorded for: publish its turn (Celery) or wake this
+    process's local runtime."""
+    if _settings.runtime == "celery":
+        from .runtime import _celery
+
+        _celery.wake(run_id, _settings.extra)
+        return
     if _runtime is not None and _runtime.running and _runtime.loop is not None:
         try:
             running = asyncio.get_running_loop()
@@ -295,7 +335,10 @@ async def wait_for_run(
 ) -> WorkflowRun:
     """Wait until the run is terminal (or reaches one of ``until``) and return it; raises
     ``TimeoutError`` after ``timeout`` seconds. Runs executed elsewhere are polled."""
-    wanted = {RunStatus(s) for s in until} if until else set(_TERMINAL)
+    try:
+        wanted = {RunStatus(s) for s in until} if until else set(_TERMINAL)
+    except ValueError:
+        raise ConfigurationError(f"until must name run statuses, not {until!r}") from None
     deadline = None if timeout is None else time.monotonic() + timeout
     while True:
         run = await get_workflow_run(run_id)

@@ -10,7 +10,14 @@ from typing import TYPE_CHECKING, Any
 from . import _serde
 from ._context import WorkflowContext, _workflow
 from ._crashpoints import crashpoint
-from ._errors import CancellationError, LeaseLostError, NonDeterminismError, SuspensionSignal, WorkflowError
+from ._errors import (
+    CancellationError,
+    LeaseLostError,
+    NonDeterminismError,
+    SerializationError,
+    SuspensionSignal,
+    WorkflowError,
+)
 from ._workflow import resolve
 from .store import Claim, RunState, Store
 
@@ -20,8 +27,17 @@ if TYPE_CHECKING:
 log = logging.getLogger("pyworkflow")
 
 
+#: Largest serialized workflow input ``start`` accepts (large data belongs in your own storage).
+MAX_INPUT_BYTES = 1024 * 1024
+
+
 def encode_input(args: tuple[Any, ...], kwargs: dict[str, Any], module: str) -> bytes:
-    return _serde.dumps({"args": list(args), "kwargs": kwargs, "module": module}, what="workflow arguments")
+    data = _serde.dumps({"args": list(args), "kwargs": kwargs, "module": module}, what="workflow arguments")
+    if len(data) > MAX_INPUT_BYTES:
+        raise SerializationError(
+            f"workflow arguments are {len(data)} bytes serialized; the limit is {MAX_INPUT_BYTES}"
+        )
+    return data
 
 
 async def execute_turn(

@@ -40,8 +40,9 @@ P = ParamSpec("P")
 R = TypeVar("R")
 
 #: Exceptions that end a step at once: retrying cannot change them (an expired or cancelled hook
-#: stays so; a lost lease or a cancelled run belongs to someone else now).
-_NOT_RETRIED = (FatalError, CancellationError, LeaseLostError, HookError)
+#: stays so, misuse of the API stays misuse; a lost lease or a cancelled run belongs to someone
+#: else now).
+_NOT_RETRIED = (FatalError, CancellationError, LeaseLostError, HookError, ConfigurationError)
 
 
 @dataclass(frozen=True, slots=True)
@@ -94,6 +95,8 @@ def step(
     ``max_delay``, overridden by ``RetryableError(retry_after=...)``). ``FatalError`` is never
     retried. ``timeout`` bounds each attempt. ``is_generator`` (detected from ``async def ...
     yield`` when not given) makes the step stream chunks to its caller."""
+    if name is not None and not isinstance(name, str):
+        raise ConfigurationError(f"a step name must be a string, not {name!r}")
     if isinstance(max_retries, bool) or not isinstance(max_retries, int) or max_retries < 0:
         raise ConfigurationError(f"max_retries must be an int >= 0, not {max_retries!r}")
     if isinstance(backoff, bool) or not isinstance(backoff, int | float) or backoff < 1:

@@ -106,6 +106,13 @@ async def _call_on_created(on_created: OnCreated, token: str) -> None:
         await result
 
 
+def _duration(value: Any, what: str) -> float:
+    try:
+        return _serde.parse_duration(value, what=what)
+    except ValueError as exc:
+        raise ConfigurationError(str(exc)) from None
+
+
 def _check_on_timeout(on_timeout: str) -> None:
     if on_timeout not in ("raise", "return"):
         raise ConfigurationError(f"on_timeout must be 'raise' or 'return', not {on_timeout!r}")
@@ -126,7 +133,9 @@ async def _wait_for(
     if not isinstance(name, str) or not name or len(name) > 200:
         raise ConfigurationError("a hook name must be a non-empty string of at most 200 characters")
     _check_on_timeout(on_timeout)
-    seconds = _serde.parse_duration(timeout, what="timeout") if timeout is not None else None
+    if on_created is not None and not callable(on_created):
+        raise ConfigurationError(f"on_created must be a callable taking the token, not {on_created!r}")
+    seconds = _duration(timeout, "timeout") if timeout is not None else None
     schema = _schema_of(payload_schema)
     wait_key = ctx.next_wait_key(scope, kind.value, name)
     wait = ctx.state.waits.get(wait_key)
@@ -229,7 +238,7 @@ async def hook(
 async def sleep(duration: Duration) -> None:
     """Durable sleep: the run suspends (holding nothing) and resumes by itself after
     ``duration``, also across restarts. Outside a workflow it is ``asyncio.sleep``."""
-    seconds = _serde.parse_duration(duration, what="sleep duration")
+    seconds = _duration(duration, "sleep duration")
     ctx = current_workflow()
     if ctx is None:
         import asyncio
@@ -276,6 +285,6 @@ def validate_payload(wait: WaitRecord, payload: Any) -> bytes:
 def check_token(token: Any) -> str:
     if not isinstance(token, str):
         raise InvalidTokenError(f"a hook token is a string, not {type(token).__name__}")
-    if not _TOKEN_RE.match(token):
+    if not _TOKEN_RE.fullmatch(token):
         raise InvalidTokenError("malformed hook token (expected 'pwh_' followed by 32 URL-safe characters)")
     return token

@@ -48,6 +48,8 @@ def workflow(fn: Any = None, /, *, name: str | None = None) -> Any:
 
     The default name is ``module:qualname``; a process that resumes a run imports that module
     when the workflow is not registered yet."""
+    if name is not None and not isinstance(name, str):
+        raise ConfigurationError(f"a workflow name must be a string, not {name!r}")
 
     def decorate(func: Callable[P, Awaitable[R]]) -> Callable[P, Coroutine[Any, Any, R]]:
         import inspect

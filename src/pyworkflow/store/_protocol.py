@@ -263,8 +263,14 @@ class Store(Protocol):
     async def get_wait(self, wait_id: str) -> WaitRecord | None: ...
 
     async def list_waits(
-        self, *, status: WaitStatus | None = WaitStatus.PENDING, limit: int = 100
-    ) -> list[WaitRecord]: ...
+        self,
+        *,
+        status: WaitStatus | None = WaitStatus.PENDING,
+        kinds: Sequence[WaitKind] | None = None,
+        limit: int = 100,
+    ) -> list[WaitRecord]:
+        """Waits oldest first, optionally only those in ``status`` and of ``kinds``."""
+        ...
 
     async def resolve_wait(
         self, *, token_digest: bytes | None = None, wait_id: str | None = None, payload: bytes, now: float

@@ -10,6 +10,7 @@ from typing import Any
 from .._errors import (
     CancellationError,
     CheckpointConflictError,
+    ConfigurationError,
     HookAlreadyReceivedError,
     HookCancelledError,
     HookExpiredError,
@@ -94,12 +95,13 @@ SQL_LEASE_OWNERS = (
 )
 SQL_NEXT_QUEUE = "SELECT MIN(COALESCE(lease_expires_at, available_at)) FROM queue"
 SQL_NEXT_WAIT = "SELECT MIN(expires_at) FROM waits WHERE status = 'pending' AND expires_at IS NOT NULL"
-SQL_STEP = "SELECT status FROM steps WHERE run_id = ? AND step_key = ?"
+# Record a step's outcome unless it already has a final one (then nothing changes: rowcount 0).
 SQL_UPSERT_STEP = """
 INSERT INTO steps (run_id, step_key, status, attempt, result, error, delivered, updated_at)
 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8)
 ON CONFLICT (run_id, step_key) DO UPDATE SET
     status = ?3, attempt = ?4, result = ?5, error = ?6, delivered = MAX(delivered, ?7), updated_at = ?8
+WHERE steps.status NOT IN ('completed', 'failed')
 """
 SQL_STEP_PROGRESS = """
 INSERT INTO steps (run_id, step_key, status, delivered, updated_at) VALUES (?1, ?2, 'running', ?3, ?4)
@@ -137,7 +139,6 @@ WHERE status = 'pending' AND expires_at IS NOT NULL AND expires_at <= ? ORDER BY
 SQL_CANCEL_WAITS = """
 UPDATE waits SET status = 'cancelled', resolved_at = ? WHERE run_id = ? AND status = 'pending'
 """
-SQL_PENDING_WAITS = f"SELECT {_WAIT_COLUMNS} FROM waits WHERE status = ? ORDER BY created_at LIMIT ?"
 SQL_STATE_STEPS = "SELECT step_key, status, attempt, result, error, delivered FROM steps WHERE run_id = ?"
 SQL_STATE_WAITS = f"SELECT {_WAIT_COLUMNS} FROM waits WHERE run_id = ?"
 SQL_STATE_CHECKPOINTS = "SELECT scope, name, value, revision FROM checkpoints WHERE run_id = ?"
@@ -200,7 +201,12 @@ class SQLiteStore:
     """:class:`~pyworkflow.store.Store` on one SQLite file (WAL, group commit)."""
 
     def __init__(self, path: str, *, synchronous: str = "FULL", db: SQLiteDatabase | None = None) -> None:
-        self.db = db or SQLiteDatabase(path, migrations=pyworkflow_migrations(), synchronous=synchronous)
+        if db is None:
+            try:
+                db = SQLiteDatabase(path, migrations=pyworkflow_migrations(), synchronous=synchronous)
+            except (sqlite3.DatabaseError, OSError) as exc:
+                raise ConfigurationError(f"cannot open {path!r} as a SQLite database: {exc}") from exc
+        self.db = db
         self.url = f"sqlite:///{self.db.path}"
 
     def close(self) -> None:
@@ -350,14 +356,11 @@ class SQLiteStore:
     async def complete_step(self, fence: Fence, step_key: str, result: bytes, *, now: float) -> None:
         def tx(conn: sqlite3.Connection) -> None:
             _check_fence(conn, fence)
-            row = conn.execute(SQL_STEP, (fence.run_id, step_key)).fetchone()
-            if row is not None and row[0] in (StepStatus.COMPLETED, StepStatus.FAILED):
+            params = (fence.run_id, step_key, StepStatus.COMPLETED, 0, result, None, 0, now)
+            if conn.execute(SQL_UPSERT_STEP, params).rowcount == 0:
                 raise StepAlreadyCompletedError(
                     f"step {step_key!r} of run {fence.run_id} already has a result"
                 )
-            conn.execute(
-                SQL_UPSERT_STEP, (fence.run_id, step_key, StepStatus.COMPLETED, 0, result, None, 0, now)
-            )
             _event(conn, fence.run_id, now, "step_completed", step_key)
 
         await self.db.write(tx)
@@ -375,15 +378,12 @@ class SQLiteStore:
     ) -> None:
         def tx(conn: sqlite3.Connection) -> None:
             _check_fence(conn, fence)
-            row = conn.execute(SQL_STEP, (fence.run_id, step_key)).fetchone()
-            if row is not None and row[0] in (StepStatus.COMPLETED, StepStatus.FAILED):
+            status = StepStatus.RETRYING if retry else StepStatus.FAILED
+            params = (fence.run_id, step_key, status, attempt, None, error, delivered, now)
+            if conn.execute(SQL_UPSERT_STEP, params).rowcount == 0:
                 raise StepAlreadyCompletedError(
                     f"step {step_key!r} of run {fence.run_id} already has a result"
                 )
-            status = StepStatus.RETRYING if retry else StepStatus.FAILED
-            conn.execute(
-                SQL_UPSERT_STEP, (fence.run_id, step_key, status, attempt, None, error, delivered, now)
-            )
             _event(conn, fence.run_id, now, "step_retrying" if retry else "step_failed", step_key, error)
             if retry is not None:
                 _insert_wait(conn, fence.run_id, retry, now)
@@ -480,12 +480,14 @@ class SQLiteStore:
         return _wait(row) if row else None
 
     async def list_waits(
-        self, *, status: WaitStatus | None = WaitStatus.PENDING, limit: int = 100
+        self,
+        *,
+        status: WaitStatus | None = WaitStatus.PENDING,
+        kinds: Sequence[WaitKind] | None = None,
+        limit: int = 100,
     ) -> list[WaitRecord]:
-        if status is None:
-            sql = f"SELECT {_WAIT_COLUMNS} FROM waits ORDER BY created_at LIMIT ?"
-            return [_wait(r) for r in self.db.reader().execute(sql, (limit,))]
-        return [_wait(r) for r in self.db.reader().execute(SQL_PENDING_WAITS, (str(status), limit))]
+        sql, params = _list_waits_sql(status, kinds, "?")
+        return [_wait(r) for r in self.db.reader().execute(sql, (*params, limit))]
 
     async def resolve_wait(
         self, *, token_digest: bytes | None = None, wait_id: str | None = None, payload: bytes, now: float
@@ -515,6 +517,12 @@ class SQLiteStore:
         return wait
 
     async def expire_due_waits(self, *, now: float, limit: int = 500) -> int:
+        # The runtime calls this on every tick with due work (mostly due queue rows, not waits):
+        # skip the write transaction when the index says no wait is due yet.
+        first = self.db.reader().execute(SQL_NEXT_WAIT).fetchone()[0]
+        if first is None or first > now:
+            return 0
+
         def tx(conn: sqlite3.Connection) -> int:
             count = 0
             for wait_id, run_id, wait_key, _kind in conn.execute(SQL_DUE_WAITS, (now, limit)).fetchall():
@@ -574,3 +582,18 @@ def _expire(conn: sqlite3.Connection, wait: WaitRecord, now: float) -> None:
         _event(conn, wait.run_id, now, "wait_expired", wait.wait_key)
         _wake(conn, wait.run_id, now)
     wait.status, wait.resolved_at = WaitStatus.EXPIRED, now
+
+
+def _list_waits_sql(
+    status: WaitStatus | None, kinds: Sequence[WaitKind] | None, mark: str
+) -> tuple[str, list[str]]:
+    """Listing waits for an inbox: pending ones use the partial index ``waits_pending``."""
+    clauses, params = [], []
+    if status is not None:
+        clauses.append(f"status = {mark}")
+        params.append(str(status))
+    if kinds:
+        clauses.append(f"kind IN ({', '.join([mark] * len(kinds))})")
+        params.extend(str(k) for k in kinds)
+    where = f"WHERE {' AND '.join(clauses)}" if clauses else ""
+    return f"SELECT {_WAIT_COLUMNS} FROM waits {where} ORDER BY created_at LIMIT {mark}", params
