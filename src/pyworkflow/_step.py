@@ -18,7 +18,7 @@ import secrets
 from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable, Coroutine
 from dataclasses import dataclass
 from datetime import timedelta
-from typing import Any, ParamSpec, TypeVar, overload
+from typing import Any, ParamSpec, Protocol, TypeVar, overload
 
 from . import _serde
 from ._context import StepContext, WorkflowContext, _step, current_step, current_workflow
@@ -61,6 +61,15 @@ class StepOptions:
         return min(self.max_delay, self.retry_delay * self.backoff ** (attempt - 1))
 
 
+class _StepDecorator(Protocol):
+    """What ``@step(...)`` with options returns: keeps the decorated function's signature."""
+
+    @overload
+    def __call__(self, fn: Callable[P, AsyncIterator[R]], /) -> Callable[P, AsyncIterator[R]]: ...
+    @overload
+    def __call__(self, fn: Callable[P, Awaitable[R]], /) -> Callable[P, Coroutine[Any, Any, R]]: ...
+
+
 @overload
 def step(fn: Callable[P, Awaitable[R]], /) -> Callable[P, Coroutine[Any, Any, R]]: ...
 @overload
@@ -75,7 +84,7 @@ def step(
     max_delay: float | str | timedelta = 3600.0,
     timeout: float | str | timedelta | None = None,
     is_generator: bool | None = None,
-) -> Callable[[Callable[P, Any]], Callable[P, Any]]: ...
+) -> _StepDecorator: ...
 
 
 def step(
