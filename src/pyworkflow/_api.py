@@ -3,9 +3,7 @@
 from __future__ import annotations
 
 import asyncio
-import base64
 import os
-import secrets
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -15,6 +13,7 @@ from . import _serde
 from ._crashpoints import crashpoint
 from ._engine import encode_input
 from ._errors import ConfigurationError, HookNotFoundError, WorkflowNotFoundError
+from ._ids import new_id
 from ._waits import check_token, digest_token, validate_payload
 from ._workflow import definition_of
 from .runtime._local import LocalRuntime
@@ -144,16 +143,12 @@ async def get_runtime() -> LocalRuntime:
     return _runtime
 
 
-def _new_run_id() -> str:
-    return base64.urlsafe_b64encode(secrets.token_bytes(16)).rstrip(b"=").decode()
-
-
 async def start(workflow: Any, /, *args: Any, **kwargs: Any) -> str:
     """Start a run of a ``@workflow`` and return its id once the run is durably recorded. With
     the local runtime its first turn begins at once in this event loop."""
     defn = definition_of(workflow)
     data = encode_input(args, kwargs, defn.module)
-    run_id = _new_run_id()
+    run_id = new_id()
     if _settings.runtime == "celery":
         from .runtime import _celery
 

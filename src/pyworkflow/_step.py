@@ -10,11 +10,9 @@ workflow a step is a plain async function call.
 from __future__ import annotations
 
 import asyncio
-import base64
 import functools
 import importlib
 import inspect
-import secrets
 from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable, Coroutine
 from dataclasses import dataclass
 from datetime import timedelta
@@ -34,6 +32,7 @@ from ._errors import (
     SuspensionSignal,
     WorkflowError,
 )
+from ._ids import new_id
 from .store import NewWait, StepRecord, StepStatus, WaitKind, WaitStatus
 
 P = ParamSpec("P")
@@ -155,10 +154,6 @@ def step(
     return decorate
 
 
-def _new_id() -> str:
-    return base64.urlsafe_b64encode(secrets.token_bytes(16)).rstrip(b"=").decode()
-
-
 def _replayed_error(data: bytes | None) -> BaseException:
     """Rebuild a recorded final failure so the workflow sees the same exception type on replay."""
     info = _serde.loads(data) or {}
@@ -198,7 +193,7 @@ async def _record_failure(
     if retryable:
         wait_key = f"{key}/retry:{opts.name}#{attempt}"
         retry = NewWait(
-            _new_id(),
+            new_id(),
             wait_key,
             WaitKind.RETRY,
             opts.name,

@@ -9,7 +9,6 @@ random (192 bits) and only its SHA-256 digest is stored.
 
 from __future__ import annotations
 
-import base64
 import hashlib
 import inspect
 import re
@@ -32,6 +31,7 @@ from ._errors import (
     PayloadValidationError,
     SuspensionSignal,
 )
+from ._ids import new_id
 from .store import NewWait, WaitKind, WaitRecord, WaitStatus
 
 TOKEN_PREFIX = "pwh_"
@@ -73,10 +73,6 @@ def new_token() -> tuple[str, bytes]:
 
 def digest_token(token: str) -> bytes:
     return hashlib.sha256(token.encode()).digest()
-
-
-def _new_id() -> str:
-    return base64.urlsafe_b64encode(secrets.token_bytes(16)).rstrip(b"=").decode()
 
 
 @dataclass(frozen=True, slots=True)
@@ -160,7 +156,7 @@ async def _wait_for(
     token, digest = new_token()
     now = ctx.now()
     new = NewWait(
-        id=_new_id(),
+        id=new_id(),
         wait_key=wait_key,
         kind=kind,
         name=name,
@@ -258,7 +254,7 @@ async def sleep(duration: Duration) -> None:
     if seconds == 0:
         return
     now = ctx.now()
-    new = NewWait(_new_id(), wait_key, WaitKind.TIMER, "sleep", scope, None, now + seconds, None)
+    new = NewWait(new_id(), wait_key, WaitKind.TIMER, "sleep", scope, None, now + seconds, None)
     ctx.state.waits[wait_key] = await ctx.store.create_wait(ctx.fence, new, now=now)
     raise SuspensionSignal("sleep", wait_key)
 
