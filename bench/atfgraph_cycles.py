@@ -1,0 +1,246 @@
+"""Approval cycles through a real graph server and one worker on SQLite.
+
+    python -m bench.atfgraph_cycles                 # N=1000 cycles, then 10,000 parked traversers
+    python -m bench.atfgraph_cycles -n 200 --park 2000
+
+A cycle: submit, the handler prepares (a child step and a checkpoint) and pauses, the client finds
+the approval and decides it, the handler resumes and succeeds. Reported: cycles/s, HTTP requests
+per cycle (counted by the server), store commits per cycle, and the latency from
+``decide_approval`` returning to the handler running again (p50/p99). Then ``--park`` traversers
+are left waiting with a capacity-2 worker: permits in use must be 0 and memory flat.
+
+The worker runs this module's ``app`` (``--module bench.atfgraph_cycles:app``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import signal
+import socket
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+import httpx
+
+from atfgraph import Agent, Client, current_context
+
+app = Agent(node_id="bench", version="1.0.0", capacity=2)
+
+
+@app.skill()
+async def assess(ticket: str) -> dict[str, Any]:
+    return {"ticket": ticket.upper(), "fare_aud": 612.40}
+
+
+@app.traversal(timeout_seconds=60)
+async def refund(ticket: str, amount_aud: float) -> dict[str, Any]:
+    """The refund example's shape: prepare once (child step + checkpoint), pause, resume."""
+    started_at = time.time()
+    case = await app.load_checkpoint("case")
+    if case is None:
+        record = await app.traverse("bench.assess", ticket=ticket)
+        case = {"ticket": record["ticket"], "amount_aud": amount_aud}
+        await app.save_checkpoint("case", case, expected_revision=0)
+    decision = await app.request_approval(
+        {"question": f"Refund {amount_aud} on {case['ticket']}?"}, operation_key=f"refund:{case['ticket']}"
+    )
+    return {"status": decision["status"], "attempt": current_context().attempt, "started_at": started_at}
+
+
+@app.skill(name="park")
+async def park_one(n: int) -> None:
+    await app.request_approval({"park": n}, operation_key="park")
+
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port: int = sock.getsockname()[1]
+        return port
+
+
+def _cpu_seconds(pid: int) -> float:
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def _rss_mib(pid: int) -> float:
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("VmRSS:"):
+            return int(line.split()[1]) / 1024
+    return 0.0
+
+
+class Stack:
+    """A server and one worker as subprocesses on a fresh SQLite file."""
+
+    def __init__(self, home: Path, lease_seconds: float) -> None:
+        self.port = _free_port()
+        self.url = f"http://127.0.0.1:{self.port}"
+        self.env = {
+            **os.environ,
+            "ATFGRAPH_SERVER": self.url,
+            "ATFGRAPH_HOME": str(home),
+            "ATFGRAPH_LEASE_SECONDS": str(lease_seconds),
+            "PYTHONPATH": str(REPO),
+        }
+        self.db = home / "bench.db"
+        self.procs: list[subprocess.Popen[bytes]] = []
+
+    def start(self) -> None:
+        server = [sys.executable, "-m", "atfgraph.server", "--port", str(self.port), "--db", str(self.db)]
+        self.server = self._spawn(server)
+        deadline = time.monotonic() + 20
+        while time.monotonic() < deadline:
+            try:
+                if httpx.get(self.url + "/readyz", timeout=1).status_code == 200:
+                    break
+            except httpx.HTTPError:
+                time.sleep(0.05)
+        worker = [sys.executable, "-m", "atfgraph.worker", "--module", "bench.atfgraph_cycles:app"]
+        self.worker = self._spawn(worker)
+        while not httpx.get(self.url + "/api/v2/workers", timeout=5).json()["items"]:
+            time.sleep(0.05)
+
+    def _spawn(self, argv: list[str]) -> subprocess.Popen[bytes]:
+        proc = subprocess.Popen(argv, cwd=REPO, env=self.env, stderr=subprocess.DEVNULL)
+        self.procs.append(proc)
+        return proc
+
+    def stop(self) -> None:
+        for proc in reversed(self.procs):
+            proc.send_signal(signal.SIGTERM)
+            try:
+                proc.wait(15)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+
+
+async def _counts(client: Client) -> tuple[int, int]:
+    stats = await client.request("GET", "/stats")
+    return int(stats["requests"]), int(stats["commits"])
+
+
+async def one_cycle(client: Client, i: int, latencies: list[float]) -> None:
+    handle, info = await client.submit_and_wait(
+        "bench.refund", {"ticket": f"T-{i}", "amount_aud": 480.0}, statuses="waiting,terminal"
+    )
+    if info.status != "waiting":
+        raise RuntimeError(f"cycle {i}: {info.status} {info.error}")
+    assert info.waiting_on is not None  # the approval it paused on
+    await client.decide_approval(info.waiting_on, "approved")
+    decided_at = time.time()
+    result = await handle.result(timeout=60)
+    if result["status"] != "approved" or result["attempt"] != 2:
+        raise RuntimeError(f"cycle {i}: unexpected result {result}")
+    latencies.append(result["started_at"] - decided_at)
+
+
+async def run_cycles(url: str, n: int, concurrency: int) -> dict[str, Any]:
+    latencies: list[float] = []
+    async with Client(url) as client:
+        requests0, commits0 = await _counts(client)
+        queue: asyncio.Queue[int] = asyncio.Queue()
+        for i in range(n):
+            queue.put_nowait(i)
+
+        async def runner() -> None:
+            while not queue.empty():
+                await one_cycle(client, queue.get_nowait(), latencies)
+
+        started = time.perf_counter()
+        await asyncio.gather(*(runner() for _ in range(concurrency)))
+        elapsed = time.perf_counter() - started
+        requests1, commits1 = await _counts(client)
+    ms = sorted(x * 1000 for x in latencies)
+    return {
+        "cycles": n,
+        "concurrency": concurrency,
+        "seconds": round(elapsed, 2),
+        "cycles_per_s": round(n / elapsed, 1),
+        "requests_per_cycle": round((requests1 - requests0 - 1) / n, 2),
+        "commits_per_cycle": round((commits1 - commits0) / n, 2),
+        "resume_latency_ms_p50": round(statistics.median(ms), 1),
+        "resume_latency_ms_p99": round(ms[min(len(ms) - 1, int(len(ms) * 0.99))], 1),
+    }
+
+
+async def park(stack: Stack, n: int) -> dict[str, Any]:
+    samples: list[tuple[int, float, float]] = []
+    async with Client(stack.url) as client:
+        samples.append((0, _rss_mib(stack.server.pid), _rss_mib(stack.worker.pid)))
+        step = max(1, n // 4)
+        started = time.perf_counter()
+        sem = asyncio.Semaphore(32)
+
+        async def submit(i: int) -> None:
+            async with sem:
+                await client.submit("bench.park", {"n": i})
+
+        for base in range(0, n, step):
+            batch = range(base, min(n, base + step))
+
+            await asyncio.gather(*(submit(i) for i in batch))
+            while (await client.list_traversers("queued", 1)) or (await client.list_traversers("running", 1)):
+                await asyncio.sleep(0.2)
+            samples.append((batch.stop, _rss_mib(stack.server.pid), _rss_mib(stack.worker.pid)))
+        elapsed = time.perf_counter() - started
+        await asyncio.sleep(stack_heartbeat_seconds(stack) + 0.5)  # let the worker report its counters
+        worker = (await client.request("GET", "/workers"))["items"][0]
+        waiting = len(await client.list_traversers("waiting", 1000))
+    return {
+        "parked": n,
+        "seconds": round(elapsed, 1),
+        "waiting_listed_first_1000": waiting,
+        "worker_permits_in_use": worker["stats"]["permits_in_use"],
+        "worker_paused": worker["stats"]["paused"],
+        "rss_mib_by_parked": [
+            {"parked": k, "server": round(s, 1), "worker": round(w, 1)} for k, s, w in samples
+        ],
+    }
+
+
+def stack_heartbeat_seconds(stack: Stack) -> float:
+    return float(stack.env["ATFGRAPH_LEASE_SECONDS"]) / 3
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("-n", "--cycles", type=int, default=1000)
+    parser.add_argument("-c", "--concurrency", type=int, default=4, help="cycles in flight at once")
+    parser.add_argument("--park", type=int, default=10_000, help="traversers to leave waiting (0 to skip)")
+    args = parser.parse_args()
+    with tempfile.TemporaryDirectory(prefix="atfg-bench-") as tmp:
+        stack = Stack(Path(tmp), lease_seconds=6.0)
+        stack.start()
+        try:
+            report: dict[str, Any] = {"sqlite_synchronous": "FULL"}
+            report["warmup"] = asyncio.run(run_cycles(stack.url, min(50, args.cycles), args.concurrency))
+            cpu0 = (_cpu_seconds(stack.server.pid), _cpu_seconds(stack.worker.pid), time.process_time())
+            report["throughput"] = asyncio.run(run_cycles(stack.url, args.cycles, args.concurrency))
+            cpu1 = (_cpu_seconds(stack.server.pid), _cpu_seconds(stack.worker.pid), time.process_time())
+            report["throughput"]["cpu_ms_per_cycle"] = {
+                name: round((b - a) * 1000 / args.cycles, 2)
+                for name, a, b in zip(("server", "worker", "client"), cpu0, cpu1, strict=True)
+            }
+            report["sequential"] = asyncio.run(run_cycles(stack.url, min(200, args.cycles), 1))
+            if args.park:
+                report["parking"] = asyncio.run(park(stack, args.park))
+        finally:
+            stack.stop()
+    print(json.dumps(report, indent=2))
+
+
+if __name__ == "__main__":
+    main()

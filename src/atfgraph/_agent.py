@@ -1,0 +1,289 @@
+"""The agent SDK: an :class:`Agent` declares a node's skills; inside a running handler its helpers
+traverse child steps, save and load checkpoints, use scoped memory and request approvals.
+
+Handlers are replayed from the top after a pause or a crash, so everything they do before a pause
+must be safe to repeat: completed child steps are returned from the path instead of running
+again, checkpoints hold prepared state, and approval identity is (traverser, operation_key).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import inspect
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from typing import Any, ParamSpec, TypeVar, overload
+
+from ._context import _Attempt, _attempt, _LeaseLost, _TraversalPaused
+from ._errors import ApprovalConflictError, ConflictError, HandlerError, NotFoundError
+from ._json import dumps, loads
+from ._transport import q
+
+P = ParamSpec("P")
+R = TypeVar("R")
+Handler = Callable[P, Awaitable[R]]
+
+_CHILD_POLL_SECONDS = 30.0
+
+
+@dataclass(frozen=True, slots=True)
+class Skill:
+    """A registered handler: ``node_id.name`` is its target."""
+
+    name: str
+    fn: Callable[..., Awaitable[Any]]
+    timeout_seconds: float | None
+    description: str
+    is_traversal: bool
+
+    def bind(self, kwargs: dict[str, Any]) -> None:
+        """Check the input fits the signature before anything runs (a bad input is not retried)."""
+        try:
+            inspect.signature(self.fn).bind(**kwargs)
+        except TypeError as exc:
+            raise HandlerError(f"input does not fit {self.name}(): {exc}", code="invalid_input") from None
+
+
+class Agent:
+    """A node of the graph: its id and version, the skills it serves, how many handlers one worker
+    runs at once (``capacity``)."""
+
+    def __init__(
+        self, node_id: str, version: str = "0.0.0", description: str = "", capacity: int = 1
+    ) -> None:
+        if not node_id or "." in node_id:
+            raise ValueError("node_id must be a non-empty name without '.'")
+        if capacity < 1:
+            raise ValueError("capacity must be at least 1")
+        self.node_id = node_id
+        self.version = version
+        self.description = description
+        self.capacity = capacity
+        self.skills: dict[str, Skill] = {}
+
+    def __repr__(self) -> str:
+        return f"Agent({self.node_id!r}, version={self.version!r}, skills={sorted(self.skills)})"
+
+    # -- declaring skills --------------------------------------------------------------------
+
+    def _register(
+        self, fn: Callable[..., Awaitable[Any]], name: str | None, timeout: float | None, traversal: bool
+    ) -> None:
+        if not inspect.iscoroutinefunction(fn):
+            raise TypeError(f"{fn.__qualname__} must be an async function")
+        skill_name = name or fn.__name__
+        if skill_name in self.skills:
+            raise ValueError(f"skill {self.node_id}.{skill_name} is already registered")
+        doc = inspect.getdoc(fn) or ""
+        self.skills[skill_name] = Skill(skill_name, fn, timeout, doc, traversal)
+
+    @overload
+    def skill(self, fn: Handler[P, R]) -> Handler[P, R]: ...
+    @overload
+    def skill(
+        self, *, name: str | None = None, timeout_seconds: float | None = None
+    ) -> Callable[[Handler[P, R]], Handler[P, R]]: ...
+    def skill(
+        self,
+        fn: Callable[..., Any] | None = None,
+        *,
+        name: str | None = None,
+        timeout_seconds: float | None = None,
+    ) -> Any:
+        """Register a skill, callable as ``node_id.name`` (bare or with options)."""
+
+        def decorate(f: Callable[..., Any]) -> Callable[..., Any]:
+            self._register(f, name, timeout_seconds, traversal=False)
+            return f
+
+        return decorate if fn is None else decorate(fn)
+
+    @overload
+    def traversal(self, fn: Handler[P, R]) -> Handler[P, R]: ...
+    @overload
+    def traversal(
+        self, *, name: str | None = None, timeout_seconds: float | None = None
+    ) -> Callable[[Handler[P, R]], Handler[P, R]]: ...
+    def traversal(
+        self,
+        fn: Callable[..., Any] | None = None,
+        *,
+        name: str | None = None,
+        timeout_seconds: float | None = None,
+    ) -> Any:
+        """Register an entry-point skill. ``timeout_seconds`` bounds each active attempt; time
+        spent paused for a reviewer is not charged to it."""
+
+        def decorate(f: Callable[..., Any]) -> Callable[..., Any]:
+            self._register(f, name, timeout_seconds, traversal=True)
+            return f
+
+        return decorate if fn is None else decorate(fn)
+
+    # -- child steps -------------------------------------------------------------------------
+
+    async def traverse(self, target: str, **kwargs: Any) -> Any:
+        """Run skill ``target`` (``node.skill``) as a child step recorded in the traverser's path.
+
+        A step completed in an earlier attempt is returned from the path, not run again (steps
+        are matched by their order in the handler, so keep it deterministic). A skill of this
+        agent runs inline in the handler's task; another node's skill runs as a child traverser
+        on that node's workers while this handler waits for it."""
+        attempt = _attempt()
+        node, dot, name = target.partition(".")
+        if not dot or not node or not name:
+            raise ValueError(f"target must look like 'node.skill', not {target!r}")
+        seq = attempt.next_seq()
+        key = f"{seq}:{target}"
+        recorded = attempt.steps.get(key)
+        if recorded is not None:
+            return _replay(recorded)
+        try:
+            if node == self.node_id and name in self.skills:
+                skill = self.skills[name]
+                skill.bind(kwargs)
+                result = await skill.fn(**kwargs)
+            else:
+                result = await _run_child(attempt, target, kwargs, key)
+        except HandlerError as exc:
+            error = {"code": exc.code, "message": exc.message}
+            _record(attempt, key, seq, target, {"status": "failed", "result": None, "error": error})
+            raise
+        result = loads(dumps(result))  # what replay will return: the JSON form
+        _record(attempt, key, seq, target, {"status": "succeeded", "result": result, "error": None})
+        return result
+
+    # -- checkpoints -------------------------------------------------------------------------
+
+    async def save_checkpoint(self, name: str, value: Any, expected_revision: int | None = None) -> int:
+        """Save JSON ``value`` on the current traverser; returns the new revision. With
+        ``expected_revision`` (0 = create only) a competing write raises RevisionConflictError."""
+        attempt = _attempt()
+        body = attempt.leased(value=value, expected_revision=expected_revision)
+        answer = await _leased_call(
+            attempt, "PUT", f"/traversers/{q(attempt.context.traverser_id)}/checkpoints/{q(name)}", body
+        )
+        revision = int(answer["revision"])
+        attempt.checkpoints[name] = (loads(dumps(value)), revision)
+        return revision
+
+    async def load_checkpoint(self, name: str, default: Any = None) -> Any:
+        """The saved value of checkpoint ``name``, or ``default``. Served from what the claim
+        carried plus this attempt's own writes (only the lease holder can write)."""
+        found = _attempt().checkpoints.get(name)
+        return default if found is None else loads(dumps(found[0]))
+
+    # -- scoped memory -----------------------------------------------------------------------
+
+    async def save_memory(
+        self, scope: str, key: str, value: Any, expected_revision: int | None = None
+    ) -> int:
+        """Write scoped memory (shared between traversers) under this task's lease; same revision
+        rules as checkpoints."""
+        attempt = _attempt()
+        body = {
+            "value": value,
+            "expected_revision": expected_revision,
+            "traverser_id": attempt.context.traverser_id,
+            "epoch": attempt.context.epoch,
+        }
+        answer = await _leased_call(attempt, "PUT", f"/memory/{q(scope)}/{q(key)}", body)
+        return int(answer["revision"])
+
+    async def load_memory(self, scope: str, key: str, default: Any = None) -> Any:
+        """The current value of scoped memory ``scope``/``key``, or ``default``."""
+        attempt = _attempt()
+        try:
+            found = await attempt.transport.request("GET", f"/memory/{q(scope)}/{q(key)}")
+        except NotFoundError:
+            return default
+        return found["value"]
+
+    # -- approvals ---------------------------------------------------------------------------
+
+    async def request_approval(
+        self,
+        prompt: Any,
+        *,
+        operation_key: str,
+        checkpoint: Any = None,
+        expires_in_seconds: float | None = None,
+        pause: bool = True,
+    ) -> dict[str, Any]:
+        """Ask a person to decide. The first time, the server stores a pending approval and (with
+        ``pause``) the handler stops here, holding nothing; after the decision it runs again from
+        the top and this call returns the decided approval record (status ``approved``,
+        ``rejected`` or ``expired``). With ``pause=False`` it returns the pending record at once."""
+        attempt = _attempt()
+        normalized = loads(dumps(prompt))
+        known = attempt.approvals.get(operation_key)
+        if known is not None and known["status"] != "pending":
+            if known["prompt"] != normalized:
+                raise ApprovalConflictError(
+                    f"operation key {operation_key!r} was already used with a different prompt",
+                    code="approval_conflict",
+                    status=409,
+                )
+            return dict(known)
+        body = attempt.leased(
+            traverser_id=attempt.context.traverser_id,
+            operation_key=operation_key,
+            prompt=normalized,
+            checkpoint=checkpoint,
+            expires_in_seconds=expires_in_seconds,
+            pause=pause,
+        )
+        answer = await _leased_call(attempt, "POST", "/approvals", body)
+        approval: dict[str, Any] = answer["approval"]
+        attempt.approvals[operation_key] = approval
+        if answer["paused"]:
+            raise _TraversalPaused(approval)
+        return dict(approval)
+
+    pause = request_approval  # the retained alias of the durable mechanism
+
+
+def _replay(recorded: dict[str, Any]) -> Any:
+    if recorded["status"] == "failed":
+        error = recorded.get("error") or {}
+        raise HandlerError(error.get("message", "child step failed"), code=error.get("code", "handler_error"))
+    return recorded["result"]
+
+
+def _record(attempt: _Attempt, key: str, seq: int, target: str, outcome: dict[str, Any]) -> None:
+    attempt.steps[key] = outcome
+    attempt.pending_steps.append({"key": key, "seq": seq, "target": target, **outcome})
+
+
+async def _leased_call(attempt: _Attempt, method: str, path: str, body: dict[str, Any]) -> Any:
+    """A write under the task lease; a lost lease stops the handler (``_LeaseLost``)."""
+    try:
+        return await attempt.transport.request(method, path, body)
+    except ConflictError as exc:
+        if exc.code == "lease_lost":
+            raise _LeaseLost(exc.message) from None
+        raise
+
+
+async def _run_child(attempt: _Attempt, target: str, kwargs: dict[str, Any], step_key: str) -> Any:
+    """Another node's skill: submit a child traverser and wait for its outcome."""
+    # Keyed by parent and step, so an attempt that crashed after submitting finds the same child.
+    key = f"child:{attempt.context.traverser_id}:{step_key}"
+    body = {"target": target, "input": kwargs, "idempotency_key": key}
+    child = await attempt.transport.request("POST", "/traversers", body)
+    while True:
+        view = await attempt.transport.request(
+            "GET",
+            f"/traversers/{q(child['id'])}",
+            params={"wait_for": "terminal", "timeout": _CHILD_POLL_SECONDS},
+            read_timeout=_CHILD_POLL_SECONDS + 10,
+        )
+        if view["status"] == "succeeded":
+            return view["result"]
+        if view["status"] in ("failed", "cancelled"):
+            error = view.get("error") or {}
+            raise HandlerError(
+                error.get("message", f"child {target} {view['status']}"),
+                code=error.get("code", "child_failed"),
+            )
+        await asyncio.sleep(0)  # still running after the long poll: ask again

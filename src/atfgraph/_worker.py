@@ -1,0 +1,327 @@
+"""A worker process: registers an agent's (node id, version), claims tasks by long poll, runs at
+most ``capacity`` handlers at once and reports each attempt's outcome under its fenced lease.
+
+Round trips per task: one claim (which carries the task's checkpoints, recorded steps and
+approvals, so the handler's reads are local), one call per write the handler makes (child steps
+ride along with the next write), and one to report the outcome. Heartbeats extend all of a
+worker's leases in one request every lease/3 seconds.
+
+A handler that pauses ends with ``_TraversalPaused`` after the server has closed its lease: the
+worker just frees the permit. Nothing of a waiting traverser stays in the worker.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import traceback
+from dataclasses import asdict, dataclass
+from typing import Any
+
+from ._agent import Agent
+from ._context import TraversalContext, _Attempt, _current, _LeaseLost, _TraversalPaused
+from ._errors import HandlerError, NotFoundError, ServerError, ServerUnavailableError
+from ._json import dumps
+from ._transport import Transport, q
+
+log = logging.getLogger("atfgraph.worker")
+
+_RETRY_DELAYS = (0.05, 0.1, 0.2, 0.5, 1.0, 2.0)
+
+
+@dataclass(slots=True)
+class WorkerStats:
+    """Counters a worker reports with its heartbeats."""
+
+    claimed: int = 0
+    succeeded: int = 0
+    failed: int = 0
+    retried: int = 0
+    paused: int = 0
+    released: int = 0
+    lost: int = 0
+    permits_in_use: int = 0
+
+
+@dataclass(slots=True)
+class _Running:
+    traverser_id: str
+    epoch: int
+    task: asyncio.Task[None]
+    lost: bool = False
+
+
+class Worker:
+    """Serve ``agent`` against the graph server until :meth:`stop` is called."""
+
+    def __init__(
+        self,
+        agent: Agent,
+        server_url: str | None = None,
+        *,
+        capacity: int | None = None,
+        claim_wait_seconds: float = 20.0,
+        grace_seconds: float = 10.0,
+    ) -> None:
+        self.agent = agent
+        self.capacity = capacity or agent.capacity
+        self.transport = Transport(server_url, timeout=30.0)
+        self.claim_wait_seconds = claim_wait_seconds
+        self.grace_seconds = grace_seconds
+        self.stats = WorkerStats()
+        self.worker_id: str | None = None
+        self.lease_seconds = 30.0
+        self._running: dict[str, _Running] = {}
+        self._stopping = asyncio.Event()
+        self._slot_freed = asyncio.Event()
+        self._releasing = False
+
+    @property
+    def permits_in_use(self) -> int:
+        return len(self._running)
+
+    def stop(self) -> None:
+        """Stop claiming; running handlers get ``grace_seconds`` to finish, then are released."""
+        self._stopping.set()
+
+    # -- main loop -----------------------------------------------------------------------------
+
+    async def run(self) -> None:
+        await self._register()
+        heartbeats = asyncio.create_task(self._heartbeat_forever())
+        try:
+            await self._claim_forever()
+            await self._drain()
+            await self._heartbeat_once()  # the final counters, for operators and tests
+        finally:
+            heartbeats.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await heartbeats
+            await self.transport.aclose()
+
+    async def _register(self) -> None:
+        body = {"node_id": self.agent.node_id, "version": self.agent.version, "capacity": self.capacity}
+        for delay in _backoff():
+            try:
+                answer = await self.transport.request("POST", "/workers", body)
+                self.worker_id = answer["id"]
+                self.lease_seconds = float(answer["lease_seconds"])
+                log.info("registered %s@%s as %s", self.agent.node_id, self.agent.version, self.worker_id)
+                return
+            except (ServerUnavailableError, ServerError) as exc:
+                log.warning("cannot register with %s: %s", self.transport.base_url, exc)
+                await _first(asyncio.sleep(delay), self._stopping.wait())
+                if self._stopping.is_set():
+                    return
+
+    async def _claim_forever(self) -> None:
+        delays = _backoff()
+        while not self._stopping.is_set():
+            free = self.capacity - len(self._running)
+            if free <= 0:
+                self._slot_freed.clear()
+                await _first(self._slot_freed.wait(), self._stopping.wait())
+                continue
+            claim = asyncio.create_task(self._claim(free))
+            await _first(asyncio.shield(claim), self._stopping.wait())
+            if not claim.done():
+                claim.cancel()  # stopping: the server keeps anything it had not yet handed out
+                with contextlib.suppress(BaseException):
+                    await claim
+                break
+            try:
+                tasks = claim.result()
+            except NotFoundError:  # the server lost our registration (a fresh database)
+                await self._register()
+                continue
+            except (ServerUnavailableError, ServerError) as exc:
+                log.warning("claim failed: %s", exc)
+                await asyncio.sleep(next(delays))
+                continue
+            delays = _backoff()
+            for task in tasks:
+                self._start(task)
+
+    async def _claim(self, free: int) -> list[dict[str, Any]]:
+        answer = await self.transport.request(
+            "POST",
+            f"/workers/{q(self.worker_id)}/claim",
+            {"max": free, "wait_seconds": self.claim_wait_seconds},
+            read_timeout=self.claim_wait_seconds + 15,
+        )
+        self.lease_seconds = float(answer["lease_seconds"])
+        tasks: list[dict[str, Any]] = answer["tasks"]
+        return tasks
+
+    def _start(self, task: dict[str, Any]) -> None:
+        trav = task["traverser"]
+        self.stats.claimed += 1
+        handle = asyncio.create_task(self._execute(task), name=f"atfgraph:{trav['target']}:{trav['id']}")
+        self._running[trav["id"]] = _Running(trav["id"], task["epoch"], handle)
+        self.stats.permits_in_use = len(self._running)
+
+    async def _drain(self) -> None:
+        if not self._running:
+            return
+        tasks = [r.task for r in self._running.values()]
+        _done, pending = await asyncio.wait(tasks, timeout=self.grace_seconds)
+        if pending:
+            self._releasing = True
+            for task in pending:
+                task.cancel()
+            await asyncio.wait(pending)
+
+    # -- heartbeats ----------------------------------------------------------------------------
+
+    async def _heartbeat_forever(self) -> None:
+        while True:
+            await asyncio.sleep(max(self.lease_seconds / 3, 0.1))
+            await self._heartbeat_once()
+
+    async def _heartbeat_once(self) -> None:
+        if self.worker_id is None:  # stopped before it ever registered
+            return
+        leases = [{"id": r.traverser_id, "epoch": r.epoch} for r in self._running.values()]
+        self.stats.permits_in_use = len(self._running)
+        body = {"leases": leases, "stats": asdict(self.stats)}
+        try:
+            answer = await self.transport.request("POST", f"/workers/{q(self.worker_id)}/heartbeat", body)
+        except (ServerUnavailableError, ServerError) as exc:
+            log.warning("heartbeat failed: %s", exc)
+            return
+        for ident in answer["lost"]:
+            running = self._running.get(ident)
+            if running is not None:
+                running.lost = True
+                running.task.cancel()
+
+    # -- one attempt ---------------------------------------------------------------------------
+
+    async def _execute(self, task: dict[str, Any]) -> None:
+        trav = task["traverser"]
+        ident, epoch = trav["id"], task["epoch"]
+        attempt = _Attempt(
+            context=TraversalContext(
+                traverser_id=ident,
+                target=trav["target"],
+                node_id=self.agent.node_id,
+                version=self.agent.version,
+                attempt=trav["attempt"],
+                max_attempts=trav["max_attempts"],
+                epoch=epoch,
+                worker_id=self.worker_id or "",
+            ),
+            transport=self.transport,
+            checkpoints={name: (c["value"], c["revision"]) for name, c in task["checkpoints"].items()},
+            steps={s["key"]: s for s in task["steps"]},
+            approvals={a["operation_key"]: a for a in task["approvals"]},
+        )
+        token = _current.set(attempt)
+        try:
+            await self._attempt(attempt, trav)
+        except (ServerError, ServerUnavailableError, _LeaseLost) as exc:
+            # The outcome could not be reported; the lease will expire and the server retries.
+            log.warning("could not report %s: %s", ident, exc)
+        finally:
+            _current.reset(token)
+            self._running.pop(ident, None)
+            self.stats.permits_in_use = len(self._running)
+            self._slot_freed.set()
+
+    async def _attempt(self, attempt: _Attempt, trav: dict[str, Any]) -> None:
+        ident = trav["id"]
+        path = f"/traversers/{q(ident)}"
+        skill = self.agent.skills.get(trav["target"].partition(".")[2])
+        try:
+            if skill is None:
+                raise HandlerError(
+                    f"{self.agent.node_id} has no skill for {trav['target']}", code="unknown_skill"
+                )
+            kwargs = trav["input"] or {}
+            skill.bind(kwargs)
+            async with asyncio.timeout(skill.timeout_seconds):
+                result = await skill.fn(**kwargs)
+            body = attempt.leased(result=_jsonable(result))
+            await self._report(path + "/complete", body)
+            self.stats.succeeded += 1
+        except _TraversalPaused:
+            self.stats.paused += 1  # the server closed the lease with the pause
+        except _LeaseLost:
+            self.stats.lost += 1
+        except HandlerError as exc:
+            await self._fail(attempt, path, exc.code, exc.message, retryable=False)
+        except TimeoutError:
+            limit = skill.timeout_seconds if skill is not None else None
+            message = f"attempt {attempt.context.attempt} exceeded timeout_seconds={limit}"
+            await self._fail(attempt, path, "timeout", message, retryable=True)
+        except asyncio.CancelledError:
+            running = self._running.get(ident)
+            if running is not None and running.lost:
+                self.stats.lost += 1
+            elif self._releasing:
+                with contextlib.suppress(_LeaseLost, ServerUnavailableError, ServerError):
+                    await self._report(path + "/release", attempt.leased())
+                    self.stats.released += 1
+            else:
+                raise
+        except Exception as exc:
+            log.warning("handler %s failed:\n%s", trav["target"], traceback.format_exc())
+            await self._fail(attempt, path, type(exc).__name__, str(exc) or repr(exc), retryable=True)
+
+    async def _fail(self, attempt: _Attempt, path: str, code: str, message: str, retryable: bool) -> None:
+        body = attempt.leased(error={"code": code, "message": message[:10_000]}, retryable=retryable)
+        try:
+            answer = await self._report(path + "/fail", body)
+        except _LeaseLost:
+            self.stats.lost += 1
+            return
+        if answer is not None and answer["status"] == "queued":
+            self.stats.retried += 1
+        else:
+            self.stats.failed += 1
+
+    async def _report(self, path: str, body: dict[str, Any]) -> Any:
+        """Report under the lease, retrying while the server is unreachable; a lease lost in the
+        meantime means another attempt has taken over, so the outcome is dropped."""
+        for delay in _backoff(limit=self.lease_seconds):
+            try:
+                return await self.transport.request("POST", path, body)
+            except ServerError as exc:
+                if exc.code == "lease_lost":
+                    raise _LeaseLost(exc.message) from None
+                raise
+            except ServerUnavailableError as exc:
+                log.warning("cannot report %s: %s", path, exc)
+                await asyncio.sleep(delay)
+        raise _LeaseLost("server unreachable for a whole lease")
+
+
+def _jsonable(result: Any) -> Any:
+    try:
+        dumps(result)
+    except TypeError as exc:
+        raise HandlerError(f"the handler's result is not JSON: {exc}", code="result_not_json") from None
+    return result
+
+
+def _backoff(limit: float | None = None) -> Any:
+    """Delays between retries; with ``limit``, stops once they add up to it."""
+    total = 0.0
+    index = 0
+    while limit is None or total < limit:
+        delay = _RETRY_DELAYS[min(index, len(_RETRY_DELAYS) - 1)]
+        total += delay
+        index += 1
+        yield delay
+
+
+async def _first(*aws: Any) -> None:
+    """Wait until the first of ``aws`` finishes; cancel the others."""
+    tasks = [asyncio.ensure_future(a) for a in aws]
+    try:
+        await asyncio.wait(tasks, return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        for task in tasks:
+            if not task.done():
+                task.cancel()

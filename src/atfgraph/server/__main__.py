@@ -1,0 +1,3 @@
+from atfgraph.server._serve import main
+
+main()

@@ -1,0 +1,159 @@
+"""The graph server application: store, long-poll hub, sweeper and the one error shape."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import os
+from collections.abc import AsyncIterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from fastapi import FastAPI, Request, Response
+from fastapi.exceptions import RequestValidationError
+from starlette.exceptions import HTTPException as StarletteHTTPException
+from starlette.types import ASGIApp, Receive, Scope, Send
+
+from ._errors import ApiError
+from ._fastpath import FastPath
+from ._hub import Hub, node_key, traverser_key
+from ._routes import error_response, router
+from ._store import GraphStore
+
+log = logging.getLogger("atfgraph.server")
+
+DEFAULT_PORT = 7878
+
+
+def default_home() -> Path:
+    return Path(os.environ.get("ATFGRAPH_HOME") or Path.home() / ".atfgraph")
+
+
+def default_db_path() -> str:
+    return str(default_home() / "atfgraph.db")
+
+
+@dataclass(frozen=True, slots=True)
+class Settings:
+    """Server settings: flag > environment > default."""
+
+    db_path: str
+    lease_seconds: float = 30.0
+    sweep_seconds: float = 0.25
+    synchronous: str = "FULL"
+
+    @classmethod
+    def from_env(cls, db_path: str | None = None, lease_seconds: float | None = None) -> Settings:
+        return cls(
+            db_path=db_path or os.environ.get("ATFGRAPH_DB") or default_db_path(),
+            lease_seconds=lease_seconds or float(os.environ.get("ATFGRAPH_LEASE_SECONDS", "30")),
+            sweep_seconds=float(os.environ.get("ATFGRAPH_SWEEP_SECONDS", "0.25")),
+            synchronous=os.environ.get("ATFGRAPH_SQLITE_SYNCHRONOUS", "FULL"),
+        )
+
+
+class RequestCounter:
+    """Counts every HTTP request (the benchmark reports requests per cycle from it)."""
+
+    def __init__(self, app: ASGIApp) -> None:
+        self.app = app
+        self.requests = 0
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] == "http":
+            self.requests += 1
+        await self.app(scope, receive, send)
+
+
+async def _sweep_forever(app: FastAPI) -> None:
+    store: GraphStore = app.state.store
+    hub: Hub = app.state.hub
+    settings: Settings = app.state.settings
+    while True:
+        try:
+            outcome = await store.sweep()
+            for node in outcome.nodes:
+                hub.notify(node_key(node))
+            for ident in outcome.traversers:
+                hub.notify(traverser_key(ident))
+        except Exception:  # keep sweeping; one bad pass must not stop expiries for good
+            log.exception("sweep failed")
+        await asyncio.sleep(settings.sweep_seconds)
+
+
+def create_app(settings: Settings | None = None) -> FastAPI:
+    settings = settings or Settings.from_env()
+
+    @contextlib.asynccontextmanager
+    async def lifespan(app: FastAPI) -> AsyncIterator[None]:
+        app.state.store = GraphStore(
+            settings.db_path, lease_seconds=settings.lease_seconds, synchronous=settings.synchronous
+        )
+        # The first pass runs before the server answers anything: approvals that fell due and
+        # leases that ran out while it was down are settled first.
+        await app.state.store.sweep()
+        sweeper = asyncio.create_task(_sweep_forever(app))
+        try:
+            yield
+        finally:
+            sweeper.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await sweeper
+            app.state.store.close()
+
+    app = FastAPI(
+        title="atfgraph graph server",
+        version="2",
+        description="Traversers, approvals, checkpoints and worker leases.",
+        lifespan=lifespan,
+        openapi_url="/api/v2/openapi.json",
+        docs_url="/api/v2/docs",
+        redoc_url=None,
+    )
+    app.state.settings = settings
+    app.state.hub = Hub()
+    app.include_router(router)
+
+    @app.get("/livez")
+    async def livez() -> Response:
+        return Response(b'{"status":"ok"}', media_type="application/json")
+
+    @app.get("/readyz")
+    async def readyz(request: Request) -> Response:
+        store: GraphStore = request.app.state.store
+        store.db.read(lambda conn: conn.execute("SELECT 1 FROM atfg_traversers LIMIT 1").fetchall())
+        return Response(b'{"status":"ready"}', media_type="application/json")
+
+    @app.exception_handler(ApiError)
+    async def apierror_response(request: Request, exc: ApiError) -> Response:
+        return error_response(exc.status, exc.code, exc.message)
+
+    @app.exception_handler(RequestValidationError)
+    async def validationerror_response(request: Request, exc: RequestValidationError) -> Response:
+        parts = []
+        for err in exc.errors():
+            where = ".".join(str(p) for p in err.get("loc", ()))
+            parts.append(f"{where}: {err.get('msg', 'invalid')}")
+        return error_response(422, "validation_error", "; ".join(parts) or "invalid request")
+
+    @app.exception_handler(StarletteHTTPException)
+    async def httperror_response(request: Request, exc: StarletteHTTPException) -> Response:
+        codes = {404: "not_found", 405: "method_not_allowed"}
+        return error_response(exc.status_code, codes.get(exc.status_code, "http_error"), str(exc.detail))
+
+    @app.exception_handler(Exception)
+    async def internalerror_response(request: Request, exc: Exception) -> Response:
+        log.exception("unhandled error on %s %s", request.method, request.url.path)
+        return error_response(500, "internal_error", "the server failed to handle this request")
+
+    return app
+
+
+def wrap(app: FastAPI) -> Any:
+    """The ASGI callable to serve: the request counter (exposed on app.state), then the hot
+    routes' fast path, then the FastAPI app."""
+    counter = RequestCounter(FastPath(app))
+    app.state.counter = counter
+    return counter

@@ -1,0 +1,154 @@
+"""Reading and checking request bodies by hand: the size cap is enforced while reading, the
+nesting cap before anything looks inside, and every failure is an :class:`ApiError` with a stable
+code, so a hostile body costs at most 1 MiB of reading and never reaches the store."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import orjson
+from fastapi import Request
+
+from .._json import MAX_BODY_BYTES, MAX_DEPTH, JSONTooDeepError, check_depth, dumps
+from ._errors import ApiError, bad_request
+from ._store import StepRecord
+
+_MAX_KEY = 512  # names, operation keys, targets: short identifiers, not payloads
+
+
+async def read_json(request: Request) -> dict[str, Any]:
+    """The request body as a JSON object."""
+    declared = request.headers.get("content-length")
+    if declared is not None:
+        try:
+            declared_size = int(declared)
+        except ValueError:
+            raise ApiError(400, "invalid_request", "Content-Length is not a number") from None
+        if declared_size > MAX_BODY_BYTES:
+            raise _too_large()
+    chunks: list[bytes] = []
+    size = 0
+    async for chunk in request.stream():
+        size += len(chunk)
+        if size > MAX_BODY_BYTES:
+            raise _too_large()
+        chunks.append(chunk)
+    raw = b"".join(chunks)
+    if not raw:
+        raise ApiError(400, "invalid_json", "the request body is empty; a JSON object is required")
+    try:
+        value = orjson.loads(raw)
+    except orjson.JSONDecodeError as exc:
+        # orjson refuses nesting beyond its own recursion limit with this same error.
+        raise ApiError(400, "invalid_json", f"the request body is not valid JSON: {exc}") from None
+    try:
+        check_depth(value, MAX_DEPTH)
+    except JSONTooDeepError as exc:
+        raise ApiError(400, "json_too_deep", str(exc)) from None
+    if not isinstance(value, dict):
+        raise bad_request("the request body must be a JSON object")
+    return value
+
+
+def _too_large() -> ApiError:
+    return ApiError(413, "payload_too_large", f"the request body exceeds {MAX_BODY_BYTES} bytes")
+
+
+class Fields:
+    """Typed access to the fields of a JSON object, with one error shape for every mistake."""
+
+    def __init__(self, data: dict[str, Any], where: str = "body") -> None:
+        self.data = data
+        self.where = where
+
+    def _get(self, name: str, required: bool) -> Any:
+        if name not in self.data or self.data[name] is None:
+            if required:
+                raise bad_request(f"{self.where}.{name} is required")
+            return None
+        return self.data[name]
+
+    def key(self, name: str, required: bool = True) -> Any:
+        """A short non-empty string (an identifier)."""
+        value = self._get(name, required)
+        if value is None:
+            return None
+        if not isinstance(value, str) or not value or len(value) > _MAX_KEY:
+            raise bad_request(
+                f"{self.where}.{name} must be a non-empty string of at most {_MAX_KEY} characters"
+            )
+        return value
+
+    def integer(self, name: str, required: bool = True, minimum: int = 0, maximum: int = 2**31) -> Any:
+        value = self._get(name, required)
+        if value is None:
+            return None
+        if isinstance(value, bool) or not isinstance(value, int) or not minimum <= value <= maximum:
+            raise bad_request(f"{self.where}.{name} must be an integer from {minimum} to {maximum}")
+        return value
+
+    def number(self, name: str, required: bool = True, minimum: float = 0.0, maximum: float = 1e9) -> Any:
+        value = self._get(name, required)
+        if value is None:
+            return None
+        if isinstance(value, bool) or not isinstance(value, int | float) or not minimum <= value <= maximum:
+            raise bad_request(f"{self.where}.{name} must be a number from {minimum} to {maximum}")
+        return float(value)
+
+    def boolean(self, name: str, default: bool) -> bool:
+        value = self._get(name, False)
+        if value is None:
+            return default
+        if not isinstance(value, bool):
+            raise bad_request(f"{self.where}.{name} must be true or false")
+        return value
+
+    def obj(self, name: str, required: bool = True) -> Any:
+        value = self._get(name, required)
+        if value is None:
+            return None
+        if not isinstance(value, dict):
+            raise bad_request(f"{self.where}.{name} must be a JSON object")
+        return value
+
+    def json(self, name: str, required: bool = True) -> bytes | None:
+        """Any JSON value, re-serialized for storage (``null`` counts as absent)."""
+        value = self._get(name, required)
+        return None if value is None else dumps(value)
+
+    def steps(self) -> list[StepRecord]:
+        """The child steps a worker reports along with a write."""
+        raw = self.data.get("steps")
+        if raw is None:
+            return []
+        if not isinstance(raw, list) or len(raw) > 1000:
+            raise bad_request(f"{self.where}.steps must be a list of at most 1000 steps")
+        steps = []
+        for index, item in enumerate(raw):
+            if not isinstance(item, dict):
+                raise bad_request(f"{self.where}.steps[{index}] must be an object")
+            f = Fields(item, f"{self.where}.steps[{index}]")
+            status = f.key("status")
+            if status not in ("succeeded", "failed"):
+                raise bad_request(f"{f.where}.status must be 'succeeded' or 'failed'")
+            error = f.obj("error", required=False)
+            steps.append(
+                StepRecord(
+                    key=f.key("key"),
+                    seq=f.integer("seq"),
+                    target=f.key("target"),
+                    status=status,
+                    result=f.json("result", required=False),
+                    error=None if error is None else dumps(error_info(Fields(error, f"{f.where}.error"))),
+                )
+            )
+        return steps
+
+
+def error_info(f: Fields) -> dict[str, str]:
+    """A ``{"code", "message"}`` error object, checked."""
+    code = f.key("code")
+    message = f.data.get("message")
+    if not isinstance(message, str) or len(message) > 10_000:
+        raise bad_request(f"{f.where}.message must be a string of at most 10000 characters")
+    return {"code": code, "message": message}

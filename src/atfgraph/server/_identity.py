@@ -1,0 +1,270 @@
+"""Identity and access: principals, roles, bearer tokens and the audit trail.
+
+Roles and what they may do (the permission each route requires is declared beside the route)::
+
+    permission  owner  administrator  reviewer  worker
+    read          x         x            x
+    submit        x         x
+    decide        x         x            x
+    work          x         x                      x    claim, heartbeat, checkpoints, approvals
+    administer    x         x                           tokens (only an owner mints owners)
+
+Tokens are ``atfg_<id>_<secret>``: 64 random bits of public id (the lookup key) and 192 bits of
+secret. Only the SHA-256 digest of the whole token is stored; it is compared in constant time.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+import json
+import os
+import re
+import secrets
+import sqlite3
+import time
+from dataclasses import dataclass
+from enum import StrEnum
+from pathlib import Path
+from typing import Any
+
+from pyworkflow.store._migrations import Migration, load_migrations
+from pyworkflow.store._sqlite_db import SQLiteDatabase
+
+from .._credentials import CREDENTIALS_FILE
+
+
+class Role(StrEnum):
+    OWNER = "owner"
+    ADMINISTRATOR = "administrator"
+    REVIEWER = "reviewer"
+    WORKER = "worker"
+
+
+class Permission(StrEnum):
+    READ = "read"
+    SUBMIT = "submit"
+    DECIDE = "decide"
+    WORK = "work"
+    ADMINISTER = "administer"
+
+
+ROLE_PERMISSIONS: dict[Role, frozenset[Permission]] = {
+    Role.OWNER: frozenset(Permission),
+    Role.ADMINISTRATOR: frozenset(Permission),
+    Role.REVIEWER: frozenset({Permission.READ, Permission.DECIDE}),
+    Role.WORKER: frozenset({Permission.WORK}),
+}
+
+TOKEN_RE = re.compile(r"atfg_([0-9a-f]{16})_([A-Za-z0-9_-]{32})")
+MAX_NAME = 100
+
+
+def identity_migrations() -> list[Migration]:
+    return load_migrations("atfgraph.server.identity_migrations", "sqlite", "atfgraph_identity")
+
+
+@dataclass(frozen=True, slots=True)
+class Principal:
+    """Who is calling: the token's id and name, and its role."""
+
+    id: str
+    name: str
+    role: Role
+
+    def can(self, permission: Permission) -> bool:
+        return permission in ROLE_PERMISSIONS[self.role]
+
+
+ANONYMOUS = None  # no credential presented
+
+
+@dataclass(frozen=True, slots=True)
+class TokenInfo:
+    id: str
+    name: str
+    role: Role
+    created_at: float
+    created_by: str | None
+    last_used_at: float | None
+    revoked_at: float | None
+
+    def as_json(self) -> dict[str, Any]:
+        return {
+            "id": self.id,
+            "name": self.name,
+            "role": self.role.value,
+            "created_at": self.created_at,
+            "created_by": self.created_by,
+            "last_used_at": self.last_used_at,
+            "revoked_at": self.revoked_at,
+        }
+
+
+class IdentityError(ValueError):
+    """Bad input to token administration (unknown role, bad name, unknown id)."""
+
+
+def _digest(token: str) -> bytes:
+    return hashlib.sha256(token.encode()).digest()
+
+
+def new_token() -> tuple[str, str]:
+    token_id = secrets.token_hex(8)
+    return token_id, f"atfg_{token_id}_{secrets.token_urlsafe(24)}"
+
+
+# Look a token up by its public id (the primary key); the digest is compared afterwards.
+SQL_TOKEN_BY_ID = "SELECT id, name, role, digest, revoked_at FROM atfg_tokens WHERE id = ?"
+SQL_INSERT_TOKEN = """
+INSERT INTO atfg_tokens (id, name, role, digest, created_at, created_by) VALUES (?, ?, ?, ?, ?, ?)
+"""
+SQL_LIST_TOKENS = """
+SELECT id, name, role, created_at, created_by, last_used_at, revoked_at FROM atfg_tokens ORDER BY created_at
+"""
+SQL_REVOKE = "UPDATE atfg_tokens SET revoked_at = ? WHERE id = ? AND revoked_at IS NULL"
+SQL_TOUCH = "UPDATE atfg_tokens SET last_used_at = ? WHERE id = ?"
+SQL_COUNT_TOKENS = "SELECT COUNT(*) FROM atfg_tokens"
+SQL_AUDIT = """
+INSERT INTO atfg_audit (at, principal, role, action, target, outcome, detail) VALUES (?, ?, ?, ?, ?, ?, ?)
+"""
+SQL_LIST_AUDIT = """
+SELECT id, at, principal, role, action, target, outcome, detail FROM atfg_audit
+WHERE (?1 IS NULL OR target = ?1) ORDER BY id DESC LIMIT ?2
+"""
+
+
+class Identity:
+    """Token administration and verification on the server's database."""
+
+    def __init__(self, db: SQLiteDatabase) -> None:
+        self.db = db
+        self._touched: dict[str, float] = {}
+
+    # -- administration -------------------------------------------------------------------------
+
+    async def create_token(
+        self, name: str, role: str, *, created_by: Principal | None
+    ) -> tuple[TokenInfo, str]:
+        """Mint a token; the raw token is returned once and never stored."""
+        if not isinstance(name, str) or not name.strip() or len(name) > MAX_NAME:
+            raise IdentityError(f"a token name is 1 to {MAX_NAME} characters")
+        try:
+            role_ = Role(role)
+        except ValueError:
+            raise IdentityError(
+                f"role must be one of {', '.join(r.value for r in Role)}, not {role!r}"
+            ) from None
+        if role_ is Role.OWNER and created_by is not None and created_by.role is not Role.OWNER:
+            raise PermissionError("only an owner may create an owner token")
+        token_id, raw = new_token()
+        now = time.time()
+        by = created_by.name if created_by else None
+
+        def tx(conn: sqlite3.Connection) -> None:
+            conn.execute(SQL_INSERT_TOKEN, (token_id, name.strip(), role_.value, _digest(raw), now, by))
+
+        await self.db.write(tx)
+        return TokenInfo(token_id, name.strip(), role_, now, by, None, None), raw
+
+    async def list_tokens(self) -> list[TokenInfo]:
+        rows = self.db.reader().execute(SQL_LIST_TOKENS).fetchall()
+        return [TokenInfo(r[0], r[1], Role(r[2]), r[3], r[4], r[5], r[6]) for r in rows]
+
+    async def revoke(self, token_id: str) -> bool:
+        """Revoke a live token; False if it was already revoked. Unknown ids raise."""
+        if not isinstance(token_id, str) or not re.fullmatch(r"[0-9a-f]{16}", token_id):
+            raise IdentityError(f"no token {token_id!r}")
+
+        def tx(conn: sqlite3.Connection) -> bool:
+            if conn.execute(SQL_TOKEN_BY_ID, (token_id,)).fetchone() is None:
+                raise IdentityError(f"no token {token_id!r}")
+            return conn.execute(SQL_REVOKE, (time.time(), token_id)).rowcount == 1
+
+        return await self.db.write(tx)
+
+    def count(self) -> int:
+        return int(self.db.reader().execute(SQL_COUNT_TOKENS).fetchone()[0])
+
+    # -- verification ---------------------------------------------------------------------------
+
+    def verify(self, token: str | None) -> Principal | None:
+        """The live principal a bearer token names, or None (malformed, unknown, wrong, revoked)."""
+        if not token or len(token) > 200:
+            return None
+        match = TOKEN_RE.fullmatch(token)
+        if match is None:
+            return None
+        row = self.db.reader().execute(SQL_TOKEN_BY_ID, (match.group(1),)).fetchone()
+        if row is None or not hmac.compare_digest(bytes(row[3]), _digest(token)) or row[4] is not None:
+            return None
+        return Principal(row[0], row[1], Role(row[2]))
+
+    async def touch(self, principal: Principal) -> None:
+        """Record use, at most once a minute per token (an audit aid, not on the hot path)."""
+        now = time.time()
+        if now - self._touched.get(principal.id, 0.0) < 60:
+            return
+        self._touched[principal.id] = now
+        await self.db.write(lambda c: c.execute(SQL_TOUCH, (now, principal.id)))
+
+    # -- audit ----------------------------------------------------------------------------------
+
+    async def audit(
+        self,
+        principal: Principal | None,
+        action: str,
+        *,
+        target: str | None,
+        outcome: str,
+        detail: Any = None,
+    ) -> None:
+        name = principal.name if principal else "anonymous"
+        role = principal.role.value if principal else "anonymous"
+        data = json.dumps(detail, separators=(",", ":"), default=str).encode() if detail is not None else None
+
+        def tx(conn: sqlite3.Connection) -> None:
+            conn.execute(SQL_AUDIT, (time.time(), name, role, action, target, outcome, data))
+
+        await self.db.write(tx)
+
+    async def list_audit(self, *, target: str | None = None, limit: int = 100) -> list[dict[str, Any]]:
+        rows = self.db.reader().execute(SQL_LIST_AUDIT, (target, limit)).fetchall()
+        return [
+            {
+                "id": r[0],
+                "at": r[1],
+                "principal": r[2],
+                "role": r[3],
+                "action": r[4],
+                "target": r[5],
+                "outcome": r[6],
+                "detail": json.loads(r[7]) if r[7] is not None else None,
+            }
+            for r in rows
+        ]
+
+    # -- first start ----------------------------------------------------------------------------
+
+    async def bootstrap(self, home: Path, server_url: str) -> Path | None:
+        """On an empty database, create an owner and a worker credential and write them to
+        ``home/credentials.json`` (mode 0600). Returns the file's path when it was written."""
+        if self.count() > 0:
+            return None
+        _, owner = await self.create_token("owner", Role.OWNER, created_by=None)
+        _, worker = await self.create_token("worker", Role.WORKER, created_by=None)
+        path = home / CREDENTIALS_FILE
+        write_credentials(path, {"server": server_url, "owner": owner, "worker": worker})
+        return path
+
+
+def write_credentials(path: Path, data: dict[str, str]) -> None:
+    """Write a credentials file only its owner can read (created 0600, never widened)."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_suffix(".tmp")
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    with os.fdopen(fd, "w") as fh:
+        json.dump(data, fh, indent=2)
+        fh.write("\n")
+    os.chmod(tmp, 0o600)
+    os.replace(tmp, path)

@@ -1,0 +1,50 @@
+"""Run the server under uvicorn (one process: the SQLite store has one writer)."""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import sys
+
+import uvicorn
+
+from ._app import DEFAULT_PORT, Settings, create_app, wrap
+
+
+def serve(
+    host: str = "127.0.0.1",
+    port: int = DEFAULT_PORT,
+    db_path: str | None = None,
+    lease_seconds: float | None = None,
+    log_level: str = "warning",
+) -> None:
+    settings = Settings.from_env(db_path=db_path, lease_seconds=lease_seconds)
+    logging.basicConfig(level=log_level.upper(), stream=sys.stderr, format="%(asctime)s %(name)s %(message)s")
+    print(f"atfgraph server on http://{host}:{port} (db {settings.db_path})", file=sys.stderr, flush=True)
+    config = uvicorn.Config(
+        wrap(create_app(settings)),
+        host=host,
+        port=port,
+        log_level=log_level,
+        access_log=False,
+        # Workers and clients keep their connections open between long polls.
+        timeout_keep_alive=75,
+        lifespan="on",
+        timeout_graceful_shutdown=3,
+        # Loopback by default and no auth yet: forwarded-for headers are not trusted.
+        proxy_headers=False,
+    )
+    uvicorn.Server(config).run()
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(
+        prog="python -m atfgraph.server", description="Run the atfgraph graph server."
+    )
+    parser.add_argument("--host", default="127.0.0.1", help="interface to listen on (default: loopback)")
+    parser.add_argument("--port", type=int, default=DEFAULT_PORT)
+    parser.add_argument("--db", default=None, help="SQLite file (default: $ATFGRAPH_HOME/atfgraph.db)")
+    parser.add_argument("--lease-seconds", type=float, default=None, help="task lease length (default 30)")
+    parser.add_argument("--log-level", default="warning")
+    args = parser.parse_args(argv)
+    serve(args.host, args.port, args.db, args.lease_seconds, args.log_level)

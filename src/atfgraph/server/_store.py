@@ -1,0 +1,707 @@
+"""The graph server's durable state on SQLite.
+
+Each public coroutine is one state transition and runs as one write transaction on the shared
+writer thread (group commit); reads run on this thread's reader connection as one snapshot. Every
+lookup goes through a primary key or an index (see migrations/sqlite/0001_initial.sql), so the
+cost of an operation does not grow with history. The SQL is named and kept in this module so a
+PostgreSQL variant can subclass the store and replace the statements that differ.
+
+A write function may be run twice by the writer (when another job of its batch fails, each job is
+re-run alone), so it touches nothing but the connection it is given.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+import time
+import uuid
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any, TypeVar
+
+from pyworkflow.store._migrations import load_migrations
+from pyworkflow.store._sqlite_db import SQLiteDatabase
+
+from .._json import dumps, fragment, loads
+from .._models import ApprovalStatus, TraverserStatus
+from ._errors import ApiError, lease_lost, not_found
+
+T = TypeVar("T")
+
+# -- traversers -------------------------------------------------------------------------------
+
+# Create a traverser, queued for its first claim.
+SQL_INSERT_TRAVERSER = """
+INSERT INTO atfg_traversers (id, target, node_id, skill, status, input, max_attempts,
+                             idempotency_key, available_at, created_at, updated_at)
+VALUES (?, ?, ?, ?, 'queued', ?, ?, ?, ?, ?, ?)
+"""
+# An earlier submission with the same idempotency key (its UNIQUE index).
+SQL_TRAVERSER_BY_KEY = "SELECT * FROM atfg_traversers WHERE idempotency_key = ?"
+# One traverser by id (API reads, and the state check of every transition).
+SQL_GET_TRAVERSER = "SELECT * FROM atfg_traversers WHERE id = ?"
+# Claims: the oldest queued traversers of a node that this worker's version may run (a traverser
+# is pinned to the version of its first claim). Served by the partial index atfg_traversers_ready.
+SQL_READY = """
+SELECT id FROM atfg_traversers
+WHERE status = 'queued' AND node_id = ? AND available_at <= ? AND (version IS NULL OR version = ?)
+ORDER BY available_at LIMIT ?
+"""
+# Take a lease: a new attempt under a new epoch (the fence every later write must carry).
+SQL_CLAIM = """
+UPDATE atfg_traversers
+SET status = 'running', attempt = attempt + 1, epoch = epoch + 1, version = COALESCE(version, ?),
+    lease_worker = ?, lease_expires_at = ?, updated_at = ?
+WHERE id = ? AND status = 'queued'
+"""
+# Heartbeat: extend a lease this worker still holds.
+SQL_RENEW = """
+UPDATE atfg_traversers SET lease_expires_at = ?
+WHERE id = ? AND epoch = ? AND lease_worker = ? AND status = 'running'
+"""
+# Pause: close the lease and wait for the named approval.
+SQL_PAUSE = """
+UPDATE atfg_traversers
+SET status = 'waiting', waiting_on = ?, lease_worker = NULL, lease_expires_at = NULL, updated_at = ?
+WHERE id = ? AND epoch = ? AND status = 'running'
+"""
+# Continuation after a decision or an expiry: queued again, with one more attempt allowed so the
+# pause does not consume the failure-retry budget.
+SQL_CONTINUE = """
+UPDATE atfg_traversers
+SET status = 'queued', waiting_on = NULL, max_attempts = max_attempts + 1, available_at = ?, updated_at = ?
+WHERE id = ? AND status = 'waiting' AND waiting_on = ?
+"""
+# End an attempt with a terminal outcome.
+SQL_FINISH = """
+UPDATE atfg_traversers
+SET status = ?, result = ?, error = ?, lease_worker = NULL, lease_expires_at = NULL,
+    updated_at = ?, finished_at = ?
+WHERE id = ?
+"""
+# End an attempt and queue another (retry, lease expiry, release). ``max_attempts`` grows by the
+# last parameter: 1 when the attempt is not to be charged (a release on shutdown), else 0.
+SQL_REQUEUE = """
+UPDATE atfg_traversers
+SET status = 'queued', error = ?, lease_worker = NULL, lease_expires_at = NULL,
+    max_attempts = max_attempts + ?, available_at = ?, updated_at = ?
+WHERE id = ?
+"""
+# The reaper: leases that ran out (their worker died or hung), via atfg_traversers_leases.
+SQL_EXPIRED_LEASES = """
+SELECT id, node_id, attempt, max_attempts FROM atfg_traversers
+WHERE status = 'running' AND lease_expires_at < ? ORDER BY lease_expires_at LIMIT ?
+"""
+# Listing by status, newest last (atfg_traversers_by_status).
+SQL_LIST_TRAVERSERS = "SELECT * FROM atfg_traversers WHERE status = ? ORDER BY created_at DESC LIMIT ?"
+
+# -- steps, checkpoints, memory ---------------------------------------------------------------
+
+# Record a child step; a step already recorded is never overwritten (replay returns it).
+SQL_INSERT_STEP = """
+INSERT OR IGNORE INTO atfg_steps
+    (traverser_id, step_key, seq, target, status, attempt, result, error, created_at)
+VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)
+"""
+# A traverser's steps in path order (primary key prefix).
+SQL_STEPS = "SELECT * FROM atfg_steps WHERE traverser_id = ? ORDER BY seq, created_at"
+SQL_CHECKPOINTS = "SELECT name, value, revision FROM atfg_checkpoints WHERE traverser_id = ?"
+SQL_GET_CHECKPOINT = "SELECT value, revision FROM atfg_checkpoints WHERE traverser_id = ? AND name = ?"
+SQL_UPSERT_CHECKPOINT = """
+INSERT INTO atfg_checkpoints (traverser_id, name, value, revision, updated_at) VALUES (?, ?, ?, ?, ?)
+ON CONFLICT (traverser_id, name) DO UPDATE SET value = excluded.value, revision = excluded.revision,
+    updated_at = excluded.updated_at
+"""
+SQL_GET_MEMORY = "SELECT value, revision FROM atfg_memory WHERE scope = ? AND key = ?"
+SQL_UPSERT_MEMORY = """
+INSERT INTO atfg_memory (scope, key, value, revision, updated_at) VALUES (?, ?, ?, ?, ?)
+ON CONFLICT (scope, key) DO UPDATE SET value = excluded.value, revision = excluded.revision,
+    updated_at = excluded.updated_at
+"""
+
+# -- approvals --------------------------------------------------------------------------------
+
+SQL_INSERT_APPROVAL = """
+INSERT INTO atfg_approvals
+    (id, traverser_id, operation_key, prompt, checkpoint, status, created_at, expires_at)
+VALUES (?, ?, ?, ?, ?, 'pending', ?, ?)
+"""
+SQL_GET_APPROVAL = "SELECT * FROM atfg_approvals WHERE id = ?"
+# Identity lookup (the UNIQUE (traverser_id, operation_key) index).
+SQL_APPROVAL_BY_KEY = "SELECT * FROM atfg_approvals WHERE traverser_id = ? AND operation_key = ?"
+SQL_APPROVALS_OF = "SELECT * FROM atfg_approvals WHERE traverser_id = ? ORDER BY created_at"
+# The single transition out of 'pending': the conditional update is the race's only winner.
+SQL_DECIDE = """
+UPDATE atfg_approvals SET status = ?, decided_by = ?, response = ?, decided_at = ?
+WHERE id = ? AND status = 'pending'
+"""
+# A cancelled traverser will never read its pending approvals: take them out of the inbox.
+SQL_EXPIRE_APPROVALS_OF = """
+UPDATE atfg_approvals SET status = 'expired', decided_by = 'system:cancelled', decided_at = ?
+WHERE traverser_id = ? AND status = 'pending'
+"""
+# The inbox, oldest first (atfg_approvals_pending).
+SQL_PENDING_APPROVALS = "SELECT * FROM atfg_approvals WHERE status = 'pending' ORDER BY created_at LIMIT ?"
+SQL_ALL_APPROVALS = "SELECT * FROM atfg_approvals ORDER BY created_at LIMIT ?"
+# The sweeper: pending approvals past their deadline (atfg_approvals_due).
+SQL_DUE_APPROVALS = """
+SELECT id FROM atfg_approvals
+WHERE status = 'pending' AND expires_at IS NOT NULL AND expires_at <= ? ORDER BY expires_at LIMIT ?
+"""
+
+# -- workers ----------------------------------------------------------------------------------
+
+SQL_INSERT_WORKER = """
+INSERT INTO atfg_workers (id, node_id, version, capacity, registered_at, last_seen) VALUES (?, ?, ?, ?, ?, ?)
+"""
+SQL_GET_WORKER = "SELECT * FROM atfg_workers WHERE id = ?"
+SQL_WORKER_SEEN = "UPDATE atfg_workers SET last_seen = ?, stats = COALESCE(?, stats) WHERE id = ?"
+SQL_WORKERS = "SELECT * FROM atfg_workers ORDER BY registered_at DESC LIMIT ?"
+
+_SWEEP_BATCH = 500
+
+
+def _rows(conn: sqlite3.Connection, sql: str, params: Sequence[Any] = ()) -> list[sqlite3.Row]:
+    cur = conn.cursor()
+    cur.row_factory = sqlite3.Row
+    return cur.execute(sql, params).fetchall()
+
+
+def _row(conn: sqlite3.Connection, sql: str, params: Sequence[Any] = ()) -> sqlite3.Row | None:
+    cur = conn.cursor()
+    cur.row_factory = sqlite3.Row
+    row: sqlite3.Row | None = cur.execute(sql, params).fetchone()
+    return row
+
+
+def new_id() -> str:
+    return uuid.uuid4().hex
+
+
+# -- JSON views (bytes stay bytes: embedded as fragments) --------------------------------------
+
+
+def traverser_view(row: sqlite3.Row) -> dict[str, Any]:
+    return {
+        "id": row["id"],
+        "target": row["target"],
+        "node_id": row["node_id"],
+        "version": row["version"],
+        "status": row["status"],
+        "attempt": row["attempt"],
+        "max_attempts": row["max_attempts"],
+        "input": fragment(row["input"]),
+        "result": fragment(row["result"]),
+        "error": fragment(row["error"]),
+        "waiting_on": row["waiting_on"],
+        "created_at": row["created_at"],
+        "updated_at": row["updated_at"],
+        "finished_at": row["finished_at"],
+    }
+
+
+def approval_view(row: sqlite3.Row) -> dict[str, Any]:
+    return {
+        "id": row["id"],
+        "traverser_id": row["traverser_id"],
+        "operation_key": row["operation_key"],
+        "status": row["status"],
+        "prompt": fragment(row["prompt"]),
+        "checkpoint": fragment(row["checkpoint"]),
+        "decided_by": row["decided_by"],
+        "response": fragment(row["response"]),
+        "created_at": row["created_at"],
+        "expires_at": row["expires_at"],
+        "decided_at": row["decided_at"],
+    }
+
+
+def step_view(row: sqlite3.Row) -> dict[str, Any]:
+    return {
+        "key": row["step_key"],
+        "seq": row["seq"],
+        "target": row["target"],
+        "status": row["status"],
+        "attempt": row["attempt"],
+        "result": fragment(row["result"]),
+        "error": fragment(row["error"]),
+    }
+
+
+def worker_view(row: sqlite3.Row) -> dict[str, Any]:
+    return {
+        "id": row["id"],
+        "node_id": row["node_id"],
+        "version": row["version"],
+        "capacity": row["capacity"],
+        "stats": fragment(row["stats"]),
+        "registered_at": row["registered_at"],
+        "last_seen": row["last_seen"],
+    }
+
+
+@dataclass(slots=True)
+class StepRecord:
+    """A child step the worker reports with its next write (saves a round trip per step)."""
+
+    key: str
+    seq: int
+    target: str
+    status: str
+    result: bytes | None
+    error: bytes | None
+
+
+@dataclass(slots=True)
+class SweepOutcome:
+    """What the sweeper changed: the nodes to wake and the traversers whose watchers to wake."""
+
+    nodes: set[str]
+    traversers: set[str]
+
+
+class GraphStore:
+    """The graph server's store on one SQLite file (shared with pyworkflow's tables)."""
+
+    def __init__(self, path: str, *, lease_seconds: float = 30.0, synchronous: str = "FULL") -> None:
+        migrations = load_migrations("atfgraph.server.migrations", "sqlite", "atfgraph")
+        self.db = SQLiteDatabase(path, migrations=migrations, synchronous=synchronous)
+        self.lease_seconds = lease_seconds
+
+    def close(self) -> None:
+        self.db.close()
+
+    def _read(self, fn: Callable[[sqlite3.Connection], T]) -> T:
+        return self.db.read(fn)
+
+    # -- lease checks ----------------------------------------------------------------------------
+
+    @staticmethod
+    def _leased(conn: sqlite3.Connection, traverser_id: str, epoch: int, now: float) -> sqlite3.Row:
+        """The traverser row if ``epoch`` is its live lease, else the transition is refused."""
+        row = _row(conn, SQL_GET_TRAVERSER, (traverser_id,))
+        if row is None:
+            raise not_found("traverser", traverser_id)
+        if row["status"] != TraverserStatus.RUNNING or row["epoch"] != epoch or row["lease_expires_at"] < now:
+            raise lease_lost(traverser_id)
+        return row
+
+    @staticmethod
+    def _record_steps(
+        conn: sqlite3.Connection, row: sqlite3.Row, steps: Sequence[StepRecord], now: float
+    ) -> None:
+        for step in steps:
+            conn.execute(
+                SQL_INSERT_STEP,
+                (
+                    row["id"],
+                    step.key,
+                    step.seq,
+                    step.target,
+                    step.status,
+                    row["attempt"],
+                    step.result,
+                    step.error,
+                    now,
+                ),
+            )
+
+    # -- traversers ------------------------------------------------------------------------------
+
+    async def submit(
+        self, target: str, input_json: bytes, max_attempts: int, idempotency_key: str | None = None
+    ) -> tuple[dict[str, Any], bool]:
+        """Queue a traverser; returns it and whether it was created (False: an earlier submission
+        with the same idempotency key, returned as it is now)."""
+        node_id, _, skill = target.partition(".")
+        ident = new_id()
+
+        def fn(conn: sqlite3.Connection) -> tuple[dict[str, Any], bool]:
+            now = time.time()
+            if idempotency_key is not None:
+                earlier = _row(conn, SQL_TRAVERSER_BY_KEY, (idempotency_key,))
+                if earlier is not None:
+                    if earlier["target"] != target or loads(earlier["input"]) != loads(input_json):
+                        raise ApiError(
+                            409,
+                            "idempotency_conflict",
+                            f"idempotency key {idempotency_key!r} was used for a different submission",
+                        )
+                    return traverser_view(earlier), False
+            conn.execute(
+                SQL_INSERT_TRAVERSER,
+                (ident, target, node_id, skill, input_json, max_attempts, idempotency_key, now, now, now),
+            )
+            row = _row(conn, SQL_GET_TRAVERSER, (ident,))
+            assert row is not None
+            return traverser_view(row), True
+
+        return await self.db.write(fn)
+
+    def get_traverser(self, traverser_id: str) -> dict[str, Any]:
+        row = self._read(lambda c: _row(c, SQL_GET_TRAVERSER, (traverser_id,)))
+        if row is None:
+            raise not_found("traverser", traverser_id)
+        return traverser_view(row)
+
+    def list_traversers(self, status: str, limit: int) -> list[dict[str, Any]]:
+        return [
+            traverser_view(r) for r in self._read(lambda c: _rows(c, SQL_LIST_TRAVERSERS, (status, limit)))
+        ]
+
+    def path(self, traverser_id: str) -> dict[str, Any]:
+        def fn(conn: sqlite3.Connection) -> dict[str, Any]:
+            row = _row(conn, SQL_GET_TRAVERSER, (traverser_id,))
+            if row is None:
+                raise not_found("traverser", traverser_id)
+            steps = [step_view(s) for s in _rows(conn, SQL_STEPS, (traverser_id,))]
+            return {"traverser": traverser_view(row), "steps": steps}
+
+        return self._read(fn)
+
+    async def cancel(self, traverser_id: str) -> dict[str, Any]:
+        def fn(conn: sqlite3.Connection) -> dict[str, Any]:
+            row = _row(conn, SQL_GET_TRAVERSER, (traverser_id,))
+            if row is None:
+                raise not_found("traverser", traverser_id)
+            if not TraverserStatus(row["status"]).is_terminal:
+                now = time.time()
+                error = dumps({"code": "cancelled", "message": "cancelled by request"})
+                conn.execute(
+                    SQL_FINISH, (TraverserStatus.CANCELLED.value, None, error, now, now, traverser_id)
+                )
+                conn.execute(SQL_EXPIRE_APPROVALS_OF, (now, traverser_id))
+                row = _row(conn, SQL_GET_TRAVERSER, (traverser_id,))
+                assert row is not None
+            return traverser_view(row)
+
+        return await self.db.write(fn)
+
+    # -- workers and leases ----------------------------------------------------------------------
+
+    async def register_worker(self, node_id: str, version: str, capacity: int) -> dict[str, Any]:
+        ident = new_id()
+
+        def fn(conn: sqlite3.Connection) -> dict[str, Any]:
+            now = time.time()
+            conn.execute(SQL_INSERT_WORKER, (ident, node_id, version, capacity, now, now))
+            row = _row(conn, SQL_GET_WORKER, (ident,))
+            assert row is not None
+            return worker_view(row)
+
+        return await self.db.write(fn)
+
+    def list_workers(self, limit: int) -> list[dict[str, Any]]:
+        return [worker_view(r) for r in self._read(lambda c: _rows(c, SQL_WORKERS, (limit,)))]
+
+    def get_worker(self, worker_id: str) -> dict[str, Any]:
+        row = self._read(lambda c: _row(c, SQL_GET_WORKER, (worker_id,)))
+        if row is None:
+            raise not_found("worker", worker_id)
+        return worker_view(row)
+
+    async def claim(self, worker_id: str, limit: int) -> list[dict[str, Any]]:
+        """Lease up to ``limit`` queued traversers of the worker's (node, version), each returned
+        with everything its handler reads on replay: checkpoints, recorded steps, approvals."""
+
+        def fn(conn: sqlite3.Connection) -> list[dict[str, Any]]:
+            now = time.time()
+            worker = _row(conn, SQL_GET_WORKER, (worker_id,))
+            if worker is None:
+                raise not_found("worker", worker_id)
+            ids = [r[0] for r in conn.execute(SQL_READY, (worker["node_id"], now, worker["version"], limit))]
+            tasks: list[dict[str, Any]] = []
+            expires = now + self.lease_seconds
+            for ident in ids:
+                conn.execute(SQL_CLAIM, (worker["version"], worker_id, expires, now, ident))
+                row = _row(conn, SQL_GET_TRAVERSER, (ident,))
+                assert row is not None
+                tasks.append(
+                    {
+                        "traverser": traverser_view(row),
+                        "epoch": row["epoch"],
+                        "lease_expires_at": expires,
+                        "checkpoints": {
+                            c["name"]: {"value": fragment(c["value"]), "revision": c["revision"]}
+                            for c in _rows(conn, SQL_CHECKPOINTS, (ident,))
+                        },
+                        "steps": [step_view(s) for s in _rows(conn, SQL_STEPS, (ident,))],
+                        "approvals": [approval_view(a) for a in _rows(conn, SQL_APPROVALS_OF, (ident,))],
+                    }
+                )
+            return tasks
+
+        return await self.db.write(fn)
+
+    async def heartbeat(
+        self, worker_id: str, leases: Sequence[tuple[str, int]], stats: bytes | None
+    ) -> list[str]:
+        """Extend the worker's leases; return the ids whose lease it no longer holds."""
+
+        def fn(conn: sqlite3.Connection) -> list[str]:
+            now = time.time()
+            if conn.execute(SQL_WORKER_SEEN, (now, stats, worker_id)).rowcount == 0:
+                raise not_found("worker", worker_id)
+            lost: list[str] = []
+            for ident, epoch in leases:
+                if conn.execute(SQL_RENEW, (now + self.lease_seconds, ident, epoch, worker_id)).rowcount == 0:
+                    lost.append(ident)
+            return lost
+
+        return await self.db.write(fn)
+
+    async def complete(
+        self, traverser_id: str, epoch: int, result: bytes, steps: Sequence[StepRecord]
+    ) -> None:
+        def fn(conn: sqlite3.Connection) -> None:
+            now = time.time()
+            row = self._leased(conn, traverser_id, epoch, now)
+            self._record_steps(conn, row, steps, now)
+            conn.execute(SQL_FINISH, (TraverserStatus.SUCCEEDED.value, result, None, now, now, traverser_id))
+
+        await self.db.write(fn)
+
+    async def fail(
+        self, traverser_id: str, epoch: int, error: bytes, retryable: bool, steps: Sequence[StepRecord]
+    ) -> str:
+        """End the attempt with an error: queued again while attempts remain and the error is
+        retryable, else failed. Returns the new status."""
+
+        def fn(conn: sqlite3.Connection) -> str:
+            now = time.time()
+            row = self._leased(conn, traverser_id, epoch, now)
+            self._record_steps(conn, row, steps, now)
+            if retryable and row["attempt"] < row["max_attempts"]:
+                conn.execute(SQL_REQUEUE, (error, 0, now, now, traverser_id))
+                return TraverserStatus.QUEUED.value
+            conn.execute(SQL_FINISH, (TraverserStatus.FAILED.value, None, error, now, now, traverser_id))
+            return TraverserStatus.FAILED.value
+
+        return await self.db.write(fn)
+
+    async def release(self, traverser_id: str, epoch: int, steps: Sequence[StepRecord]) -> None:
+        """Give a lease back unfinished (worker shutdown): queued again, the attempt not charged."""
+
+        def fn(conn: sqlite3.Connection) -> None:
+            now = time.time()
+            row = self._leased(conn, traverser_id, epoch, now)
+            self._record_steps(conn, row, steps, now)
+            conn.execute(SQL_REQUEUE, (row["error"], 1, now, now, traverser_id))
+
+        await self.db.write(fn)
+
+    # -- checkpoints and memory ------------------------------------------------------------------
+
+    async def save_checkpoint(
+        self,
+        traverser_id: str,
+        epoch: int,
+        name: str,
+        value: bytes,
+        expected_revision: int | None,
+        steps: Sequence[StepRecord],
+    ) -> int:
+        def fn(conn: sqlite3.Connection) -> int:
+            now = time.time()
+            row = self._leased(conn, traverser_id, epoch, now)
+            self._record_steps(conn, row, steps, now)
+            current = conn.execute(SQL_GET_CHECKPOINT, (traverser_id, name)).fetchone()
+            revision = 0 if current is None else int(current[1])
+            _check_revision("checkpoint", name, expected_revision, revision)
+            conn.execute(SQL_UPSERT_CHECKPOINT, (traverser_id, name, value, revision + 1, now))
+            return revision + 1
+
+        return await self.db.write(fn)
+
+    def get_checkpoint(self, traverser_id: str, name: str) -> dict[str, Any]:
+        def fn(conn: sqlite3.Connection) -> tuple[bool, Any]:
+            exists = conn.execute("SELECT 1 FROM atfg_traversers WHERE id = ?", (traverser_id,)).fetchone()
+            return exists is not None, conn.execute(SQL_GET_CHECKPOINT, (traverser_id, name)).fetchone()
+
+        exists, found = self._read(fn)
+        if not exists:
+            raise not_found("traverser", traverser_id)
+        if found is None:
+            raise not_found("checkpoint", name)
+        return {"traverser_id": traverser_id, "name": name, "value": fragment(found[0]), "revision": found[1]}
+
+    async def save_memory(
+        self,
+        scope: str,
+        key: str,
+        value: bytes,
+        expected_revision: int | None,
+        lease: tuple[str, int] | None,
+    ) -> int:
+        def fn(conn: sqlite3.Connection) -> int:
+            now = time.time()
+            if lease is not None:
+                self._leased(conn, lease[0], lease[1], now)
+            current = conn.execute(SQL_GET_MEMORY, (scope, key)).fetchone()
+            revision = 0 if current is None else int(current[1])
+            _check_revision("memory", f"{scope}/{key}", expected_revision, revision)
+            conn.execute(SQL_UPSERT_MEMORY, (scope, key, value, revision + 1, now))
+            return revision + 1
+
+        return await self.db.write(fn)
+
+    def get_memory(self, scope: str, key: str) -> dict[str, Any]:
+        found = self._read(lambda c: c.execute(SQL_GET_MEMORY, (scope, key)).fetchone())
+        if found is None:
+            raise not_found("memory", f"{scope}/{key}")
+        return {"scope": scope, "key": key, "value": fragment(found[0]), "revision": found[1]}
+
+    # -- approvals -------------------------------------------------------------------------------
+
+    async def request_approval(
+        self,
+        traverser_id: str,
+        epoch: int | None,
+        operation_key: str,
+        prompt: bytes,
+        checkpoint: bytes | None,
+        expires_in_seconds: float | None,
+        pause: bool,
+        steps: Sequence[StepRecord],
+    ) -> tuple[dict[str, Any], bool]:
+        """Find or create the approval (traverser, operation_key). Returns it and whether the
+        traverser is now paused on it (a pending approval requested with ``pause``)."""
+
+        def fn(conn: sqlite3.Connection) -> tuple[dict[str, Any], bool]:
+            now = time.time()
+            if epoch is not None:
+                row = self._leased(conn, traverser_id, epoch, now)
+                self._record_steps(conn, row, steps, now)
+            else:
+                if pause:
+                    raise ApiError(
+                        409, "lease_required", "pausing a traverser requires its task lease (epoch)"
+                    )
+                found = _row(conn, SQL_GET_TRAVERSER, (traverser_id,))
+                if found is None:
+                    raise not_found("traverser", traverser_id)
+                if TraverserStatus(found["status"]).is_terminal:
+                    raise ApiError(409, "invalid_state", f"traverser {traverser_id!r} is {found['status']}")
+            approval = _row(conn, SQL_APPROVAL_BY_KEY, (traverser_id, operation_key))
+            if approval is None:
+                ident = new_id()
+                expires_at = None if expires_in_seconds is None else now + expires_in_seconds
+                conn.execute(
+                    SQL_INSERT_APPROVAL,
+                    (ident, traverser_id, operation_key, prompt, checkpoint, now, expires_at),
+                )
+                approval = _row(conn, SQL_GET_APPROVAL, (ident,))
+                assert approval is not None
+            elif loads(approval["prompt"]) != loads(prompt):
+                raise ApiError(
+                    409,
+                    "approval_conflict",
+                    f"operation key {operation_key!r} was already used with a different prompt",
+                )
+            paused = False
+            if pause and approval["status"] == ApprovalStatus.PENDING:
+                conn.execute(SQL_PAUSE, (approval["id"], now, traverser_id, epoch))
+                paused = True
+            return approval_view(approval), paused
+
+        return await self.db.write(fn)
+
+    def get_approval(self, approval_id: str) -> dict[str, Any]:
+        row = self._read(lambda c: _row(c, SQL_GET_APPROVAL, (approval_id,)))
+        if row is None:
+            raise not_found("approval", approval_id)
+        return approval_view(row)
+
+    def list_approvals(
+        self, status: str | None, traverser_id: str | None, limit: int
+    ) -> list[dict[str, Any]]:
+        def fn(conn: sqlite3.Connection) -> list[sqlite3.Row]:
+            if traverser_id is not None:
+                rows = _rows(conn, SQL_APPROVALS_OF, (traverser_id,))
+                return [r for r in rows if status is None or r["status"] == status][:limit]
+            if status == ApprovalStatus.PENDING:
+                return _rows(conn, SQL_PENDING_APPROVALS, (limit,))
+            if status is None:
+                return _rows(conn, SQL_ALL_APPROVALS, (limit,))
+            return [r for r in _rows(conn, SQL_ALL_APPROVALS, (limit,)) if r["status"] == status]
+
+        return [approval_view(r) for r in self._read(fn)]
+
+    async def decide(
+        self, approval_id: str, decision: str, response: bytes | None, decided_by: str
+    ) -> tuple[dict[str, Any], str | None]:
+        """Record a decision and, in the same transaction, queue the continuation of a traverser
+        paused on it. Returns the approval and the node to wake (None when nothing was queued)."""
+
+        def fn(conn: sqlite3.Connection) -> tuple[dict[str, Any], str | None]:
+            now = time.time()
+            row = _row(conn, SQL_GET_APPROVAL, (approval_id,))
+            if row is None:
+                raise not_found("approval", approval_id)
+            if row["status"] != ApprovalStatus.PENDING:
+                if row["status"] == decision:
+                    return approval_view(row), None  # the same decision again: idempotent
+                raise ApiError(
+                    409, "approval_decided", f"approval {approval_id!r} is already {row['status']}"
+                )
+            conn.execute(SQL_DECIDE, (decision, decided_by, response, now, approval_id))
+            node = self._continue(conn, row["traverser_id"], approval_id, now)
+            decided = _row(conn, SQL_GET_APPROVAL, (approval_id,))
+            assert decided is not None
+            return approval_view(decided), node
+
+        return await self.db.write(fn)
+
+    @staticmethod
+    def _continue(conn: sqlite3.Connection, traverser_id: str, approval_id: str, now: float) -> str | None:
+        if conn.execute(SQL_CONTINUE, (now, now, traverser_id, approval_id)).rowcount == 0:
+            return None  # not paused on this approval (pause=False, or cancelled)
+        found = conn.execute("SELECT node_id FROM atfg_traversers WHERE id = ?", (traverser_id,)).fetchone()
+        return str(found[0])
+
+    # -- the sweeper's transitions ---------------------------------------------------------------
+
+    async def sweep(self) -> SweepOutcome:
+        """Expire due approvals (resuming their traversers) and reap expired leases (retrying or
+        failing their traversers). Safe to run at any time, including right after a restart, when
+        it catches up on everything that fell due while the server was down."""
+
+        def fn(conn: sqlite3.Connection) -> SweepOutcome:
+            now = time.time()
+            out = SweepOutcome(set(), set())
+            for (approval_id,) in conn.execute(SQL_DUE_APPROVALS, (now, _SWEEP_BATCH)).fetchall():
+                conn.execute(
+                    SQL_DECIDE, (ApprovalStatus.EXPIRED.value, "system:expiry", None, now, approval_id)
+                )
+                tid = conn.execute(
+                    "SELECT traverser_id FROM atfg_approvals WHERE id = ?", (approval_id,)
+                ).fetchone()[0]
+                node = self._continue(conn, tid, approval_id, now)
+                if node is not None:
+                    out.nodes.add(node)
+                    out.traversers.add(tid)
+            for tid, node, attempt, max_attempts in conn.execute(
+                SQL_EXPIRED_LEASES, (now, _SWEEP_BATCH)
+            ).fetchall():
+                message = f"lease expired during attempt {attempt} (worker lost or hung)"
+                if attempt < max_attempts:
+                    conn.execute(
+                        SQL_REQUEUE, (dumps({"code": "lease_expired", "message": message}), 0, now, now, tid)
+                    )
+                    out.nodes.add(node)
+                else:
+                    error = dumps({"code": "lease_expired", "message": f"{message}; no attempts left"})
+                    conn.execute(SQL_FINISH, (TraverserStatus.FAILED.value, None, error, now, now, tid))
+                out.traversers.add(tid)
+            return out
+
+        return await self.db.write(fn)
+
+
+def _check_revision(kind: str, name: str, expected: int | None, current: int) -> None:
+    if expected is not None and expected != current:
+        raise ApiError(
+            409,
+            "revision_conflict",
+            f"{kind} {name!r} is at revision {current}, not the expected {expected}",
+        )

@@ -1,0 +1,1 @@
+"""atfgraph schema migrations, one folder per dialect."""

@@ -1,0 +1,151 @@
+"""Real processes for the acceptance tests: a graph server on a free port and a temporary SQLite
+file, and workers, each a subprocess that can be SIGKILLed and started again."""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import httpx
+
+REPO = Path(__file__).resolve().parents[3]
+HERE = Path(__file__).resolve().parent
+#: Short leases so that a killed worker's attempt is retried within seconds.
+LEASE_SECONDS = 1.5
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port: int = sock.getsockname()[1]
+        return port
+
+
+def base_env(url: str, home: Path) -> dict[str, str]:
+    env = dict(os.environ)
+    env["ATFGRAPH_SERVER"] = url
+    env["ATFGRAPH_HOME"] = str(home)
+    env["ATFGRAPH_LEASE_SECONDS"] = str(LEASE_SECONDS)
+    env["ATFGRAPH_SWEEP_SECONDS"] = "0.05"
+    env["PYTHONPATH"] = os.pathsep.join([str(HERE), str(REPO)])
+    return env
+
+
+class ServerProcess:
+    """``python -m atfgraph.server`` on a fixed port and database file, restartable."""
+
+    def __init__(self, home: Path) -> None:
+        self.home = home
+        self.db_path = home / "graph.db"
+        self.port = free_port()
+        self.url = f"http://127.0.0.1:{self.port}"
+        self.env = base_env(self.url, home)
+        self.proc: subprocess.Popen[bytes] | None = None
+        self.log = home / "server.log"
+
+    def start(self) -> None:
+        with open(self.log, "ab") as log:
+            self.proc = subprocess.Popen(
+                [
+                    sys.executable,
+                    "-m",
+                    "atfgraph.server",
+                    "--port",
+                    str(self.port),
+                    "--db",
+                    str(self.db_path),
+                ],
+                cwd=REPO,
+                env=self.env,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+            )
+        wait_until(lambda: _ready(self.url), 20, f"server on {self.url} never became ready; see {self.log}")
+
+    def kill(self) -> None:
+        """SIGKILL: no shutdown code runs."""
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGKILL)
+            self.proc.wait(10)
+
+    def stop(self) -> None:
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.terminate()
+            try:
+                self.proc.wait(10)
+            except subprocess.TimeoutExpired:
+                self.kill()
+
+    def get(self, path: str, **params: Any) -> Any:
+        response = httpx.get(self.url + "/api/v2" + path, params=params, timeout=10)
+        response.raise_for_status()
+        return response.json()
+
+    def workers(self, node_id: str | None = None) -> list[dict[str, Any]]:
+        items: list[dict[str, Any]] = self.get("/workers")["items"]
+        return [w for w in items if node_id is None or w["node_id"] == node_id]
+
+
+class WorkerProcess:
+    """``python -m atfgraph.worker --module ...`` against a server."""
+
+    def __init__(
+        self, server: ServerProcess, module: str, *args: str, env: dict[str, str] | None = None
+    ) -> None:
+        self.server = server
+        self.module = module
+        self.args = args
+        self.env = {**server.env, **(env or {})}
+        self.proc: subprocess.Popen[bytes] | None = None
+        self.log = server.home / f"worker-{time.monotonic_ns()}.log"
+
+    def start(self, wait_registered: bool = True) -> WorkerProcess:
+        before = len(self.server.workers()) if wait_registered else 0
+        with open(self.log, "ab") as log:
+            self.proc = subprocess.Popen(
+                [sys.executable, "-m", "atfgraph.worker", "--module", self.module, *self.args],
+                cwd=REPO,
+                env=self.env,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+            )
+        if wait_registered:
+            wait_until(
+                lambda: len(self.server.workers()) > before, 20, f"worker never registered; see {self.log}"
+            )
+        return self
+
+    def kill(self) -> None:
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGKILL)
+            self.proc.wait(10)
+
+    def terminate(self, timeout: float = 20) -> int:
+        assert self.proc is not None
+        self.proc.terminate()
+        return self.proc.wait(timeout)
+
+    def output(self) -> str:
+        return self.log.read_text(errors="replace")
+
+
+def _ready(url: str) -> bool:
+    try:
+        return httpx.get(url + "/readyz", timeout=1).status_code == 200
+    except httpx.HTTPError:
+        return False
+
+
+def wait_until(predicate: Any, seconds: float, message: str) -> None:
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        if predicate():
+            return
+        time.sleep(0.05)
+    raise AssertionError(message)

@@ -1,0 +1,175 @@
+"""Rules 5-7: checkpoint revisions under a live lease, version-pinned continuations, lease
+expiry after SIGKILL, HandlerError surfaced in ``client.get(...).error``."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable
+
+import httpx
+import pytest
+from atfg_harness import ServerProcess, WorkerProcess, wait_until
+from atfg_waits import only_approval, reach
+
+from atfgraph import Client, NotFoundError
+
+
+async def test_rule5_checkpoint_revisions_and_conflicts(
+    server: ServerProcess, spawn_worker: Callable[..., WorkerProcess], client: Client
+) -> None:
+    spawn_worker()
+    handle = await client.submit("tester.revisions")
+    result = await handle.result(timeout=15)
+    assert result == {
+        "first": 1,
+        "create_twice": "revision_conflict",
+        "second": 2,
+        "stale": "revision_conflict",
+        "unchecked": 3,
+        "loaded": {"n": 3},
+        "missing": "dflt",
+        "memory_first": 1,
+        "memory_conflict": "revision_conflict",
+        "memory_loaded": {"v": 1},
+    }
+    saved = await client.get_checkpoint(handle.id, "c")
+    assert (saved.value, saved.revision) == ({"n": 3}, 3)
+    with pytest.raises(NotFoundError):
+        await client.get_checkpoint(handle.id, "never-saved")
+    with pytest.raises(NotFoundError):
+        await client.get_checkpoint("no-such-traverser", "c")
+    memory = await client.get_memory("shared", "m")
+    assert (memory.value, memory.revision) == ({"v": 1}, 1)
+
+    # Writes need the live task lease: the finished traverser's last epoch no longer counts.
+    async with httpx.AsyncClient(base_url=server.url) as http:
+        for epoch in (1, 2, 99):
+            r = await http.put(
+                f"/api/v2/traversers/{handle.id}/checkpoints/c", json={"value": 1, "epoch": epoch}
+            )
+            assert r.status_code == 409 and r.json()["error"]["code"] == "lease_lost"
+        r = await http.put(
+            "/api/v2/memory/shared/m", json={"value": 1, "traverser_id": handle.id, "epoch": 1}
+        )
+        assert r.status_code == 409 and r.json()["error"]["code"] == "lease_lost"
+        r = await http.put("/api/v2/memory/shared/m", json={"value": 2, "expected_revision": 5})
+        assert r.status_code == 409 and r.json()["error"]["code"] == "revision_conflict"
+    assert (await client.get_checkpoint(handle.id, "c")).revision == 3
+
+
+async def test_rule5_checkpoints_survive_a_pause(
+    spawn_worker: Callable[..., WorkerProcess], client: Client
+) -> None:
+    spawn_worker()
+    handle = await client.submit("tester.resumable")
+    await reach(client, handle.id, "waiting")
+    await client.decide_approval(str((await only_approval(client, handle.id))["id"]), "approved")
+    assert await handle.result(timeout=15) == {"progress": {"prepared_on": 1}, "status": "approved"}
+
+
+async def test_rule6_continuations_go_only_to_the_same_version(
+    server: ServerProcess, spawn_worker: Callable[..., WorkerProcess], client: Client
+) -> None:
+    v1 = spawn_worker(env={"ATFG_TEST_VERSION": "1.0.0"})
+    handle = await client.submit("tester.pausing", {"key": "v"})
+    info = await reach(client, handle.id, "waiting")
+    assert info.version == "1.0.0"
+    assert v1.terminate() == 0
+    spawn_worker(env={"ATFG_TEST_VERSION": "2.0.0"})
+    await client.decide_approval(str((await only_approval(client, handle.id))["id"]), "approved")
+    await asyncio.sleep(1.0)
+    # The 2.0.0 worker is idle and long-polling, yet the continuation stays queued.
+    assert (await client.get(handle.id)).status == "queued"
+    # New work is not pinned yet, so the 2.0.0 worker takes it.
+    fresh = await client.submit("tester.pausing", {"key": "fresh"})
+    assert (await reach(client, fresh.id, "waiting")).version == "2.0.0"
+    spawn_worker(env={"ATFG_TEST_VERSION": "1.0.0"})
+    result = await handle.result(timeout=15)
+    assert (result["version"], result["attempt"]) == ("1.0.0", 2)
+
+
+async def test_rule7_sigkilled_worker_lease_expires_and_attempt_is_retried(
+    server: ServerProcess, spawn_worker: Callable[..., WorkerProcess], client: Client
+) -> None:
+    first = spawn_worker()
+    handle = await client.submit("tester.sleeper", {"seconds": 120}, max_attempts=2)
+    await reach(client, handle.id, "running")
+    wait_until(lambda: _has_checkpoint(server, handle.id), 10, "attempt 1 never started")
+    first.kill()
+    spawn_worker()
+    assert await handle.result(timeout=30) == {"attempt": 2}
+    info = await client.get(handle.id)
+    assert (info.attempt, info.max_attempts, info.status) == (2, 2, "succeeded")
+
+
+async def test_rule7_crashes_count_against_max_attempts(
+    server: ServerProcess, spawn_worker: Callable[..., WorkerProcess], client: Client
+) -> None:
+    worker = spawn_worker()
+    handle = await client.submit("tester.sleeper", {"seconds": 120}, max_attempts=1)
+    await reach(client, handle.id, "running")
+    worker.kill()
+    info = await reach(client, handle.id, "failed", seconds=20)
+    assert info.error is not None and info.error.code == "lease_expired"
+    assert info.attempt == 1
+
+
+async def test_rule7_handler_error_code_and_message_reach_client_get(
+    spawn_worker: Callable[..., WorkerProcess], client: Client
+) -> None:
+    spawn_worker()
+    handle = await client.submit(
+        "tester.refuse", {"code": "ticket_not_found", "message": "unknown ticket 'XX'"}
+    )
+    info = await reach(client, handle.id, "failed")
+    assert info.error is not None
+    assert (info.error.code, info.error.message) == ("ticket_not_found", "unknown ticket 'XX'")
+    assert info.attempt == 1  # a HandlerError is the handler's answer, not retried
+
+    crashing = await client.submit("tester.crash", max_attempts=3)
+    info = await reach(client, crashing.id, "failed")
+    assert info.error is not None and info.error.code == "RuntimeError"
+    assert info.error.message == "crash on attempt 3"
+
+    bad_input = await client.submit("tester.lookup", {"wrong": 1})
+    info = await reach(client, bad_input.id, "failed")
+    assert info.error is not None and info.error.code == "invalid_input" and info.attempt == 1
+
+
+async def test_sigterm_finishes_running_handlers_and_releases_the_rest(
+    server: ServerProcess, spawn_worker: Callable[..., WorkerProcess], client: Client
+) -> None:
+    worker = spawn_worker()
+    finishing = await client.submit("tester.slow_finish", {"seconds": 1.0})
+    await reach(client, finishing.id, "running")
+    assert worker.terminate() == 0
+    assert (await client.get(finishing.id)).status == "succeeded"
+
+    impatient = spawn_worker("atfg_agents:app", "--grace-seconds", "0.2")
+    held = await client.submit("tester.slow_finish", {"seconds": 30.0}, max_attempts=1)
+    await reach(client, held.id, "running")
+    assert impatient.terminate() == 0
+    info = await client.get(held.id)
+    # Released, not failed: the attempt was not charged.
+    assert (info.status, info.max_attempts) == ("queued", 2)
+    assert '"released": 1' in impatient.output()
+
+
+def _has_checkpoint(server: ServerProcess, traverser_id: str) -> bool:
+    try:
+        server.get(f"/traversers/{traverser_id}/checkpoints/started")
+    except httpx.HTTPStatusError:
+        return False
+    return True
+
+
+async def test_heartbeats_keep_a_long_attempt_alive(
+    spawn_worker: Callable[..., WorkerProcess], client: Client
+) -> None:
+    spawn_worker()
+    # Twice the 1.5 s lease, started right after the worker registered: heartbeats must already
+    # be running at a third of the lease, or the attempt would be reaped and retried.
+    handle = await client.submit("tester.slow_finish", {"seconds": 3.0}, max_attempts=1)
+    assert await handle.result(timeout=20) == "finished"
+    info = await client.get(handle.id)
+    assert (info.attempt, info.status) == (1, "succeeded")

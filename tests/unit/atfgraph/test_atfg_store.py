@@ -1,0 +1,173 @@
+"""The graph store's transitions on a temporary SQLite file: one transaction each, fenced by
+the lease epoch, indexed lookups only."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import AsyncIterator
+from pathlib import Path
+
+import pytest
+
+from atfgraph._json import dumps
+from atfgraph.server._errors import ApiError
+from atfgraph.server._store import GraphStore
+
+
+@pytest.fixture
+async def store(tmp_path: Path) -> AsyncIterator[GraphStore]:
+    s = GraphStore(str(tmp_path / "g.db"), lease_seconds=0.2)
+    yield s
+    s.close()
+
+
+async def claim_one(store: GraphStore, worker: str) -> dict[str, object]:
+    tasks = await store.claim(worker, 1)
+    assert len(tasks) == 1
+    return tasks[0]
+
+
+async def test_tables_are_prefixed_and_hot_queries_use_indexes(store: GraphStore) -> None:
+    names = store.db.read(
+        lambda c: [r[0] for r in c.execute("SELECT name FROM sqlite_master WHERE type='table'")]
+    )
+    assert sorted(n for n in names if n != "schema_migrations") == [
+        "atfg_approvals",
+        "atfg_checkpoints",
+        "atfg_memory",
+        "atfg_steps",
+        "atfg_traversers",
+        "atfg_workers",
+    ]
+    from atfgraph.server import _store as sql
+
+    for query, params in [
+        (sql.SQL_READY, ("n", 0.0, "1", 1)),
+        (sql.SQL_EXPIRED_LEASES, (0.0, 10)),
+        (sql.SQL_DUE_APPROVALS, (0.0, 10)),
+        (sql.SQL_PENDING_APPROVALS, (10,)),
+        (sql.SQL_APPROVAL_BY_KEY, ("t", "k")),
+        (sql.SQL_APPROVALS_OF, ("t",)),
+        (sql.SQL_STEPS, ("t",)),
+        (sql.SQL_CHECKPOINTS, ("t",)),
+        (sql.SQL_LIST_TRAVERSERS, ("waiting", 10)),
+    ]:
+        plan = store.db.read(lambda c, q=query, p=params: c.execute("EXPLAIN QUERY PLAN " + q, p).fetchall())
+        details = [str(row[-1]) for row in plan]
+        # "SCAN t USING INDEX i" walks an index in order (bounded by LIMIT); a bare SCAN reads a table.
+        assert not [d for d in details if d.startswith("SCAN") and "USING" not in d], (query, details)
+        assert any("INDEX" in d or "PRIMARY KEY" in d for d in details), (query, details)
+
+
+async def test_pause_decide_continue(store: GraphStore) -> None:
+    worker = (await store.register_worker("n", "1.0", 2))["id"]
+    trav, _ = await store.submit("n.skill", b"{}", max_attempts=1)
+    task = await claim_one(store, worker)
+    epoch = task["epoch"]
+    assert isinstance(epoch, int)
+    approval, paused = await store.request_approval(trav["id"], epoch, "k", b'"p"', None, None, True, [])
+    assert paused and approval["status"] == "pending"
+    view = store.get_traverser(trav["id"])
+    assert (view["status"], view["waiting_on"]) == ("waiting", approval["id"])
+    # The pause closed the lease: the old epoch can no longer write.
+    with pytest.raises(ApiError) as lost:
+        await store.save_checkpoint(trav["id"], epoch, "c", b"1", None, [])
+    assert lost.value.code == "lease_lost"
+
+    decided, node = await store.decide(approval["id"], "approved", b'{"ok":1}', "owner")
+    assert (decided["status"], node) == ("approved", "n")
+    view = store.get_traverser(trav["id"])
+    assert (view["status"], view["max_attempts"]) == ("queued", 2)
+    again = await claim_one(store, worker)
+    assert again["epoch"] == epoch + 1
+    assert [a["status"] for a in again["approvals"]] == ["approved"]  # type: ignore[union-attr]
+    assert store.get_traverser(trav["id"])["attempt"] == 2
+
+
+async def test_version_is_pinned_by_the_first_claim(store: GraphStore) -> None:
+    v1 = (await store.register_worker("n", "1", 1))["id"]
+    v2 = (await store.register_worker("n", "2", 1))["id"]
+    trav, _ = await store.submit("n.skill", b"{}", max_attempts=3)
+    task = await claim_one(store, v1)
+    await store.request_approval(trav["id"], task["epoch"], "k", b"1", None, None, True, [])  # type: ignore[arg-type]
+    approval = store.list_approvals("pending", trav["id"], 10)[0]
+    await store.decide(approval["id"], "approved", None, "owner")
+    assert await store.claim(v2, 5) == []
+    assert (await claim_one(store, v1))["traverser"]["version"] == "1"  # type: ignore[index]
+
+
+async def test_decision_racing_expiry_has_one_winner(store: GraphStore) -> None:
+    worker = (await store.register_worker("n", "1", 1))["id"]
+    trav, _ = await store.submit("n.skill", b"{}", max_attempts=1)
+    task = await claim_one(store, worker)
+    approval, _ = await store.request_approval(trav["id"], task["epoch"], "k", b"1", None, 0.0, True, [])  # type: ignore[arg-type]
+    decide = asyncio.ensure_future(store.decide(approval["id"], "approved", None, "owner"))
+    sweep = asyncio.ensure_future(store.sweep())
+    results = await asyncio.gather(decide, sweep, return_exceptions=True)
+    final = store.get_approval(approval["id"])
+    assert final["status"] in ("approved", "expired")
+    if final["status"] == "expired":
+        assert isinstance(results[0], ApiError) and results[0].code == "approval_decided"
+    view = store.get_traverser(trav["id"])
+    assert (view["status"], view["max_attempts"]) == ("queued", 2)  # continued exactly once
+
+
+async def test_expired_lease_is_retried_then_failed(store: GraphStore) -> None:
+    worker = (await store.register_worker("n", "1", 1))["id"]
+    trav, _ = await store.submit("n.skill", b"{}", max_attempts=2)
+    first = await claim_one(store, worker)
+    time.sleep(0.25)
+    await store.sweep()
+    assert store.get_traverser(trav["id"])["status"] == "queued"
+    with pytest.raises(ApiError):  # the old attempt is fenced off
+        await store.complete(trav["id"], first["epoch"], b"1", [])  # type: ignore[arg-type]
+    await claim_one(store, worker)
+    time.sleep(0.25)
+    await store.sweep()
+    view = store.get_traverser(trav["id"])
+    assert view["status"] == "failed" and view["attempt"] == 2
+
+
+async def test_heartbeat_extends_only_held_leases(tmp_path: Path) -> None:
+    store = GraphStore(str(tmp_path / "hb.db"), lease_seconds=1.0)
+    try:
+        worker = (await store.register_worker("n", "1", 1))["id"]
+        trav, _ = await store.submit("n.skill", b"{}", max_attempts=2)
+        epoch = (await claim_one(store, worker))["epoch"]
+        assert isinstance(epoch, int)
+        assert await store.heartbeat(worker, [(trav["id"], epoch), ("other", 1)], dumps({})) == ["other"]
+        time.sleep(0.6)
+        assert await store.heartbeat(worker, [(trav["id"], epoch)], None) == []
+        time.sleep(0.6)  # past the first deadline, well before the renewed one
+        await store.sweep()
+        assert store.get_traverser(trav["id"])["status"] == "running"
+        assert await store.heartbeat(worker, [(trav["id"], epoch - 1)], None) == [trav["id"]]  # fenced
+    finally:
+        store.close()
+
+
+async def test_checkpoint_compare_and_set(store: GraphStore) -> None:
+    worker = (await store.register_worker("n", "1", 1))["id"]
+    trav, _ = await store.submit("n.skill", b"{}", max_attempts=2)
+    epoch = (await claim_one(store, worker))["epoch"]
+    assert isinstance(epoch, int)
+    assert await store.save_checkpoint(trav["id"], epoch, "c", b"1", 0, []) == 1
+    for stale in (0, 2):
+        with pytest.raises(ApiError) as conflict:
+            await store.save_checkpoint(trav["id"], epoch, "c", b"2", stale, [])
+        assert (conflict.value.status, conflict.value.code) == (409, "revision_conflict")
+    assert await store.save_checkpoint(trav["id"], epoch, "c", b"3", 1, []) == 2
+    assert store.get_checkpoint(trav["id"], "c")["revision"] == 2
+
+
+async def test_idempotent_submission(store: GraphStore) -> None:
+    first, created = await store.submit("n.skill", b'{"a":1}', 3, "key-1")
+    again, created_again = await store.submit("n.skill", b'{"a": 1}', 3, "key-1")
+    assert (created, created_again) == (True, False) and again["id"] == first["id"]
+    other, _ = await store.submit("n.skill", b'{"a":1}', 3, None)
+    assert other["id"] != first["id"]
+    for target, payload in (("n.other", b'{"a":1}'), ("n.skill", b'{"a":2}')):
+        with pytest.raises(ApiError) as conflict:
+            await store.submit(target, payload, 3, "key-1")
+        assert (conflict.value.status, conflict.value.code) == (409, "idempotency_conflict")

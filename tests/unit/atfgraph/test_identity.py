@@ -1,0 +1,102 @@
+"""Tokens, roles and the audit trail on a real SQLite file."""
+
+from __future__ import annotations
+
+import os
+import stat
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from atfgraph._credentials import load_token
+from atfgraph.server._identity import (
+    Identity,
+    IdentityError,
+    Permission,
+    Principal,
+    Role,
+    identity_migrations,
+)
+from pyworkflow.store._sqlite_db import SQLiteDatabase
+
+
+@pytest.fixture
+def identity(tmp_path: Path) -> Iterator[Identity]:
+    db = SQLiteDatabase(tmp_path / "graph.db", migrations=identity_migrations())
+    yield Identity(db)
+    db.close()
+
+
+async def test_a_token_verifies_until_revoked_and_only_its_digest_is_stored(
+    identity: Identity, tmp_path: Path
+) -> None:
+    info, raw = await identity.create_token("alice", "reviewer", created_by=None)
+    assert raw.startswith(f"atfg_{info.id}_") and len(raw) == 5 + 16 + 1 + 32
+    principal = identity.verify(raw)
+    assert principal == Principal(info.id, "alice", Role.REVIEWER)
+    assert principal.can(Permission.DECIDE) and not principal.can(Permission.SUBMIT)
+    # wrong secret with a real id, truncated, garbage, None: all anonymous
+    assert identity.verify(raw[:-1] + ("A" if raw[-1] != "A" else "B")) is None
+    assert identity.verify(raw[:-3]) is None
+    assert identity.verify("Bearer " + raw) is None
+    assert identity.verify(None) is None
+    assert await identity.revoke(info.id) is True
+    assert await identity.revoke(info.id) is False
+    assert identity.verify(raw) is None
+    identity.db.close()
+    dump = b"".join(p.read_bytes() for p in tmp_path.glob("graph.db*"))
+    assert raw.encode() not in dump and raw.split("_")[2].encode() not in dump
+
+
+async def test_bad_token_administration_is_refused(identity: Identity) -> None:
+    for name in ("", "   ", "x" * 101, 7):
+        with pytest.raises(IdentityError):
+            await identity.create_token(name, "reviewer", created_by=None)  # type: ignore[arg-type]
+    with pytest.raises(IdentityError, match="role must be one of"):
+        await identity.create_token("bob", "superuser", created_by=None)
+    admin = Principal("0" * 16, "admin", Role.ADMINISTRATOR)
+    with pytest.raises(PermissionError):
+        await identity.create_token("root", "owner", created_by=admin)
+    for bad in ("nope", "0" * 16, "'; DROP TABLE atfg_tokens; --"):
+        with pytest.raises(IdentityError):
+            await identity.revoke(bad)
+    assert identity.count() == 0
+
+
+async def test_bootstrap_writes_a_private_credentials_file_once(identity: Identity, tmp_path: Path) -> None:
+    home = tmp_path / "home"
+    path = await identity.bootstrap(home, "http://127.0.0.1:7878")
+    assert path == home / "credentials.json"
+    assert stat.S_IMODE(os.stat(path).st_mode) == 0o600
+    assert await identity.bootstrap(home, "http://127.0.0.1:7878") is None
+    owner = load_token("owner", home)
+    worker = load_token("worker", home)
+    assert owner and worker and owner != worker
+    assert identity.verify(owner) is not None and identity.verify(owner).role is Role.OWNER  # type: ignore[union-attr]
+    assert identity.verify(worker).role is Role.WORKER  # type: ignore[union-attr]
+    assert {t.role for t in await identity.list_tokens()} == {Role.OWNER, Role.WORKER}
+
+
+async def test_env_token_wins_over_the_file(
+    identity: Identity, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    await identity.bootstrap(tmp_path, "http://x")
+    monkeypatch.setenv("ATFGRAPH_TOKEN", "atfg_from_env")
+    assert load_token("owner", tmp_path) == "atfg_from_env"
+    monkeypatch.delenv("ATFGRAPH_TOKEN")
+    assert load_token("owner", tmp_path / "missing") is None
+
+
+async def test_audit_records_who_what_and_outcome(identity: Identity) -> None:
+    who = Principal("1" * 16, "alice", Role.REVIEWER)
+    await identity.audit(
+        who, "approval.decide", target="appr1", outcome="allowed", detail={"decision": "approved"}
+    )
+    await identity.audit(None, "approval.decide", target="appr1", outcome="denied")
+    entries = await identity.list_audit(target="appr1")
+    assert [(e["principal"], e["outcome"]) for e in entries] == [
+        ("anonymous", "denied"),
+        ("alice", "allowed"),
+    ]
+    assert entries[1]["detail"] == {"decision": "approved"}
