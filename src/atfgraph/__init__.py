@@ -15,6 +15,7 @@ from ._errors import (
     ApprovalDecidedError,
     AtfgraphError,
     ConflictError,
+    ForbiddenError,
     HandlerError,
     NotFoundError,
     RevisionConflictError,
@@ -22,6 +23,7 @@ from ._errors import (
     ServerUnavailableError,
     TraverserFailedError,
     TraverserTimeoutError,
+    UnauthenticatedError,
 )
 from ._models import (
     ApprovalStatus,
@@ -43,6 +45,7 @@ __all__ = [
     "Client",
     "ConflictError",
     "ErrorInfo",
+    "ForbiddenError",
     "HandlerError",
     "NotFoundError",
     "PathItem",
@@ -57,5 +60,6 @@ __all__ = [
     "TraverserPath",
     "TraverserStatus",
     "TraverserTimeoutError",
+    "UnauthenticatedError",
     "current_context",
 ]

@@ -47,10 +47,13 @@ class TraverserHandle:
 
 class Client:
     """``async with Client() as client:`` — talks to ``server_url``, else ``ATFGRAPH_SERVER``,
-    else http://127.0.0.1:7878, over one keep-alive connection pool."""
+    else http://127.0.0.1:7878, over one keep-alive connection pool. ``token`` defaults to
+    ``$ATFGRAPH_TOKEN``, else the owner credential a local server wrote on its first start."""
 
-    def __init__(self, server_url: str | None = None, *, timeout: float = 30.0) -> None:
-        self._transport = Transport(server_url, timeout=timeout)
+    def __init__(
+        self, server_url: str | None = None, *, timeout: float = 30.0, token: str | None = None
+    ) -> None:
+        self._transport = Transport(server_url, timeout=timeout, token=token, kind="owner")
 
     @property
     def server_url(self) -> str:

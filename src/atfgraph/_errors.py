@@ -4,6 +4,8 @@
     ├── HandlerError            raised by a handler: fails the traverser with its code and message
     ├── ServerError             the server answered with an error (``code``, ``status``)
     │   ├── NotFoundError           404: unknown traverser, approval, checkpoint, ...
+    │   ├── UnauthenticatedError    401: no valid bearer token
+    │   ├── ForbiddenError          403: the token's role may not do this
     │   └── ConflictError           409
     │       ├── ApprovalConflictError   same operation key, different prompt (approval_conflict)
     │       ├── ApprovalDecidedError    a different decision was already recorded (approval_decided)
@@ -65,6 +67,14 @@ class NotFoundError(ServerError):
     """The requested object does not exist."""
 
 
+class UnauthenticatedError(ServerError):
+    """The server needs a valid bearer token (``$ATFGRAPH_TOKEN`` or the credentials file)."""
+
+
+class ForbiddenError(ServerError):
+    """The token is valid but its role may not do this."""
+
+
 class ConflictError(ServerError):
     """The request conflicts with the stored state."""
 
@@ -106,6 +116,8 @@ _BY_CODE: dict[str, type[ServerError]] = {
     "approval_conflict": ApprovalConflictError,
     "approval_decided": ApprovalDecidedError,
     "revision_conflict": RevisionConflictError,
+    "unauthenticated": UnauthenticatedError,
+    "forbidden": ForbiddenError,
 }
 
 

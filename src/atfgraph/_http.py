@@ -32,7 +32,9 @@ class _Connection:
 class HttpPool:
     """Keep-alive connections to one origin (``http://host:port`` or ``https://...``)."""
 
-    def __init__(self, base_url: str, timeout: float = 30.0, max_idle: int = 20) -> None:
+    def __init__(
+        self, base_url: str, timeout: float = 30.0, max_idle: int = 20, token: str | None = None
+    ) -> None:
         parts = urlsplit(base_url)
         if parts.scheme not in ("http", "https") or not parts.hostname:
             raise ValueError(f"server URL must be http(s)://host[:port], not {base_url!r}")
@@ -41,6 +43,9 @@ class HttpPool:
         self.prefix = parts.path.rstrip("/")
         self.ssl = ssl.create_default_context() if parts.scheme == "https" else None
         self.host_header = parts.netloc.encode("ascii")
+        if token is not None and ("\r" in token or "\n" in token or not token.isascii()):
+            raise ValueError("a bearer token is one line of ASCII")
+        self.auth_header = b"Authorization: Bearer %s\r\n" % token.encode("ascii") if token else b""
         self.timeout = timeout
         self.max_idle = max_idle
         self._idle: list[_Connection] = []
@@ -65,6 +70,7 @@ class HttpPool:
             f"{method} {target} HTTP/1.1\r\nHost: ".encode("ascii")
             + self.host_header
             + b"\r\nAccept: application/json\r\n"
+            + self.auth_header
         )
         if body is not None:
             head += b"Content-Type: application/json\r\nContent-Length: %d\r\n" % len(body)

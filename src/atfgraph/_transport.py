@@ -7,6 +7,7 @@ import os
 from typing import Any
 from urllib.parse import quote
 
+from ._credentials import load_token
 from ._errors import error_from_response
 from ._http import HttpPool
 from ._json import dumps, loads
@@ -26,9 +27,19 @@ def server_url(explicit: str | None = None) -> str:
 
 
 class Transport:
-    def __init__(self, base_url: str | None = None, timeout: float = 30.0) -> None:
+    """``token``: the bearer token; default ``$ATFGRAPH_TOKEN`` or, for a local server, the
+    ``kind`` credential (``owner`` for clients, ``worker`` for workers) from its credentials file."""
+
+    def __init__(
+        self,
+        base_url: str | None = None,
+        timeout: float = 30.0,
+        *,
+        token: str | None = None,
+        kind: str = "owner",
+    ) -> None:
         self.base_url = server_url(base_url)
-        self._pool = HttpPool(self.base_url, timeout=timeout)
+        self._pool = HttpPool(self.base_url, timeout=timeout, token=token or load_token(kind))
 
     async def request(
         self,

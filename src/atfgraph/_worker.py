@@ -63,10 +63,12 @@ class Worker:
         capacity: int | None = None,
         claim_wait_seconds: float = 20.0,
         grace_seconds: float = 10.0,
+        token: str | None = None,
     ) -> None:
         self.agent = agent
         self.capacity = capacity or agent.capacity
-        self.transport = Transport(server_url, timeout=30.0)
+        # $ATFGRAPH_TOKEN, else the worker credential a local server wrote on its first start.
+        self.transport = Transport(server_url, timeout=30.0, token=token, kind="worker")
         self.claim_wait_seconds = claim_wait_seconds
         self.grace_seconds = grace_seconds
         self.stats = WorkerStats()

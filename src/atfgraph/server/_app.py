@@ -6,6 +6,7 @@ import asyncio
 import contextlib
 import logging
 import os
+import sys
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -16,10 +17,13 @@ from fastapi.exceptions import RequestValidationError
 from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.types import ASGIApp, Receive, Scope, Send
 
+from ._auth import AuthMiddleware
 from ._errors import ApiError
 from ._fastpath import FastPath
 from ._hub import Hub, node_key, traverser_key
+from ._identity import Identity
 from ._routes import error_response, router
+from ._routes_admin import router as admin_router
 from ._store import GraphStore
 
 log = logging.getLogger("atfgraph.server")
@@ -43,14 +47,21 @@ class Settings:
     lease_seconds: float = 30.0
     sweep_seconds: float = 0.25
     synchronous: str = "FULL"
+    #: the data directory: the default database and the credentials file of the first start
+    home: Path = Path()
+    public_url: str = ""
 
     @classmethod
-    def from_env(cls, db_path: str | None = None, lease_seconds: float | None = None) -> Settings:
+    def from_env(
+        cls, db_path: str | None = None, lease_seconds: float | None = None, public_url: str = ""
+    ) -> Settings:
         return cls(
             db_path=db_path or os.environ.get("ATFGRAPH_DB") or default_db_path(),
             lease_seconds=lease_seconds or float(os.environ.get("ATFGRAPH_LEASE_SECONDS", "30")),
             sweep_seconds=float(os.environ.get("ATFGRAPH_SWEEP_SECONDS", "0.25")),
             synchronous=os.environ.get("ATFGRAPH_SQLITE_SYNCHRONOUS", "FULL"),
+            home=default_home(),
+            public_url=public_url,
         )
 
 
@@ -91,6 +102,15 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         app.state.store = GraphStore(
             settings.db_path, lease_seconds=settings.lease_seconds, synchronous=settings.synchronous
         )
+        app.state.identity = Identity(app.state.store.db)
+        written = await app.state.identity.bootstrap(settings.home, settings.public_url)
+        if written is not None:
+            print(
+                f"atfgraph: first start: owner and worker credentials written to {written} "
+                "(readable only by you; clients and workers pick them up from there or $ATFGRAPH_TOKEN)",
+                file=sys.stderr,
+                flush=True,
+            )
         # The first pass runs before the server answers anything: approvals that fell due and
         # leases that ran out while it was down are settled first.
         await app.state.store.sweep()
@@ -115,6 +135,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     app.state.settings = settings
     app.state.hub = Hub()
     app.include_router(router)
+    app.include_router(admin_router)
 
     @app.get("/livez")
     async def livez() -> Response:
@@ -152,8 +173,8 @@ def create_app(settings: Settings | None = None) -> FastAPI:
 
 
 def wrap(app: FastAPI) -> Any:
-    """The ASGI callable to serve: the request counter (exposed on app.state), then the hot
-    routes' fast path, then the FastAPI app."""
-    counter = RequestCounter(FastPath(app))
+    """The ASGI callable to serve: the request counter (exposed on app.state), authentication
+    and authorization, then the hot routes' fast path, then the FastAPI app."""
+    counter = RequestCounter(AuthMiddleware(FastPath(app), app))
     app.state.counter = counter
     return counter

@@ -1,24 +1,148 @@
-"""The seam where authentication will go (a later issue adds roles and tokens).
+"""Authentication and authorization of the HTTP API, in one place.
 
-Every route that acts on behalf of a person depends on :func:`caller`; today the caller is the
-owner of a loopback server. Decisions record ``Principal.name`` as ``decided_by``."""
+Every ``/api/v2`` request must carry ``Authorization: Bearer <token>``. The permission each route
+needs is declared in :data:`RULES` (method, path pattern, the permissions any one of which is
+enough); a request without a live token is ``401 unauthenticated``, one whose role lacks the
+permission is ``403 forbidden``, and both are audited. The check runs as ASGI middleware in front
+of both the FastAPI router and the fast path, so no route can be reached without it.
+"""
 
 from __future__ import annotations
 
+import logging
+import re
 from dataclasses import dataclass
 
-from fastapi import Request
+import orjson
+from fastapi import FastAPI, Request
+from starlette.types import ASGIApp, Receive, Scope, Send
+
+from ._identity import Identity, Permission, Principal, Role
+
+log = logging.getLogger("atfgraph.server")
+
+__all__ = ["RULES", "AuthMiddleware", "Principal", "caller", "rule_for"]
+
+R, S, D, W, A = Permission.READ, Permission.SUBMIT, Permission.DECIDE, Permission.WORK, Permission.ADMINISTER
+_ID = "[^/]+"
 
 
 @dataclass(frozen=True, slots=True)
-class Principal:
-    name: str
-    role: str  # "owner" | "admin" | "worker" once tokens exist; only owners and admins may decide
+class Rule:
+    method: str
+    pattern: re.Pattern[str]
+    allowed: frozenset[Permission]
+    action: str
 
 
-OWNER = Principal(name="owner", role="owner")
+def _rule(method: str, path: str, action: str, *allowed: Permission) -> Rule:
+    return Rule(method, re.compile("/api/v2" + path.replace("{id}", _ID)), frozenset(allowed), action)
+
+
+#: Who may call what. Workers act only through the worker protocol (claims, leases, checkpoints
+#: and approvals of the tasks they hold, child traversers); they cannot decide or browse.
+RULES: tuple[Rule, ...] = (
+    _rule("POST", "/traversers", "traverser.submit", S, W),  # W: a handler's cross-node child step
+    _rule("GET", "/traversers", "traverser.list", R),
+    _rule("GET", "/traversers/{id}", "traverser.get", R, W),  # W: following that child step
+    _rule("GET", "/traversers/{id}/path", "traverser.path", R),
+    _rule("POST", "/traversers/{id}/cancel", "traverser.cancel", S),
+    _rule("POST", "/traversers/{id}/complete", "task.complete", W),
+    _rule("POST", "/traversers/{id}/fail", "task.fail", W),
+    _rule("POST", "/traversers/{id}/release", "task.release", W),
+    _rule("GET", "/traversers/{id}/checkpoints/{id}", "checkpoint.get", R, W),
+    _rule("PUT", "/traversers/{id}/checkpoints/{id}", "checkpoint.put", W),
+    _rule("POST", "/approvals", "approval.request", W, S),  # S: Client.request_approval(pause=False)
+    _rule("GET", "/approvals", "approval.list", R),
+    _rule("GET", "/approvals/{id}", "approval.get", R),
+    _rule("POST", "/approvals/{id}/decide", "approval.decide", D),
+    _rule("POST", "/workers", "worker.register", W),
+    _rule("GET", "/workers", "worker.list", R),
+    _rule("GET", "/workers/{id}", "worker.get", R, W),
+    _rule("POST", "/workers/{id}/claim", "worker.claim", W),
+    _rule("POST", "/workers/{id}/heartbeat", "worker.heartbeat", W),
+    _rule("GET", "/memory/{id}/{id}", "memory.get", R, W),
+    _rule("PUT", "/memory/{id}/{id}", "memory.put", W, S),
+    _rule("GET", "/hooks", "hook.list", R),
+    _rule("POST", "/hooks/{id}/resume", "hook.resume", D),
+    _rule("GET", "/tokens", "token.list", A),
+    _rule("POST", "/tokens", "token.create", A),
+    _rule("POST", "/tokens/{id}/revoke", "token.revoke", A),
+    _rule("GET", "/audit", "audit.list", A),
+    _rule("GET", "/stats", "server.stats", R),
+)
+
+#: Readable without a token: the API description, so that tools can discover it.
+PUBLIC = re.compile("/api/v2/(openapi\\.json|docs.*)")
+
+
+def rule_for(method: str, path: str) -> Rule | None:
+    for rule in RULES:
+        if rule.method == method and rule.pattern.fullmatch(path):
+            return rule
+    return None
+
+
+def _bearer(scope: Scope) -> str | None:
+    for name, value in scope.get("headers", ()):
+        if name == b"authorization":
+            scheme, _, token = value.decode("latin-1").partition(" ")
+            return token.strip() if scheme.lower() == "bearer" else None
+    return None
+
+
+class AuthMiddleware:
+    """ASGI: authenticate and authorize ``/api/v2`` before anything else sees the request."""
+
+    def __init__(self, app: ASGIApp, fastapi_app: FastAPI) -> None:
+        self.app = app
+        self.fastapi_app = fastapi_app
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        path = scope.get("path", "")
+        if scope["type"] != "http" or not path.startswith("/api/") or PUBLIC.fullmatch(path):
+            await self.app(scope, receive, send)
+            return
+        identity: Identity = self.fastapi_app.state.identity
+        principal = identity.verify(_bearer(scope))
+        rule = rule_for(scope["method"], path)
+        if principal is None:
+            if rule is not None and rule.allowed & {D, A}:
+                await identity.audit(
+                    None, rule.action, target=path, outcome="denied", detail="no valid token"
+                )
+            await _deny(
+                send, 401, "unauthenticated", "a valid bearer token is required (Authorization: Bearer ...)"
+            )
+            return
+        if rule is not None and not any(principal.can(p) for p in rule.allowed):
+            await identity.audit(principal, rule.action, target=path, outcome="denied", detail="forbidden")
+            need = " or ".join(sorted(p.value for p in rule.allowed))
+            await _deny(
+                send, 403, "forbidden", f"role {principal.role.value!r} may not {rule.action} (needs {need})"
+            )
+            return
+        scope.setdefault("state", {})["principal"] = principal
+        await identity.touch(principal)
+        await self.app(scope, receive, send)
+
+
+async def _deny(send: Send, status: int, code: str, message: str) -> None:
+    body = orjson.dumps({"error": {"code": code, "message": message}})
+    headers = [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode())]
+    if status == 401:
+        headers.append((b"www-authenticate", b'Bearer realm="atfgraph"'))
+    await send({"type": "http.response.start", "status": status, "headers": headers})
+    await send({"type": "http.response.body", "body": body})
 
 
 async def caller(request: Request) -> Principal:
-    """The principal making this request."""
-    return OWNER
+    """The authenticated principal of this request (set by :class:`AuthMiddleware`)."""
+    principal = request.scope.get("state", {}).get("principal")
+    if not isinstance(principal, Principal):  # only reachable if the middleware is not installed
+        raise RuntimeError("AuthMiddleware is not installed in front of the API")
+    return principal
+
+
+def is_worker_only(principal: Principal) -> bool:
+    return principal.role is Role.WORKER

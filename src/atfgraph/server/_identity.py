@@ -28,6 +28,8 @@ from enum import StrEnum
 from pathlib import Path
 from typing import Any
 
+import orjson
+
 from pyworkflow.store._migrations import Migration, load_migrations
 from pyworkflow.store._sqlite_db import SQLiteDatabase
 
@@ -221,7 +223,8 @@ class Identity:
     ) -> None:
         name = principal.name if principal else "anonymous"
         role = principal.role.value if principal else "anonymous"
-        data = json.dumps(detail, separators=(",", ":"), default=str).encode() if detail is not None else None
+        # orjson: details may embed stored JSON as fragments (a decision's response).
+        data = orjson.dumps(detail, default=str) if detail is not None else None
 
         def tx(conn: sqlite3.Connection) -> None:
             conn.execute(SQL_AUDIT, (time.time(), name, role, action, target, outcome, data))

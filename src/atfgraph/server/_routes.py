@@ -166,6 +166,7 @@ async def get_path(request: Request, traverser_id: str) -> Response:
 @router.post("/traversers/{traverser_id}/cancel")
 async def cancel(request: Request, traverser_id: str, who: Annotated[Principal, Depends(caller)]) -> Response:
     view = await store_of(request).cancel(traverser_id)
+    await request.app.state.identity.audit(who, "traverser.cancel", target=traverser_id, outcome="allowed")
     hub_of(request).notify(traverser_key(traverser_id))
     return ok(view)
 
@@ -316,8 +317,20 @@ async def decide(request: Request, approval_id: str, who: Annotated[Principal, D
     decision = f.key("decision")
     if decision not in DECISIONS:
         raise bad_request("body.decision must be 'approved' or 'rejected'")
-    approval, node = await store_of(request).decide(
-        approval_id, decision, f.json("response", False), who.name
+    identity = request.app.state.identity
+    try:
+        approval, node = await store_of(request).decide(
+            approval_id, decision, f.json("response", False), who.name
+        )
+    except ApiError as exc:
+        await identity.audit(who, "approval.decide", target=approval_id, outcome="refused", detail=exc.code)
+        raise
+    await identity.audit(
+        who,
+        "approval.decide",
+        target=approval_id,
+        outcome="allowed",
+        detail={"decision": decision, "response": approval.get("response")},
     )
     if node is not None:
         hub_of(request).notify(node_key(node))

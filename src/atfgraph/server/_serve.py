@@ -18,7 +18,9 @@ def serve(
     lease_seconds: float | None = None,
     log_level: str = "warning",
 ) -> None:
-    settings = Settings.from_env(db_path=db_path, lease_seconds=lease_seconds)
+    settings = Settings.from_env(
+        db_path=db_path, lease_seconds=lease_seconds, public_url=f"http://{host}:{port}"
+    )
     logging.basicConfig(level=log_level.upper(), stream=sys.stderr, format="%(asctime)s %(name)s %(message)s")
     print(f"atfgraph server on http://{host}:{port} (db {settings.db_path})", file=sys.stderr, flush=True)
     config = uvicorn.Config(
@@ -31,7 +33,7 @@ def serve(
         timeout_keep_alive=75,
         lifespan="on",
         timeout_graceful_shutdown=3,
-        # Loopback by default and no auth yet: forwarded-for headers are not trusted.
+        # Loopback by default: forwarded-for headers are not trusted.
         proxy_headers=False,
     )
     uvicorn.Server(config).run()

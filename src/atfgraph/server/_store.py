@@ -20,11 +20,13 @@ from dataclasses import dataclass
 from typing import Any, TypeVar
 
 from pyworkflow.store._migrations import load_migrations
+from pyworkflow.store._sqlite import SQLiteStore, pyworkflow_migrations
 from pyworkflow.store._sqlite_db import SQLiteDatabase
 
 from .._json import dumps, fragment, loads
 from .._models import ApprovalStatus, TraverserStatus
 from ._errors import ApiError, lease_lost, not_found
+from ._identity import identity_migrations
 
 T = TypeVar("T")
 
@@ -264,9 +266,17 @@ class GraphStore:
     """The graph server's store on one SQLite file (shared with pyworkflow's tables)."""
 
     def __init__(self, path: str, *, lease_seconds: float = 30.0, synchronous: str = "FULL") -> None:
-        migrations = load_migrations("atfgraph.server.migrations", "sqlite", "atfgraph")
+        # One file, three version tracks: pyworkflow's runs and waits (so the server's inbox shows
+        # pyworkflow hooks beside approvals), atfgraph's graph state, and identity.
+        migrations = [
+            *pyworkflow_migrations(),
+            *load_migrations("atfgraph.server.migrations", "sqlite", "atfgraph"),
+            *identity_migrations(),
+        ]
         self.db = SQLiteDatabase(path, migrations=migrations, synchronous=synchronous)
         self.lease_seconds = lease_seconds
+        #: pyworkflow's store on the same database (shares the writer; never closed on its own)
+        self.pyworkflow = SQLiteStore(path, db=self.db)
 
     def close(self) -> None:
         self.db.close()
@@ -696,6 +706,105 @@ class GraphStore:
             return out
 
         return await self.db.write(fn)
+
+    # -- console reads (the review console: filtered listings and one run's whole record) ---------
+
+    #: Traversers for the console's Runs page: any combination of status, node and a creation-time
+    #: window, newest first. A filter left NULL matches everything; with a status the planner uses
+    #: atfg_traversers_by_status, otherwise it walks created_at (bounded by LIMIT).
+    SQL_CONSOLE_TRAVERSERS = """
+    SELECT * FROM atfg_traversers
+    WHERE (?1 IS NULL OR status = ?1) AND (?2 IS NULL OR node_id = ?2)
+      AND (?3 IS NULL OR created_at >= ?3) AND (?4 IS NULL OR created_at < ?4)
+    ORDER BY created_at DESC LIMIT ?5
+    """
+    #: The Policies page: pending approvals oldest first (atfg_approvals_pending), each with the
+    #: traverser it pauses (primary key lookup).
+    SQL_CONSOLE_PENDING = """
+    SELECT a.*, t.target AS t_target, t.node_id AS t_node_id, t.status AS t_status, t.attempt AS t_attempt
+    FROM atfg_approvals a JOIN atfg_traversers t ON t.id = a.traverser_id
+    WHERE a.status = 'pending' ORDER BY a.created_at LIMIT ?
+    """
+    #: The Policies page: the latest decisions (approved, rejected, expired), newest first. Not an
+    #: indexed read (no index on decided_at): the console is not a hot path and LIMIT bounds it.
+    SQL_CONSOLE_DECIDED = """
+    SELECT a.*, t.target AS t_target, t.node_id AS t_node_id, t.status AS t_status, t.attempt AS t_attempt
+    FROM atfg_approvals a JOIN atfg_traversers t ON t.id = a.traverser_id
+    WHERE a.status != 'pending' ORDER BY a.decided_at DESC LIMIT ?
+    """
+    #: A run's checkpoints with the time of their last write (for its timeline).
+    SQL_CONSOLE_CHECKPOINTS = """
+    SELECT name, value, revision, updated_at FROM atfg_checkpoints WHERE traverser_id = ? ORDER BY updated_at
+    """
+
+    def console_traversers(
+        self,
+        status: str | None,
+        node_id: str | None,
+        since: float | None,
+        until: float | None,
+        limit: int,
+    ) -> list[dict[str, Any]]:
+        """Traversers matching every filter given (None: no filter), newest first, JSON decoded."""
+        rows = self._read(
+            lambda c: _rows(c, self.SQL_CONSOLE_TRAVERSERS, (status, node_id, since, until, limit))
+        )
+        return [self._decoded(traverser_view(r)) for r in rows]
+
+    def console_approvals(self, pending: bool, limit: int) -> list[dict[str, Any]]:
+        """Pending approvals oldest first, or decided ones newest first; each with its traverser's
+        ``target``, ``node_id``, ``traverser_status`` and ``attempt``, JSON decoded."""
+        sql = self.SQL_CONSOLE_PENDING if pending else self.SQL_CONSOLE_DECIDED
+        out = []
+        for row in self._read(lambda c: _rows(c, sql, (limit,))):
+            view = self._decoded(approval_view(row))
+            view.update(
+                target=row["t_target"],
+                node_id=row["t_node_id"],
+                traverser_status=row["t_status"],
+                attempt=row["t_attempt"],
+            )
+            out.append(view)
+        return out
+
+    def console_run(self, traverser_id: str) -> dict[str, Any]:
+        """One traverser with its steps (and when each was recorded), checkpoints (and when each
+        was last written) and approvals, read in one snapshot, JSON decoded."""
+
+        def fn(conn: sqlite3.Connection) -> dict[str, Any]:
+            row = _row(conn, SQL_GET_TRAVERSER, (traverser_id,))
+            if row is None:
+                raise not_found("traverser", traverser_id)
+            steps = [
+                {**self._decoded(step_view(s)), "created_at": s["created_at"]}
+                for s in _rows(conn, SQL_STEPS, (traverser_id,))
+            ]
+            checkpoints = [
+                {
+                    "name": c["name"],
+                    "value": loads(c["value"]),
+                    "revision": c["revision"],
+                    "updated_at": c["updated_at"],
+                }
+                for c in _rows(conn, self.SQL_CONSOLE_CHECKPOINTS, (traverser_id,))
+            ]
+            approvals = [
+                self._decoded(approval_view(a)) for a in _rows(conn, SQL_APPROVALS_OF, (traverser_id,))
+            ]
+            return {
+                "traverser": self._decoded(traverser_view(row)),
+                "steps": steps,
+                "checkpoints": checkpoints,
+                "approvals": approvals,
+            }
+
+        return self._read(fn)
+
+    @staticmethod
+    def _decoded(view: dict[str, Any]) -> dict[str, Any]:
+        """A view with its embedded JSON fragments decoded (for templates rather than responses)."""
+        decoded: dict[str, Any] = loads(dumps(view))
+        return decoded
 
 
 def _check_revision(kind: str, name: str, expected: int | None, current: int) -> None:

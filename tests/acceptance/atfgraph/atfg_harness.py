@@ -3,6 +3,7 @@ file, and workers, each a subprocess that can be SIGKILLed and started again."""
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import socket
@@ -82,8 +83,16 @@ class ServerProcess:
             except subprocess.TimeoutExpired:
                 self.kill()
 
+    def token(self, kind: str = "owner") -> str:
+        """A credential the server wrote to its data directory on first start."""
+        token: str = json.loads((self.home / "credentials.json").read_text())[kind]
+        return token
+
+    def headers(self, kind: str = "owner") -> dict[str, str]:
+        return {"Authorization": f"Bearer {self.token(kind)}"}
+
     def get(self, path: str, **params: Any) -> Any:
-        response = httpx.get(self.url + "/api/v2" + path, params=params, timeout=10)
+        response = httpx.get(self.url + "/api/v2" + path, params=params, headers=self.headers(), timeout=10)
         response.raise_for_status()
         return response.json()
 

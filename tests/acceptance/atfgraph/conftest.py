@@ -9,6 +9,14 @@ from atfg_harness import ServerProcess, WorkerProcess
 from atfgraph import Client
 
 
+@pytest.fixture(autouse=True)
+def _credentials_home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Clients in the test process find the credentials the test's server writes on first start
+    (its data directory is tmp_path), as clients on a user's machine find a local server's."""
+    monkeypatch.setenv("ATFGRAPH_HOME", str(tmp_path))
+    monkeypatch.delenv("ATFGRAPH_TOKEN", raising=False)
+
+
 @pytest.fixture
 def server(tmp_path: Path) -> Iterator[ServerProcess]:
     proc = ServerProcess(tmp_path)

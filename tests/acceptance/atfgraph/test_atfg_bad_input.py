@@ -97,7 +97,7 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]:
 
 @pytest.fixture
 async def http(server: ServerProcess) -> AsyncIterator[httpx.AsyncClient]:
-    async with httpx.AsyncClient(base_url=server.url, timeout=30) as c:
+    async with httpx.AsyncClient(base_url=server.url, headers=server.headers(), timeout=30) as c:
         yield c
 
 
@@ -221,7 +221,11 @@ async def test_rule9_queries_and_methods(http: httpx.AsyncClient, ids: dict[str,
     assert_error(await http.delete(f"/api/v2/traversers/{t}"), 405, "method_not_allowed")
     # A declared length over the limit is refused before the body is read (none is sent here).
     reader, writer = await asyncio.open_connection(http.base_url.host, http.base_url.port)
-    writer.write(b"POST /api/v2/traversers HTTP/1.1\r\nHost: x\r\nContent-Length: 5242880\r\n\r\n")
+    auth = http.headers["authorization"].encode()
+    writer.write(
+        b"POST /api/v2/traversers HTTP/1.1\r\nHost: x\r\nAuthorization: " + auth + b"\r\n"
+        b"Content-Length: 5242880\r\n\r\n"
+    )
     await writer.drain()
     head = await asyncio.wait_for(reader.readuntil(b"\r\n\r\n"), 10)
     assert head.startswith(b"HTTP/1.1 413")

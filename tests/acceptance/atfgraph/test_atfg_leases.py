@@ -42,7 +42,7 @@ async def test_rule5_checkpoint_revisions_and_conflicts(
     assert (memory.value, memory.revision) == ({"v": 1}, 1)
 
     # Writes need the live task lease: the finished traverser's last epoch no longer counts.
-    async with httpx.AsyncClient(base_url=server.url) as http:
+    async with httpx.AsyncClient(base_url=server.url, headers=server.headers("worker")) as http:
         for epoch in (1, 2, 99):
             r = await http.put(
                 f"/api/v2/traversers/{handle.id}/checkpoints/c", json={"value": 1, "epoch": epoch}

@@ -14,6 +14,7 @@ EXPECTED = [
     "Client",
     "ConflictError",
     "ErrorInfo",
+    "ForbiddenError",
     "HandlerError",
     "NotFoundError",
     "PathItem",
@@ -28,6 +29,7 @@ EXPECTED = [
     "TraverserPath",
     "TraverserStatus",
     "TraverserTimeoutError",
+    "UnauthenticatedError",
     "current_context",
 ]
 

@@ -32,14 +32,22 @@ async def test_tables_are_prefixed_and_hot_queries_use_indexes(store: GraphStore
     names = store.db.read(
         lambda c: [r[0] for r in c.execute("SELECT name FROM sqlite_master WHERE type='table'")]
     )
-    assert sorted(n for n in names if n != "schema_migrations") == [
+    # The graph's tables and identity's are prefixed; the rest are pyworkflow's, which share the
+    # file so that one inbox shows pyworkflow hooks beside approvals.
+    assert sorted(n for n in names if n.startswith("atfg_")) == [
         "atfg_approvals",
+        "atfg_audit",
         "atfg_checkpoints",
         "atfg_memory",
         "atfg_steps",
+        "atfg_tokens",
         "atfg_traversers",
         "atfg_workers",
     ]
+    pyworkflow_tables = {"checkpoints", "events", "queue", "runs", "steps", "wait_tokens", "waits"}
+    assert {n for n in names if not n.startswith("atfg_")} - {"sqlite_sequence"} == pyworkflow_tables | {
+        "schema_migrations"
+    }
     from atfgraph.server import _store as sql
 
     for query, params in [
