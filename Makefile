@@ -16,7 +16,7 @@ install: $(STAMP)
 
 ## The main job on the embedded SQLite default.
 run: $(STAMP)
-	$(BIN)/python -m examples.pyworkflow.review_step
+	$(BIN)/python -m examples.main_job
 
 ## Install everything, start the local services the tests need, run the whole suite.
 test: $(STAMP)

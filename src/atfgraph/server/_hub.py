@@ -15,6 +15,15 @@ import contextlib
 class Hub:
     def __init__(self) -> None:
         self._waiters: dict[str, set[asyncio.Future[None]]] = {}
+        #: set when the server begins to shut down: long polls answer at once from then on
+        self.closing = False
+
+    def close(self) -> None:
+        """Wake every waiter and make later waits return at once (graceful shutdown: a long
+        poll must not hold the server past its shutdown timeout)."""
+        self.closing = True
+        for key in list(self._waiters):
+            self.notify(key)
 
     def subscribe(self, key: str) -> asyncio.Future[None]:
         fut: asyncio.Future[None] = asyncio.get_running_loop().create_future()
@@ -33,10 +42,9 @@ class Hub:
             if not fut.done():
                 fut.set_result(None)
 
-    @staticmethod
-    async def wait(fut: asyncio.Future[None], timeout: float) -> bool:
+    async def wait(self, fut: asyncio.Future[None], timeout: float) -> bool:
         """Wait for a notification; False on timeout."""
-        if timeout <= 0:
+        if timeout <= 0 or self.closing:
             return fut.done()
         with contextlib.suppress(TimeoutError):
             await asyncio.wait_for(asyncio.shield(fut), timeout)

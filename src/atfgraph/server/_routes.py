@@ -134,7 +134,7 @@ async def _follow(
         try:
             view = store.get_traverser(traverser_id)
             remaining = deadline - time.monotonic()
-            if not wanted or view["status"] in wanted or remaining <= 0:
+            if not wanted or view["status"] in wanted or remaining <= 0 or hub.closing:
                 return ok(view, code)
             if not await hub.wait(fut, remaining):
                 return ok(store.get_traverser(traverser_id), code)
@@ -391,7 +391,7 @@ async def claim(request: Request, worker_id: str) -> Response:
                 break
             tasks = await store.claim(worker_id, limit)
             remaining = deadline - time.monotonic()
-            if tasks or remaining <= 0:
+            if tasks or remaining <= 0 or hub.closing:
                 break
             await hub.wait(fut, min(remaining, 5.0))
         finally:

@@ -3,8 +3,12 @@
 from __future__ import annotations
 
 import argparse
+import asyncio
+import contextlib
 import logging
 import sys
+from types import FrameType
+from typing import Any
 
 import uvicorn
 
@@ -23,8 +27,9 @@ def serve(
     )
     logging.basicConfig(level=log_level.upper(), stream=sys.stderr, format="%(asctime)s %(name)s %(message)s")
     print(f"atfgraph server on http://{host}:{port} (db {settings.db_path})", file=sys.stderr, flush=True)
+    app = create_app(settings)
     config = uvicorn.Config(
-        wrap(create_app(settings)),
+        wrap(app),
         host=host,
         port=port,
         log_level=log_level,
@@ -36,7 +41,23 @@ def serve(
         # Loopback by default: forwarded-for headers are not trusted.
         proxy_headers=False,
     )
-    uvicorn.Server(config).run()
+    _Server(config, app).run()
+
+
+class _Server(uvicorn.Server):
+    """uvicorn, plus: the first shutdown signal ends the long polls in flight, so that graceful
+    shutdown finishes within its timeout instead of cancelling them."""
+
+    def __init__(self, config: uvicorn.Config, app: Any) -> None:
+        super().__init__(config)
+        self._fastapi = app
+
+    def handle_exit(self, sig: int, frame: FrameType | None) -> None:
+        hub = getattr(self._fastapi.state, "hub", None)
+        if hub is not None:
+            with contextlib.suppress(RuntimeError):  # no loop yet: nothing is waiting
+                asyncio.get_running_loop().call_soon(hub.close)
+        super().handle_exit(sig, frame)
 
 
 def main(argv: list[str] | None = None) -> None:
