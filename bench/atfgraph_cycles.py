@@ -96,7 +96,12 @@ class Stack:
             "PYTHONPATH": str(REPO),
         }
         self.db = home / "bench.db"
+        self.home = home
         self.procs: list[subprocess.Popen[bytes]] = []
+
+    def token(self) -> str:
+        """The owner credential the server wrote on its first start."""
+        return str(json.loads((self.home / "credentials.json").read_text())["owner"])
 
     def start(self) -> None:
         server = [sys.executable, "-m", "atfgraph.server", "--port", str(self.port), "--db", str(self.db)]
@@ -110,7 +115,9 @@ class Stack:
                 time.sleep(0.05)
         worker = [sys.executable, "-m", "atfgraph.worker", "--module", "bench.atfgraph_cycles:app"]
         self.worker = self._spawn(worker)
-        while not httpx.get(self.url + "/api/v2/workers", timeout=5).json()["items"]:
+        while not httpx.get(
+            self.url + "/api/v2/workers", headers={"Authorization": f"Bearer {self.token()}"}, timeout=5
+        ).json()["items"]:
             time.sleep(0.05)
 
     def _spawn(self, argv: list[str]) -> subprocess.Popen[bytes]:
@@ -147,9 +154,9 @@ async def one_cycle(client: Client, i: int, latencies: list[float]) -> None:
     latencies.append(result["started_at"] - decided_at)
 
 
-async def run_cycles(url: str, n: int, concurrency: int) -> dict[str, Any]:
+async def run_cycles(url: str, token: str, n: int, concurrency: int) -> dict[str, Any]:
     latencies: list[float] = []
-    async with Client(url) as client:
+    async with Client(url, token=token) as client:
         requests0, commits0 = await _counts(client)
         queue: asyncio.Queue[int] = asyncio.Queue()
         for i in range(n):
@@ -178,7 +185,7 @@ async def run_cycles(url: str, n: int, concurrency: int) -> dict[str, Any]:
 
 async def park(stack: Stack, n: int) -> dict[str, Any]:
     samples: list[tuple[int, float, float]] = []
-    async with Client(stack.url) as client:
+    async with Client(stack.url, token=stack.token()) as client:
         samples.append((0, _rss_mib(stack.server.pid), _rss_mib(stack.worker.pid)))
         step = max(1, n // 4)
         started = time.perf_counter()
@@ -226,15 +233,19 @@ def main() -> None:
         stack.start()
         try:
             report: dict[str, Any] = {"sqlite_synchronous": "FULL"}
-            report["warmup"] = asyncio.run(run_cycles(stack.url, min(50, args.cycles), args.concurrency))
+            report["warmup"] = asyncio.run(
+                run_cycles(stack.url, stack.token(), min(50, args.cycles), args.concurrency)
+            )
             cpu0 = (_cpu_seconds(stack.server.pid), _cpu_seconds(stack.worker.pid), time.process_time())
-            report["throughput"] = asyncio.run(run_cycles(stack.url, args.cycles, args.concurrency))
+            report["throughput"] = asyncio.run(
+                run_cycles(stack.url, stack.token(), args.cycles, args.concurrency)
+            )
             cpu1 = (_cpu_seconds(stack.server.pid), _cpu_seconds(stack.worker.pid), time.process_time())
             report["throughput"]["cpu_ms_per_cycle"] = {
                 name: round((b - a) * 1000 / args.cycles, 2)
                 for name, a, b in zip(("server", "worker", "client"), cpu0, cpu1, strict=True)
             }
-            report["sequential"] = asyncio.run(run_cycles(stack.url, min(200, args.cycles), 1))
+            report["sequential"] = asyncio.run(run_cycles(stack.url, stack.token(), min(200, args.cycles), 1))
             if args.park:
                 report["parking"] = asyncio.run(park(stack, args.park))
         finally:
