@@ -25,6 +25,7 @@ from ._identity import Identity
 from ._routes import error_response, router
 from ._routes_admin import router as admin_router
 from ._store import GraphStore
+from .console import install_console
 
 log = logging.getLogger("atfgraph.server")
 
@@ -136,6 +137,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     app.state.hub = Hub()
     app.include_router(router)
     app.include_router(admin_router)
+    install_console(app)
 
     @app.get("/livez")
     async def livez() -> Response:

@@ -1,0 +1,315 @@
+"""The review console in real headless Chromium (Debian's ``chromium``, driven by Playwright),
+against a real graph server and a worker subprocess running the spec's refunds agent.
+
+Screenshots land in test-artifacts/console/ (gitignored); docs/img/console-*.png are copies."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import AsyncIterator, Callable
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+from atfg_harness import REPO, ServerProcess, WorkerProcess, wait_until
+from atfg_waits import only_approval, reach
+from playwright.async_api import Browser, Page, async_playwright, expect
+
+import pyworkflow
+from atfgraph import Client
+from pyworkflow import step, step_hook, workflow
+
+pytestmark = pytest.mark.browser
+
+CHROMIUM = Path("/usr/bin/chromium")
+ARGS = [
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+    "--no-first-run",
+]
+ARTIFACTS = REPO / "test-artifacts" / "console"
+AGENT = "examples.python.features.approvals.agent:app"
+CSP = "default-src 'self'; frame-ancestors 'none'; base-uri 'none'; form-action 'self'"
+NOTE = "verified against the disruption log"
+
+
+@pytest.fixture
+async def browser() -> AsyncIterator[Browser]:
+    if not CHROMIUM.exists():
+        pytest.fail("Debian's chromium is missing: apt-get install -y chromium", pytrace=False)
+    async with async_playwright() as pw:
+        launched = await pw.chromium.launch(executable_path=str(CHROMIUM), args=ARGS)
+        yield launched
+        await launched.close()
+
+
+def create_token(server: ServerProcess, name: str, role: str) -> str:
+    """Mint a token through the API with the owner credential the server wrote on first start."""
+    r = httpx.post(
+        server.url + "/api/v2/tokens", json={"name": name, "role": role}, headers=server.headers(), timeout=10
+    )
+    assert r.status_code == 201, r.text
+    token: str = r.json()["token"]
+    return token
+
+
+def audit(server: ServerProcess, target: str) -> list[dict[str, Any]]:
+    r = httpx.get(
+        server.url + "/api/v2/audit", params={"target": target}, headers=server.headers(), timeout=10
+    )
+    r.raise_for_status()
+    items: list[dict[str, Any]] = r.json()["items"]
+    return items
+
+
+async def new_page(browser: Browser, size: tuple[int, int] = (1280, 900)) -> tuple[Page, list[str]]:
+    """A fresh context (no cookies) and page; returns the messages of any dialog that opened."""
+    context = await browser.new_context(viewport={"width": size[0], "height": size[1]})
+    page = await context.new_page()
+    dialogs: list[str] = []
+
+    async def on_dialog(dialog: Any) -> None:
+        dialogs.append(dialog.message)
+        await dialog.dismiss()
+
+    page.on("dialog", on_dialog)
+    return page, dialogs
+
+
+async def sign_in(page: Page, server: ServerProcess, token: str) -> int:
+    """Fill the sign-in form; returns the status of the form's answer (after redirects)."""
+    await page.goto(server.url + "/login")
+    await page.locator("input[name=token]").fill(token)
+    async with page.expect_navigation() as nav:
+        await page.get_by_role("button", name="Sign in").click()
+    response = await nav.value
+    assert response is not None
+    return response.status
+
+
+async def shot(page: Page, name: str) -> None:
+    ARTIFACTS.mkdir(parents=True, exist_ok=True)
+    await page.screenshot(path=str(ARTIFACTS / f"{name}.png"), full_page=True)
+
+
+async def test_reviewer_signs_in_sees_the_refund_approves_it_and_the_traverser_succeeds(
+    server: ServerProcess, spawn_worker: Callable[..., WorkerProcess], client: Client, browser: Browser
+) -> None:
+    spawn_worker(AGENT)
+    handle = await client.submit(
+        "refunds.request_refund", {"ticket": "QF-4417", "amount_aud": 480.0, "reason": "cancelled leg"}
+    )
+    await reach(client, handle.id, "waiting")
+    approval = await only_approval(client, handle.id)
+    reviewer = create_token(server, "rita", "reviewer")
+    page, dialogs = await new_page(browser)
+
+    # Unauthenticated: redirected to the sign-in page, which carries the CSP like every page.
+    response = await page.goto(server.url + "/")
+    assert response is not None and page.url == server.url + "/login"
+    assert response.headers["content-security-policy"] == CSP
+    assert await sign_in(page, server, reviewer) == 200
+    assert page.url == server.url + "/"
+    session = next(c for c in await page.context.cookies() if c["name"] == "atfg_console")
+    assert (session["httpOnly"], session["sameSite"], session["path"]) == (True, "Strict", "/")
+
+    # Policies: the pending refund with its traverser, node, key, prompt and checkpoint.
+    card = page.locator(f"article[data-approval-id='{approval['id']}']")
+    await expect(card).to_contain_text(handle.id)
+    await expect(card).to_contain_text("refunds.request_refund")
+    await expect(card.locator(".operation-key")).to_have_text("refund:QF-4417")
+    await expect(card.locator(".prompt")).to_contain_text(
+        '"question": "Refund 480.0 AUD on QF-4417 (BNE-SYD)?"'
+    )
+    await expect(card.locator(".checkpoint")).to_contain_text('"prepared_on_attempt": 1')
+    await expect(card.locator(".checkpoint")).to_contain_text('"route": "BNE-SYD"')
+    await shot(page, "policies")
+
+    await card.locator("textarea[name=response]").fill(NOTE)
+    await card.get_by_role("button", name="Approve").click()
+    await expect(page.locator(".flash.ok")).to_contain_text(f"Approval {approval['id']} approved by rita")
+    await expect(page.locator(f"article[data-approval-id='{approval['id']}']")).to_have_count(0)
+    decided = page.locator(f"table.decided tr[data-approval-id='{approval['id']}']")
+    await expect(decided.locator(".decided-by")).to_have_text("rita")
+    await shot(page, "policies-decided")
+
+    # The decision went through the API's transition: the traverser continued and succeeded.
+    result = await handle.result(timeout=30)
+    assert result["status"] == "approved" and result["decided_by"] == "rita"
+    assert result["response"] == {"note": NOTE}
+    assert (result["attempts"], result["prepared_on_attempt"]) == (2, 1)
+    entries = audit(server, approval["id"])
+    assert any(
+        (e["principal"], e["action"], e["outcome"]) == ("rita", "approval.decide", "allowed") for e in entries
+    ), entries
+
+    # Run detail: succeeded, the path with its one refunds.assess step, the checkpoint, the note.
+    await page.locator(f"a[href='/runs/{handle.id}']").first.click()
+    await expect(page.locator("#run-status")).to_have_text("succeeded", timeout=10_000)
+    await expect(page.locator("ol.path")).to_contain_text("refunds.assess")
+    await expect(page.locator(".approval-decided .response")).to_contain_text(f'"note": "{NOTE}"')
+    await expect(page.locator(".approval-decided .decided-by")).to_have_text("rita")
+    await expect(page.locator("table.timeline")).to_contain_text("approval approved")
+    await expect(page.locator("table.timeline")).to_contain_text("checkpoint saved")
+    await shot(page, "run")
+
+    # Runs: the status filter.
+    await page.goto(server.url + "/runs?status=succeeded&node=refunds")
+    await expect(page.locator(f"tr[data-traverser-id='{handle.id}']")).to_have_count(1)
+    for query in ("status=waiting", "node=flights", "since=2999-01-01T00:00", "until=2000-01-01T00:00"):
+        await page.goto(f"{server.url}/runs?{query}")
+        await expect(page.locator(f"tr[data-traverser-id='{handle.id}']")).to_have_count(0)
+
+    # Workers: the refunds worker's (node, version), capacity and the pause it counted.
+    wait_until(
+        lambda: (server.workers("refunds")[0]["stats"] or {}).get("succeeded") == 1,
+        10,
+        "the worker never reported its success",
+    )
+    await page.goto(server.url + "/workers")
+    row = page.locator("table.workers tbody tr").first
+    await expect(row).to_contain_text("refunds")
+    await expect(row).to_contain_text("1.0.0")
+    cells = [c.strip() for c in await row.locator("td").all_inner_texts()]
+    assert cells[3:6] == ["2", "0", "1"], cells  # capacity, permits in use, paused
+    await shot(page, "workers")
+
+    # Signing out ends the session.
+    await page.get_by_role("button", name="Sign out").click()
+    await page.goto(server.url + "/")
+    assert page.url == server.url + "/login"
+    assert dialogs == []
+
+
+XSS = "<script>window.__xss=1;alert(1)</script><img src=x onerror=window.__xss=2>"
+
+
+async def test_worker_tokens_forged_forms_and_hostile_prompts_are_refused_or_shown_as_text(
+    server: ServerProcess, spawn_worker: Callable[..., WorkerProcess], client: Client, browser: Browser
+) -> None:
+    spawn_worker(AGENT)
+    handle = await client.submit(
+        "refunds.request_refund", {"ticket": "NZ-0882", "amount_aud": 480.0, "reason": XSS}
+    )
+    await reach(client, handle.id, "waiting")
+    approval = await only_approval(client, handle.id)
+    decide_url = f"{server.url}/approvals/{approval['id']}/decide"
+
+    # A worker-only credential is refused at sign-in with a clear message and gets no session.
+    page, dialogs = await new_page(browser)
+    assert await sign_in(page, server, server.token("worker")) == 403
+    await expect(page.locator("h1")).to_have_text("Sign-in refused")
+    await expect(page.locator(".error-message")).to_contain_text("worker-only credential")
+    assert [c["name"] for c in await page.context.cookies()] == ["atfg_console_login"]
+    await shot(page, "worker-refused")
+    nonce = next(c["value"] for c in await page.context.cookies() if c["name"] == "atfg_console_login")
+
+    # Crafted POSTs with what a worker has: its sign-in cookie and nonce, or its bearer token.
+    forged = await page.request.post(
+        decide_url, form={"decision": "approved", "csrf": nonce}, max_redirects=0
+    )
+    assert forged.status == 403
+    bearer = await page.request.post(
+        decide_url,
+        form={"decision": "approved", "csrf": nonce},
+        headers={"Authorization": f"Bearer {server.token('worker')}"},
+        max_redirects=0,
+    )
+    assert bearer.status == 403
+    assert "worker-only credential" in await bearer.text()
+    assert bearer.headers["content-security-policy"] == CSP
+    assert (await client.get_approval(approval["id"]))["status"] == "pending"
+    denied = [e for e in audit(server, approval["id"]) if e["outcome"] == "denied"]
+    assert {(e["role"], e["action"]) for e in denied} == {
+        ("anonymous", "approval.decide"),
+        ("worker", "approval.decide"),
+    }
+
+    # A reviewer sees the agent's hostile text as text: nothing ran, no element was injected.
+    reviewer = create_token(server, "rita", "reviewer")
+    page, dialogs = await new_page(browser)
+    assert await sign_in(page, server, reviewer) == 200
+    card = page.locator(f"article[data-approval-id='{approval['id']}']")
+    await expect(card.locator(".prompt")).to_contain_text(XSS)
+    await expect(card.locator(".checkpoint")).to_contain_text(XSS)
+    await expect(page.get_by_text(XSS).first).to_be_visible()
+    assert await page.evaluate("typeof window.__xss") == "undefined"
+    assert await page.locator("main script, main img").count() == 0
+    await shot(page, "untrusted-prompt")
+
+    # CSRF: the reviewer's own session without the form's token, or with another one, is refused.
+    for form in ({"decision": "approved"}, {"decision": "approved", "csrf": "x" * 43}):
+        refused = await page.request.post(decide_url, form=form, max_redirects=0)
+        assert refused.status == 403
+        assert "CSRF" in await refused.text()
+    csrf = await card.locator("input[name=csrf]").get_attribute("value")
+    assert csrf and re.fullmatch(r"[A-Za-z0-9_-]{43}", csrf)
+    assert (await client.get_approval(approval["id"]))["status"] == "pending"
+
+    # The form with its token decides (rejected here), and the rejection resumes the handler.
+    await card.locator("textarea[name=response]").fill('{"reason": "<b>not eligible</b>"}')
+    await card.get_by_role("button", name="Reject").click()
+    await expect(page.locator(".flash.ok")).to_contain_text("rejected by rita")
+    result = await handle.result(timeout=30)
+    assert result["status"] == "rejected" and result["response"] == {"reason": "<b>not eligible</b>"}
+    assert dialogs == []
+
+
+@step
+async def console_review_step(doc: str) -> dict[str, Any]:
+    answer = await step_hook(
+        "console_review",
+        payload_schema={
+            "type": "object",
+            "required": ["approved"],
+            "properties": {"approved": {"type": "boolean"}},
+        },
+    )
+    return {"doc": doc, "answer": answer}
+
+
+@workflow
+async def console_reviewed(doc: str) -> dict[str, Any]:
+    return await console_review_step(doc)
+
+
+async def test_a_pyworkflow_step_hook_in_the_same_database_is_resumed_from_the_inbox(
+    server: ServerProcess, browser: Browser
+) -> None:
+    # pyworkflow's local runtime runs in this test's event loop, on the server's database file.
+    pyworkflow.configure(storage=f"sqlite:///{server.db_path}", poll_interval=0.05)
+    try:
+        run_id = await pyworkflow.start(console_reviewed, "release notes")
+        await pyworkflow.wait_for_run(run_id, timeout=15, until=("suspended",))
+        reviewer = create_token(server, "rita", "reviewer")
+        page, _ = await new_page(browser)
+        assert await sign_in(page, server, reviewer) == 200
+        await page.goto(server.url + "/inbox")
+        card = page.locator("article.hook", has_text=run_id)
+        await expect(card.locator(".hook-name")).to_have_text("console_review")
+        await expect(card).to_contain_text("step_hook")
+        await shot(page, "inbox")
+
+        # The hook's schema is enforced: a wrong payload changes nothing.
+        await card.locator("textarea[name=payload]").fill('{"approved": "yes"}')
+        await card.get_by_role("button", name="Resume").click()
+        await expect(page.locator(".flash.error")).to_contain_text("schema")
+        await card.locator("textarea[name=payload]").fill("{not json")
+        await card.get_by_role("button", name="Resume").click()
+        await expect(page.locator(".flash.error")).to_contain_text("not valid JSON")
+        assert (await pyworkflow.get_workflow_run(run_id)).status == "suspended"
+
+        await card.locator("textarea[name=payload]").fill('{"approved": true, "by": "console"}')
+        await card.get_by_role("button", name="Resume").click()
+        await expect(page.locator(".flash.ok")).to_contain_text("resumed by rita")
+        await expect(page.locator("article.hook", has_text=run_id)).to_have_count(0)
+        run = await pyworkflow.wait_for_run(run_id, timeout=15)
+        assert run.status == "completed", run.error
+        assert run.result == {"doc": "release notes", "answer": {"approved": True, "by": "console"}}
+    finally:
+        await pyworkflow.shutdown()
+        pyworkflow.configure()

@@ -1,0 +1,126 @@
+"""The review console over plain HTTP (no browser): redirects, headers, sessions that end when
+their token is revoked, and how a form's response text becomes the decision's response."""
+
+from __future__ import annotations
+
+import contextlib
+import re
+from collections.abc import Iterator
+
+import httpx
+from atfg_harness import ServerProcess
+
+from atfgraph import Client
+
+CSP = "default-src 'self'; frame-ancestors 'none'; base-uri 'none'; form-action 'self'"
+
+
+def create_token(server: ServerProcess, name: str, role: str) -> tuple[str, str]:
+    r = httpx.post(
+        server.url + "/api/v2/tokens", json={"name": name, "role": role}, headers=server.headers(), timeout=10
+    )
+    assert r.status_code == 201, r.text
+    return r.json()["token"], r.json()["info"]["id"]
+
+
+def hidden_csrf(html: str) -> str:
+    found = re.search(r'name="csrf" value="([^"]+)"', html)
+    assert found, html
+    return found.group(1)
+
+
+@contextlib.contextmanager
+def signed_in(server: ServerProcess, token: str) -> Iterator[httpx.Client]:
+    with httpx.Client(base_url=server.url, timeout=10) as http:
+        nonce = hidden_csrf(http.get("/login").text)
+        r = http.post("/login", data={"csrf": nonce, "token": token})
+        assert (r.status_code, r.headers["location"]) == (303, "/"), r.text
+        yield http
+
+
+def flashes(html: str) -> list[str]:
+    return re.findall(r'<p class="flash (?:ok|error)" role="status">([^<]*)</p>', html)
+
+
+def test_anonymous_visits_go_to_sign_in_and_every_console_answer_carries_the_csp(
+    server: ServerProcess,
+) -> None:
+    with httpx.Client(base_url=server.url, timeout=10) as http:
+        for path in ("/", "/inbox", "/runs", "/runs/nope", "/workers"):
+            r = http.get(path)
+            assert (r.status_code, r.headers["location"]) == (303, "/login"), path
+            assert r.headers["content-security-policy"] == CSP
+        for path, kind in (("/login", "text/html"), ("/static/console.css", "text/css")):
+            r = http.get(path)
+            assert r.status_code == 200 and r.headers["content-type"].startswith(kind)
+            assert r.headers["content-security-policy"] == CSP
+            assert r.headers["x-content-type-options"] == "nosniff"
+        assert "<script" not in http.get("/login").text
+        # A POST that is not signed in is refused outright.
+        r = http.post("/hooks/h/resume", data={"payload": "1"})
+        assert r.status_code == 403 and r.headers["content-security-policy"] == CSP
+        # The API keeps its own answers (JSON, bearer tokens), without the console's headers.
+        api = http.get("/api/v2/approvals")
+        assert api.status_code == 401 and "content-security-policy" not in api.headers
+
+
+def test_sign_in_refuses_unknown_tokens_and_forms_without_the_nonce(server: ServerProcess) -> None:
+    with httpx.Client(base_url=server.url, timeout=10) as http:
+        nonce = hidden_csrf(http.get("/login").text)
+        r = http.post("/login", data={"csrf": nonce, "token": "atfg_0123456789abcdef_" + "x" * 32})
+        assert r.status_code == 401 and "not valid" in r.text
+        assert "atfg_console" not in http.cookies
+        r = http.post("/login", data={"token": server.token("owner")})
+        assert r.status_code == 403 and "CSRF" in r.text
+        assert "atfg_console" not in http.cookies
+
+
+def test_revoking_a_token_ends_the_console_sessions_opened_with_it(server: ServerProcess) -> None:
+    token, token_id = create_token(server, "rita", "reviewer")
+    with signed_in(server, token) as http:
+        assert http.get("/").status_code == 200
+        r = httpx.post(f"{server.url}/api/v2/tokens/{token_id}/revoke", headers=server.headers(), timeout=10)
+        assert r.status_code == 200, r.text
+        r = http.get("/")
+        assert (r.status_code, r.headers["location"]) == (303, "/login")
+
+
+async def test_the_response_field_is_a_note_or_json_and_bad_json_changes_nothing(
+    server: ServerProcess, client: Client
+) -> None:
+    # A queued traverser (no worker serves its node) with an approval that does not pause it.
+    handle = await client.submit("nobody.home", {})
+    approval = await client.request_approval(handle.id, {"question": "ok?"}, operation_key="q", pause=False)
+    token, _ = create_token(server, "rita", "reviewer")
+    with signed_in(server, token) as http:
+        csrf = hidden_csrf(http.get("/").text)
+        url = f"/approvals/{approval['id']}/decide"
+        page = http.post(
+            url, data={"csrf": csrf, "decision": "approved", "response": "{oops"}, follow_redirects=True
+        )
+        assert any("not valid JSON" in f for f in flashes(page.text)), page.text
+        page = http.post(url, data={"csrf": csrf, "decision": "maybe"}, follow_redirects=True)
+        assert any("validation_error" in f for f in flashes(page.text)), page.text
+        assert (await client.get_approval(approval["id"]))["status"] == "pending"
+
+        page = http.post(
+            url,
+            data={"csrf": csrf, "decision": "rejected", "response": "  not this one  "},
+            follow_redirects=True,
+        )
+        assert flashes(page.text) == [f"Approval {approval['id']} rejected by rita."]
+        decided = await client.get_approval(approval["id"])
+        assert (decided["status"], decided["decided_by"], decided["response"]) == (
+            "rejected",
+            "rita",
+            {"note": "not this one"},
+        )
+        # A different decision later is refused by the same transition the API uses.
+        page = http.post(url, data={"csrf": csrf, "decision": "approved"}, follow_redirects=True)
+        assert any("approval_decided" in f for f in flashes(page.text)), page.text
+
+        # Signing out needs the form's token too, then the session is gone.
+        assert http.post("/logout", data={}).status_code == 403
+        r = http.post("/logout", data={"csrf": csrf})
+        assert (r.status_code, r.headers["location"]) == (303, "/login")
+        assert http.get("/").status_code == 303
