@@ -95,6 +95,7 @@ class Worker:
         try:
             await self._claim_forever()
             await self._drain()
+            await self._release_leftovers()
             await self._heartbeat_once()  # the final counters, for operators and tests
         finally:
             heartbeats.cancel()
@@ -173,6 +174,16 @@ class Worker:
             for task in pending:
                 task.cancel()
             await asyncio.wait(pending)
+
+    async def _release_leftovers(self) -> None:
+        """Every handler has finished or been released: any lease still held in our name came in
+        a claim answer we stopped before reading. Give those back rather than let them expire."""
+        if self.worker_id is None:
+            return
+        try:
+            await self.transport.request("POST", f"/workers/{q(self.worker_id)}/release", {})
+        except (ServerUnavailableError, ServerError) as exc:
+            log.warning("could not release leftover leases: %s", exc)
 
     # -- heartbeats ----------------------------------------------------------------------------
 

@@ -61,6 +61,7 @@ RULES: tuple[Rule, ...] = (
     _rule("GET", "/workers/{id}", "worker.get", R, W),
     _rule("POST", "/workers/{id}/claim", "worker.claim", W),
     _rule("POST", "/workers/{id}/heartbeat", "worker.heartbeat", W),
+    _rule("POST", "/workers/{id}/release", "worker.release", W),
     _rule("GET", "/memory/{id}/{id}", "memory.get", R, W),
     _rule("PUT", "/memory/{id}/{id}", "memory.put", W, S),
     _rule("GET", "/hooks", "hook.list", R),

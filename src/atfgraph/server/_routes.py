@@ -401,6 +401,17 @@ async def claim(request: Request, worker_id: str) -> Response:
     return ok({"tasks": tasks, "lease_seconds": store.lease_seconds})
 
 
+@router.post("/workers/{worker_id}/release")
+async def release_worker(request: Request, worker_id: str) -> Response:
+    """A stopping worker gives back whatever it still holds (attempts not charged)."""
+    store = store_of(request)
+    store.get_worker(worker_id)  # 404 for an unknown worker
+    nodes = await store.release_all(worker_id)
+    for node in nodes:
+        hub_of(request).notify(node_key(node))
+    return ok({"released_nodes": nodes})
+
+
 @router.post(
     "/workers/{worker_id}/heartbeat",
     openapi_extra=_doc({"leases": {"type": "array"}, "stats": {"type": "object"}}, []),

@@ -89,6 +89,12 @@ SET status = 'queued', error = ?, lease_worker = NULL, lease_expires_at = NULL,
     max_attempts = max_attempts + ?, available_at = ?, updated_at = ?
 WHERE id = ?
 """
+# A stopping worker's leases (it holds none it knows of by then; any left were claimed in a
+# response it never read). Scans only running traversers (atfg_traversers_leases).
+SQL_LEASES_OF_WORKER = """
+SELECT id, node_id FROM atfg_traversers
+WHERE status = 'running' AND lease_expires_at IS NOT NULL AND lease_worker = ?
+"""
 # The reaper: leases that ran out (their worker died or hung), via atfg_traversers_leases.
 SQL_EXPIRED_LEASES = """
 SELECT id, node_id, attempt, max_attempts FROM atfg_traversers
@@ -499,6 +505,20 @@ class GraphStore:
             conn.execute(SQL_REQUEUE, (row["error"], 1, now, now, traverser_id))
 
         await self.db.write(fn)
+
+    async def release_all(self, worker_id: str) -> list[str]:
+        """Give back every lease a stopping worker still holds (uncharged); returns their nodes.
+        Covers the race where the worker stopped while a claim's answer was in flight: those
+        tasks would otherwise wait for their lease to expire and be charged an attempt."""
+
+        def fn(conn: sqlite3.Connection) -> list[str]:
+            now = time.time()
+            rows = conn.execute(SQL_LEASES_OF_WORKER, (worker_id,)).fetchall()
+            for row in rows:
+                conn.execute(SQL_REQUEUE, (None, 1, now, now, row[0]))
+            return sorted({row[1] for row in rows})
+
+        return await self.db.write(fn)
 
     # -- checkpoints and memory ------------------------------------------------------------------
 

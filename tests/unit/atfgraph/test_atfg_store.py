@@ -179,3 +179,21 @@ async def test_idempotent_submission(store: GraphStore) -> None:
         with pytest.raises(ApiError) as conflict:
             await store.submit(target, payload, 3, "key-1")
         assert (conflict.value.status, conflict.value.code) == (409, "idempotency_conflict")
+
+
+async def test_a_stopping_worker_gives_back_leases_it_never_read(store: GraphStore) -> None:
+    """The claim answer was lost (the worker stopped mid-read): release_all requeues the task at
+    once without charging the attempt, and touches no other worker's lease."""
+    mine = (await store.register_worker("n", "1", 2))["id"]
+    other = (await store.register_worker("n", "1", 2))["id"]
+    lost, _ = await store.submit("n.skill", b"{}", max_attempts=1)
+    await claim_one(store, mine)
+    kept, _ = await store.submit("n.skill", b"{}", max_attempts=1)
+    await claim_one(store, other)
+    assert await store.release_all(mine) == ["n"]
+    view = store.get_traverser(lost["id"])
+    assert (view["status"], view["attempt"], view["max_attempts"]) == ("queued", 1, 2)
+    assert store.get_traverser(kept["id"])["status"] == "running"
+    assert await store.release_all(mine) == []
+    again = await claim_one(store, other)
+    assert again["traverser"]["id"] == lost["id"]
