@@ -22,6 +22,9 @@ run: $(STAMP)
 test: $(STAMP)
 	bash scripts/services.sh
 	$(BIN)/python -m pytest -q
+	# The store contract and the engine's tests again, on PostgreSQL.
+	PYWORKFLOW_TEST_STORE=postgresql $(BIN)/python -m pytest -q tests/contract tests/unit \
+		--ignore=tests/unit/atfgraph --ignore=tests/unit/contrib
 
 check: $(STAMP)
 	$(BIN)/ruff format --check src tests bench examples

@@ -142,8 +142,11 @@ def apply_postgres_migrations(conn: _PgConnection, migrations: Sequence[Migratio
         for migration in migrations:
             if (migration.component, migration.version) in applied:
                 continue
-            for statement in split_statements(migration.sql):
-                conn.execute(statement)
+            if "$$" in migration.sql:  # function bodies: the server splits the script itself
+                conn.execute(migration.sql)
+            else:
+                for statement in split_statements(migration.sql):
+                    conn.execute(statement)
             conn.execute(
                 "INSERT INTO schema_migrations (component, version, name, applied_at)"
                 " VALUES (%s, %s, %s, %s)",

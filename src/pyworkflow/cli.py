@@ -1,0 +1,154 @@
+"""``pyworkflow``: run Celery workers and the sweeper for the Celery runtime.
+
+Options take precedence over the environment: ``--storage`` over ``PYWORKFLOW_STORAGE``,
+``--broker`` over ``CELERY_BROKER_URL`` (default ``redis://127.0.0.1:6379/0``). Logs go to stderr.
+"""
+
+from __future__ import annotations
+
+import logging
+import sys
+
+import click
+
+from .runtime._celery import DEFAULT_QUEUE, DEFAULT_VISIBILITY_TIMEOUT, CeleryOptions
+
+
+def _settings(
+    storage: str,
+    broker: str | None,
+    queue: str,
+    visibility_timeout: float,
+    lease_ttl: float,
+    max_crashes: int,
+    sweep_interval: float,
+    imports: tuple[str, ...],
+) -> object:
+    from .runtime._celery_worker import WorkerSettings
+
+    options = CeleryOptions.from_extra(
+        {"broker": broker, "queue": queue, "visibility_timeout": visibility_timeout}
+    )
+    return WorkerSettings(
+        storage=storage,
+        celery=options,
+        lease_ttl=lease_ttl,
+        max_crashes=max_crashes,
+        sweep_interval=sweep_interval,
+        imports=imports,
+    )
+
+
+_common = [
+    click.option(
+        "--storage", envvar="PYWORKFLOW_STORAGE", required=True, help="postgresql://... [$PYWORKFLOW_STORAGE]"
+    ),
+    click.option("--broker", envvar="CELERY_BROKER_URL", default=None, help="[$CELERY_BROKER_URL]"),
+    click.option("--queue", default=DEFAULT_QUEUE, show_default=True, help="Celery queue of turns."),
+    click.option(
+        "--visibility-timeout",
+        type=float,
+        default=DEFAULT_VISIBILITY_TIMEOUT,
+        show_default=True,
+        help="Seconds before Redis redelivers an unacknowledged turn; longer than your longest step.",
+    ),
+    click.option("--lease-ttl", type=float, default=30.0, show_default=True, help="Turn lease, heartbeated."),
+    click.option(
+        "--max-crashes",
+        type=int,
+        default=5,
+        show_default=True,
+        help="Turns a run may lose to dead workers before it is failed.",
+    ),
+    click.option("--sweep-interval", type=float, default=1.0, show_default=True),
+    click.option(
+        "--import",
+        "-I",
+        "imports",
+        multiple=True,
+        help="Module defining workflows (repeatable); runs also import their workflow's module.",
+    ),
+]
+
+
+def common(fn: click.decorators.FC) -> click.decorators.FC:
+    for option in reversed(_common):
+        fn = option(fn)
+    return fn
+
+
+@click.group()
+def main() -> None:
+    """pyworkflow: durable workflows. Commands for the Celery runtime."""
+
+
+@main.command()
+@common
+@click.option("--concurrency", "-c", type=int, default=8, show_default=True, help="Turns run at once.")
+@click.option(
+    "--pool", type=click.Choice(["threads", "prefork", "solo"]), default="threads", show_default=True
+)
+@click.option("--sweeper/--no-sweeper", default=True, show_default=True, help="Run the sweeper here too.")
+@click.option("--loglevel", default="INFO", show_default=True)
+@click.option("--hostname", "-n", default=None, help="Celery node name (default pyworkflow-PID@host).")
+def worker(
+    storage: str,
+    broker: str | None,
+    queue: str,
+    visibility_timeout: float,
+    lease_ttl: float,
+    max_crashes: int,
+    sweep_interval: float,
+    imports: tuple[str, ...],
+    concurrency: int,
+    pool: str,
+    sweeper: bool,
+    loglevel: str,
+    hostname: str | None,
+) -> None:
+    """Run a Celery worker that executes workflow turns (and, by default, the sweeper)."""
+    from .runtime._celery_worker import WorkerSettings, run_worker
+
+    _logging(loglevel)
+    settings = _settings(storage, broker, queue, visibility_timeout, lease_ttl, max_crashes,
+                         sweep_interval, imports)  # fmt: skip
+    assert isinstance(settings, WorkerSettings)
+    run_worker(settings, concurrency=concurrency, pool=pool, sweeper=sweeper, loglevel=loglevel,
+               hostname=hostname)  # fmt: skip
+
+
+@main.command()
+@common
+@click.option("--loglevel", default="INFO", show_default=True)
+def sweeper(
+    storage: str,
+    broker: str | None,
+    queue: str,
+    visibility_timeout: float,
+    lease_ttl: float,
+    max_crashes: int,
+    sweep_interval: float,
+    imports: tuple[str, ...],
+    loglevel: str,
+) -> None:
+    """Run only the sweeper: expire due hooks and timers, recover runs of dead workers."""
+    from .runtime._celery_worker import WorkerSettings, run_sweeper
+
+    _logging(loglevel)
+    settings = _settings(storage, broker, queue, visibility_timeout, lease_ttl, max_crashes,
+                         sweep_interval, imports)  # fmt: skip
+    assert isinstance(settings, WorkerSettings)
+    try:
+        run_sweeper(settings)
+    except KeyboardInterrupt:
+        sys.exit(0)
+
+
+def _logging(level: str) -> None:
+    logging.basicConfig(
+        level=level.upper(), stream=sys.stderr, format="%(asctime)s %(levelname)s %(name)s: %(message)s"
+    )
+
+
+if __name__ == "__main__":  # pragma: no cover
+    main()

@@ -1,0 +1,156 @@
+"""The Celery runtime: a workflow turn is one short Celery task.
+
+The store stays the source of truth; Celery only carries "run X may have work" messages:
+
+- ``start()`` records the run (unleased, due now) and publishes a turn message;
+  ``resume_hook()`` records the payload and wakes the run in one transaction, then publishes.
+- A worker's turn task claims *that* run's queue row with a lease (``claim_run``), runs
+  :func:`~pyworkflow._engine.execute_turn` and returns. A run that suspends holds no worker
+  slot, thread or message: it is a few rows until something wakes it.
+- A message for a run that is not due (a duplicate delivery, a run another worker holds, a
+  finished run) claims nothing and does nothing; a second completion of a step is refused by the
+  store. So Celery's at-least-once delivery is enough.
+- Timers and hook deadlines live in the store. A sweeper (a thread of every ``pyworkflow worker``,
+  or ``pyworkflow sweeper`` alone) expires due waits, frees the leases of dead workers and
+  re-publishes turns for runs that are due but whose message was lost or whose worker died.
+
+Messages are JSON and carry only a run id: no workflow data, no secrets, nothing to unpickle.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import threading
+import time
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+from celery import Celery  # type: ignore[import-untyped]
+
+from .._errors import ConfigurationError
+from ..store import Claim, Store
+
+log = logging.getLogger("pyworkflow.celery")
+
+DEFAULT_BROKER = "redis://127.0.0.1:6379/0"
+DEFAULT_QUEUE = "pyworkflow"
+#: Redis/SQS redeliver an unacknowledged message after this long: keep it longer than your
+#: longest step (a redelivery is harmless, but wasted). One hour by default, like Celery's.
+DEFAULT_VISIBILITY_TIMEOUT = 3600.0
+TURN_TASK = "pyworkflow.turn"
+
+
+class CeleryStore(Store, Protocol):
+    """What the Celery runtime needs beyond :class:`~pyworkflow.store.Store` (PostgreSQL has it)."""
+
+    async def claim_run(
+        self, run_id: str, owner: str, *, now: float, lease_ttl: float, max_crashes: int
+    ) -> Claim | None: ...
+
+    async def ready_runs(
+        self,
+        *,
+        now: float,
+        due_before: float | None = None,
+        due_after: float | None = None,
+        limit: int = 1000,
+    ) -> list[str]: ...
+
+
+def celery_store(store: Store) -> CeleryStore:
+    if not (hasattr(store, "claim_run") and hasattr(store, "ready_runs")):
+        raise ConfigurationError(
+            f"the Celery runtime needs PostgreSQL storage (postgresql://...), not {type(store).__name__}"
+        )
+    return store  # type: ignore[return-value]
+
+
+@dataclass(frozen=True, slots=True)
+class CeleryOptions:
+    """The Celery part of ``configure(runtime="celery", broker=..., queue=..., visibility_timeout=...)``."""
+
+    broker: str
+    queue: str = DEFAULT_QUEUE
+    visibility_timeout: float = DEFAULT_VISIBILITY_TIMEOUT
+
+    @classmethod
+    def from_extra(cls, extra: Mapping[str, Any]) -> CeleryOptions:
+        """From ``configure()``'s extra keyword arguments; the broker defaults to
+        ``$CELERY_BROKER_URL``, then to Redis on localhost."""
+        broker = extra.get("broker") or os.environ.get("CELERY_BROKER_URL") or DEFAULT_BROKER
+        queue = extra.get("queue") or DEFAULT_QUEUE
+        visibility = extra.get("visibility_timeout", DEFAULT_VISIBILITY_TIMEOUT)
+        if not isinstance(broker, str) or "://" not in broker:
+            raise ConfigurationError(f"broker must be a URL such as redis://host:6379/0, not {broker!r}")
+        if not isinstance(queue, str) or not queue.strip():
+            raise ConfigurationError(f"queue must be a non-empty string, not {queue!r}")
+        if isinstance(visibility, bool) or not isinstance(visibility, int | float) or visibility <= 0:
+            raise ConfigurationError(f"visibility_timeout must be a positive number, not {visibility!r}")
+        return cls(broker, queue, float(visibility))
+
+
+def make_app(options: CeleryOptions) -> Celery:
+    """A Celery app with the durability settings pyworkflow relies on (no task registered: the
+    worker registers the turn task, senders only need its name)."""
+    app = Celery("pyworkflow", broker=options.broker, set_as_current=False)
+    app.conf.update(
+        # A message is acknowledged only after its turn ran, and put back if the worker process
+        # died running it: the turn is retried, and the store makes the retry harmless.
+        task_acks_late=True,
+        task_reject_on_worker_lost=True,
+        # One message per worker slot at a time: a busy worker does not sit on others' turns.
+        worker_prefetch_multiplier=1,
+        broker_transport_options={"visibility_timeout": options.visibility_timeout},
+        task_default_queue=options.queue,
+        task_serializer="json",
+        accept_content=["json"],
+        task_ignore_result=True,
+        # Warm shutdown waits for running turns; soft shutdown bounds that wait (Celery >= 5.5).
+        worker_soft_shutdown_timeout=10.0,
+        worker_enable_soft_shutdown_on_idle=True,
+        broker_connection_retry_on_startup=True,
+        worker_hijack_root_logger=False,
+    )
+    return app
+
+
+_apps: dict[CeleryOptions, Celery] = {}
+_apps_lock = threading.Lock()
+
+
+def app_for(options: CeleryOptions) -> Celery:
+    """This process's sending app for ``options`` (one producer pool per broker)."""
+    with _apps_lock:
+        app = _apps.get(options)
+        if app is None:
+            app = _apps[options] = make_app(options)
+        return app
+
+
+def dispatch(run_ids: Iterable[str], options: CeleryOptions, *, app: Celery | None = None) -> int:
+    """Publish one turn message per run. Returns how many were published; a broker error is
+    logged, not raised: the run is due in the store and the sweeper publishes it again."""
+    app = app or app_for(options)
+    sent = 0
+    try:
+        for run_id in run_ids:
+            app.send_task(TURN_TASK, args=[run_id], queue=options.queue)
+            sent += 1
+    except Exception as exc:
+        log.warning("could not publish a turn (%s); the sweeper will publish it again", exc)
+    return sent
+
+
+async def submit(store: Store, run_id: str, workflow: str, input: bytes, extra: Mapping[str, Any]) -> None:
+    """``start()`` with the Celery runtime: record the run, due now, then publish its first turn."""
+    options = CeleryOptions.from_extra(extra)
+    celery_store(store)
+    await store.create_run(run_id, workflow, input, now=time.time(), lease_owner=None, lease_ttl=0.0)
+    dispatch([run_id], options)
+
+
+def wake(run_id: str, extra: Mapping[str, Any]) -> None:
+    """After ``resume_hook`` recorded a decision: publish the run's next turn."""
+    dispatch([run_id], CeleryOptions.from_extra(extra))

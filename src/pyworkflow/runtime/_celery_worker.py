@@ -1,0 +1,295 @@
+"""The worker side of the Celery runtime: the turn task, the lease heartbeat and the sweeper.
+
+One :class:`Worker` per process (prefork children each get their own, after the fork). Turns run
+on a per-thread event loop; the store does its I/O on its own loop, so any Celery pool works
+(``threads`` is the default of ``pyworkflow worker``; ``prefork`` and ``solo`` work too).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import importlib
+import logging
+import os
+import threading
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from celery import Celery  # type: ignore[import-untyped]
+
+from .._crashpoints import crashpoint
+from .._engine import execute_turn
+from ..store import RunState, open_store
+from ._celery import TURN_TASK, CeleryOptions, CeleryStore, celery_store, dispatch, make_app
+from ._local import _dead_local_owners, owner_id
+
+log = logging.getLogger("pyworkflow.celery")
+
+
+@dataclass(slots=True)
+class WorkerSettings:
+    storage: str
+    celery: CeleryOptions
+    lease_ttl: float = 30.0
+    max_crashes: int = 5
+    #: turns one task may run back to back for its run (a decision arrived during a turn)
+    max_turns_per_task: int = 20
+    sweep_interval: float = 1.0
+    #: an unleased due row is re-published only after it waited this long for its message (lost
+    #: messages are rare; a backlog of queued messages must not be published again)
+    dispatch_grace: float = 30.0
+    imports: Sequence[str] = field(default_factory=tuple)
+
+
+class Worker:
+    """Executes turns for one process and heartbeats the leases of the turns it runs."""
+
+    def __init__(self, settings: WorkerSettings) -> None:
+        self.settings = settings
+        self.owner = owner_id()
+        self.pid = os.getpid()
+        self.store: CeleryStore = celery_store(open_store(settings.storage))
+        self.turns = 0
+        self._active = 0
+        self._lock = threading.Lock()
+        self._local = threading.local()
+        self._stop = threading.Event()
+        self._beat = threading.Thread(target=self._heartbeat, name="pyworkflow-heartbeat", daemon=True)
+        self._beat.start()
+
+    def _loop(self) -> asyncio.AbstractEventLoop:
+        loop: asyncio.AbstractEventLoop | None = getattr(self._local, "loop", None)
+        if loop is None or loop.is_closed():
+            loop = self._local.loop = asyncio.new_event_loop()
+        return loop
+
+    def run(self, run_id: str) -> int:
+        """The turn task: run the turns ``run_id`` is due for; return how many ran (0: not due)."""
+        return self._loop().run_until_complete(self._turns(run_id))
+
+    async def _turns(self, run_id: str) -> int:
+        s = self.settings
+        ran = 0
+        while ran < s.max_turns_per_task:
+            claim = await self.store.claim_run(
+                run_id, self.owner, now=time.time(), lease_ttl=s.lease_ttl, max_crashes=s.max_crashes
+            )
+            if claim is None:
+                return ran
+            crashpoint("after_claim")
+            with self._lock:
+                self._active += 1
+            try:
+                state = await self.store.load_state(run_id) if claim.resumed else RunState()
+                await execute_turn(self.store, claim, state)
+            except Exception:
+                # Not the workflow's failure (execute_turn records those) but ours, e.g. the
+                # database went away: give the lease back rather than heartbeat it forever; the
+                # sweeper publishes the run again.
+                log.exception("run %s: turn crashed; releasing its lease", run_id)
+                with contextlib.suppress(Exception):
+                    await self.store.release(claim.fence, now=time.time())
+                raise
+            finally:
+                with self._lock:
+                    self._active -= 1
+                    self.turns += 1
+            ran += 1
+        dispatch([run_id], s.celery)  # still due: let another message continue it
+        return ran
+
+    def _heartbeat(self) -> None:
+        loop = asyncio.new_event_loop()
+        try:
+            while not self._stop.wait(self.settings.lease_ttl / 3):
+                if self._active:
+                    try:
+                        expires = time.time() + self.settings.lease_ttl
+                        loop.run_until_complete(self.store.heartbeat(self.owner, lease_expires_at=expires))
+                    except Exception:
+                        log.exception("heartbeat failed")
+        finally:
+            loop.close()
+
+    def close(self) -> None:
+        self._stop.set()
+        self.store.close()
+
+
+class Sweeper:
+    """The periodic sweeper: expires due waits (hook deadlines, durable sleeps, retry back-offs),
+    frees the leases of dead workers on this host and publishes turns for due runs nobody is
+    running. Safe to run in several processes at once (each step is a conditional transition)."""
+
+    def __init__(self, settings: WorkerSettings, store: CeleryStore | None = None) -> None:
+        self.settings = settings
+        self.owner = owner_id()
+        self._own_store = store is None
+        self.store: CeleryStore = store or celery_store(open_store(settings.storage))
+        self._stop = threading.Event()
+        self._poke = threading.Event()
+        self._recent: dict[str, float] = {}
+        self._thread: threading.Thread | None = None
+        self.published = 0
+
+    def start(self) -> None:
+        self._thread = threading.Thread(target=self.run_forever, name="pyworkflow-sweeper", daemon=True)
+        self._thread.start()
+
+    def stop(self) -> None:
+        self._stop.set()
+        self._poke.set()
+        if self._thread is not None:
+            self._thread.join(timeout=10)
+        if self._own_store:
+            self.store.close()
+
+    def run_forever(self) -> None:
+        unsubscribe = getattr(self.store, "subscribe", None)
+        cancel = unsubscribe(self._poke.set) if callable(unsubscribe) else None
+        loop = asyncio.new_event_loop()
+        try:
+            while not self._stop.is_set():
+                try:
+                    pause = loop.run_until_complete(self.sweep_once())
+                except Exception:
+                    log.exception("sweep failed; retrying")
+                    pause = self.settings.sweep_interval
+                self._poke.wait(pause)
+                self._poke.clear()
+        finally:
+            if cancel is not None:
+                cancel()
+            loop.close()
+
+    async def sweep_once(self) -> float:
+        """One sweep; returns how long to sleep before the next."""
+        s, store = self.settings, self.store
+        swept_at = time.time()
+        expired = await store.expire_due_waits(now=swept_at)
+        dead = _dead_local_owners(await store.lease_owners(now=swept_at), self.owner)
+        if dead:
+            freed = await store.expire_leases_of(dead, now=swept_at)
+            log.info("freed %d run(s) of dead worker(s) %s", freed, ", ".join(dead))
+        now = time.time()
+        # Rows whose lease ran out (dead workers) and rows nobody published for a while ...
+        ready = await store.ready_runs(now=now, due_before=now - s.dispatch_grace)
+        if expired:  # ... and the runs this sweep's expiries just woken (due at swept_at exactly)
+            ready += await store.ready_runs(now=now, due_before=swept_at, due_after=swept_at)
+        fresh = [r for r in dict.fromkeys(ready) if now - self._recent.get(r, 0.0) > s.lease_ttl]
+        if fresh:
+            self.published += dispatch(fresh, s.celery)
+            self._recent.update(dict.fromkeys(fresh, now))
+            log.info("published %d turn(s) (%d waits expired)", len(fresh), expired)
+        if len(self._recent) > 100_000:
+            self._recent = {k: v for k, v in self._recent.items() if now - v <= s.lease_ttl}
+        due = await store.next_due()
+        pause = s.sweep_interval
+        if due is not None:
+            pause = max(0.05, min(pause, due - time.time()))
+        return pause
+
+
+# -- the process's worker, and the Celery app a worker runs -------------------------------------
+
+_worker: Worker | None = None
+_worker_lock = threading.Lock()
+_settings: WorkerSettings | None = None
+
+
+def settings_from_environment() -> WorkerSettings:
+    """For ``celery -A pyworkflow.runtime._celery_worker worker``: everything from the environment."""
+    storage = os.environ.get("PYWORKFLOW_STORAGE", "")
+    if not storage:
+        raise RuntimeError("set PYWORKFLOW_STORAGE=postgresql://... for the pyworkflow Celery worker")
+    imports = tuple(m for m in os.environ.get("PYWORKFLOW_IMPORTS", "").split(",") if m)
+    return WorkerSettings(
+        storage=storage,
+        celery=CeleryOptions.from_extra({"queue": os.environ.get("PYWORKFLOW_QUEUE")}),
+        lease_ttl=float(os.environ.get("PYWORKFLOW_LEASE_TTL", "30")),
+        max_crashes=int(os.environ.get("PYWORKFLOW_MAX_CRASHES", "5")),
+        imports=imports,
+    )
+
+
+def current_worker() -> Worker:
+    """This process's worker, created on first use (after a prefork fork, a new one)."""
+    global _worker
+    with _worker_lock:
+        if _worker is None or _worker.pid != os.getpid():
+            _worker = Worker(_settings or settings_from_environment())
+        return _worker
+
+
+def _turn(run_id: str) -> int:
+    return current_worker().run(run_id)
+
+
+def build_app(settings: WorkerSettings) -> Celery:
+    """The worker's Celery app: the durability settings and the turn task."""
+    global _settings
+    _settings = settings
+    for module in settings.imports:
+        importlib.import_module(module)  # the workflows this worker runs (also imported on demand)
+    app = make_app(settings.celery)
+    app.task(name=TURN_TASK, ignore_result=True, acks_late=True, reject_on_worker_lost=True)(_turn)
+    return app
+
+
+def run_worker(
+    settings: WorkerSettings,
+    *,
+    concurrency: int = 8,
+    pool: str = "threads",
+    sweeper: bool = True,
+    loglevel: str = "INFO",
+    hostname: str | None = None,
+) -> None:
+    """Run a Celery worker for pyworkflow turns in this process (blocks until shutdown)."""
+    app = build_app(settings)
+    sweep = Sweeper(settings) if sweeper else None
+    if sweep is not None:
+        sweep.start()
+    argv = [
+        "worker",
+        f"--pool={pool}",
+        f"--concurrency={concurrency}",
+        f"--loglevel={loglevel}",
+        f"--queues={settings.celery.queue}",
+        f"--hostname={hostname or f'pyworkflow-{os.getpid()}@%h'}",
+        "--without-gossip",
+        "--without-mingle",
+    ]
+    try:
+        app.worker_main(argv)
+    finally:
+        if sweep is not None:
+            sweep.stop()
+        if _worker is not None and _worker.pid == os.getpid():
+            _worker.close()
+
+
+def run_sweeper(settings: WorkerSettings) -> None:
+    """Run only the sweeper in this process until interrupted."""
+    sweep = Sweeper(settings)
+    try:
+        sweep.run_forever()
+    finally:
+        sweep.stop()
+
+
+_env_app: Celery | None = None
+
+
+def __getattr__(name: str) -> Any:
+    """``celery -A pyworkflow.runtime._celery_worker worker`` finds ``app`` here: built on first
+    access, its settings from the environment (``PYWORKFLOW_STORAGE``, ``CELERY_BROKER_URL``, ...)."""
+    global _env_app
+    if name in ("app", "celery"):
+        if _env_app is None:
+            _env_app = build_app(settings_from_environment())
+        return _env_app
+    raise AttributeError(name)

@@ -1,0 +1,151 @@
+"""The Celery runtime with real parts: PostgreSQL, Redis or RabbitMQ, and ``pyworkflow worker``
+subprocesses that are SIGKILLed and replaced."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import time
+
+import cwf
+import orjson
+import pytest
+from charness import HERE, Cluster
+
+import pyworkflow
+
+pytestmark = [pytest.mark.celery, pytest.mark.postgres]
+
+
+async def _start_hitl(count: int) -> list[str]:
+    return [await pyworkflow.start(cwf.hitl, i) for i in range(count)]
+
+
+def _tokens_ready(count: int) -> bool:
+    folder = cwf.DIR / "tokens"
+    return folder.exists() and len([p for p in folder.iterdir() if not p.name.startswith(".")]) >= count
+
+
+def _check_hitl_results(cluster: Cluster, count: int) -> None:
+    rows = cluster.sql("SELECT status, result FROM runs WHERE workflow = 'cwf:hitl'")
+    assert len(rows) == count
+    results = sorted((orjson.loads(r[1]) for r in rows if r[0] == "completed"), key=lambda r: r["i"])
+    assert results == [{"i": i, "setup": i, "payload": {"ok": i}} for i in range(count)]
+    assert cluster.steps_completed_twice() == []
+    # Work before the checkpoint ran once per run; the first step was never re-executed.
+    assert cwf.counts("setup") == {str(i): 1 for i in range(count)}
+    assert cwf.counts("prepare") == {str(i): 1 for i in range(count)}
+
+
+def _resume_from_another_process(cluster: Cluster, count: int) -> None:
+    out = subprocess.run(
+        [sys.executable, str(HERE / "cdriver.py"), cluster.storage, str(count)],
+        env=cluster.env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert out.returncode == 0, out.stderr[-3000:]
+    assert out.stdout.strip() == f"resumed {count}"
+
+
+async def _scenario_resume_200(cluster: Cluster, count: int = 200) -> None:
+    cluster.start_worker()
+    cluster.start_worker()
+    await _start_hitl(count)
+    cluster.wait_statuses("suspended", count, timeout=60)
+    cluster.wait_for("every token", lambda: _tokens_ready(count), timeout=10)
+    # Suspended runs hold nothing: no queue row, no lease, no message.
+    assert cluster.sql("SELECT count(*) FROM queue")[0][0] == 0
+    _resume_from_another_process(cluster, count)
+    cluster.wait_statuses("completed", count, timeout=90)
+    _check_hitl_results(cluster, count)
+
+
+async def test_200_workflows_resumed_from_another_process(client: Cluster) -> None:
+    await _scenario_resume_200(client)
+
+
+async def test_200_workflows_with_rabbitmq(client: Cluster) -> None:
+    assert client.broker.startswith("amqp://")
+    await _scenario_resume_200(client)
+
+
+async def test_every_message_delivered_twice_changes_nothing(
+    client: Cluster, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("PWTEST_DUPLICATE", "1")
+    client.env["PWTEST_DUPLICATE"] = "1"
+    await _scenario_resume_200(client, count=60)
+    # Every start and every resume was published twice (plus any sweeper re-publication).
+    duplicated = cwf.counts("duplicated")
+    assert sum(duplicated.values()) >= 120 and len(duplicated) == 60
+
+
+async def test_sigkill_mid_step_and_while_waiting(client: Cluster) -> None:
+    count = 24
+    slow = {"PWTEST_SLOW": "1.5"}
+    victim = client.start_worker(extra_env=slow)
+    client.start_worker(extra_env=slow)
+    await _start_hitl(count)
+    # Kill a worker while steps are running, after their checkpoint was saved.
+    client.wait_for(
+        "steps in progress on the victim", lambda: len(cwf.counts(f"slow-{victim.pid}")) >= 2, timeout=30
+    )
+    client.kill(victim)
+    client.start_worker(extra_env=slow)  # the replacement
+    client.wait_statuses("suspended", count, timeout=60)
+    client.wait_for("every token", lambda: _tokens_ready(count), timeout=10)
+    recovered = client.sql("SELECT count(DISTINCT run_id) FROM events WHERE type = 'run_recovered'")[0][0]
+    assert recovered >= 1  # the kill really interrupted turns
+    # Kill another worker while every run waits, then resume them all.
+    client.kill(client.alive()[0])
+    client.start_worker(extra_env=slow)
+    for i in range(count):
+        await pyworkflow.resume_hook(cwf.token_of(i), {"ok": i})
+    client.wait_statuses("completed", count, timeout=90)
+    _check_hitl_results(client, count)
+
+
+async def test_deadline_and_sleep_due_while_workers_are_down(client: Cluster) -> None:
+    client.start_worker(concurrency=4)
+    client.start_worker(concurrency=4)
+    for key in ("d0", "d1", "d2"):
+        await pyworkflow.start(cwf.deadline, key)
+    for key in ("s0", "s1", "s2"):
+        await pyworkflow.start(cwf.sleeper, key)
+    client.wait_statuses("suspended", 6, timeout=30)
+    client.stop_all()
+    time.sleep(3)  # both deadlines (2 s) pass while nothing runs
+    assert (
+        client.sql("SELECT count(*) FROM waits WHERE status = 'pending' AND expires_at < %s", (time.time(),))[
+            0
+        ][0]
+        == 6
+    )
+    client.start_worker(concurrency=4)
+    client.start_worker(concurrency=4)
+    client.wait_statuses("completed", 6, timeout=30)
+    results = {orjson.dumps(orjson.loads(r[0])) for r in client.sql("SELECT result FROM runs")}
+    expected = {orjson.dumps({"key": k, "timed_out": True}) for k in ("d0", "d1", "d2")}
+    expected |= {orjson.dumps(f"slept {k}") for k in ("s0", "s1", "s2")}
+    assert results == expected
+    assert client.sql("SELECT count(*) FROM waits WHERE status = 'expired'")[0][0] == 6
+
+
+async def test_a_run_whose_worker_keeps_dying_fails_after_max_crashes(client: Cluster) -> None:
+    client.max_crashes = 2
+    client.start_worker(concurrency=1)
+    run_id = await pyworkflow.start(cwf.poison, "p")
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:
+        if client.statuses().get("failed"):
+            break
+        if not client.alive():
+            client.start_worker(concurrency=1)  # a supervisor restarting the dead worker
+        time.sleep(0.2)
+    run = await pyworkflow.get_workflow_run(run_id)
+    assert run.status == pyworkflow.RunStatus.FAILED, client.logs()
+    assert run.error is not None and run.error["type"] == "pyworkflow.WorkerCrashed"
+    assert "died 3 times" in run.error["message"]
+    assert cwf.counts("die") == {"p": 3}  # the first turn and max_crashes=2 retries
