@@ -13,7 +13,7 @@ import os
 import socket
 import time
 import uuid
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 
 from .._crashpoints import crashpoint
 from .._engine import execute_turn
@@ -66,6 +66,7 @@ class LocalRuntime:
         self._runner: asyncio.Task[None] | None = None
         self._heart: asyncio.Task[None] | None = None
         self._changed: dict[str, asyncio.Event] = {}
+        self._unsubscribe: Callable[[], None] | None = None
         self.turns = 0  # turns executed by this runtime (for tests and benchmarks)
 
     # -- lifecycle ------------------------------------------------------------------------------
@@ -78,12 +79,21 @@ class LocalRuntime:
         if self.running:
             return
         self.loop = asyncio.get_running_loop()
+        # Stores that can push (PostgreSQL's LISTEN/NOTIFY) wake the loop the moment another
+        # process makes a run due; polling then only backs the notifications up.
+        subscribe = getattr(self.store, "subscribe", None)
+        if callable(subscribe):
+            loop = self.loop
+            self._unsubscribe = subscribe(lambda: loop.call_soon_threadsafe(self._wake.set))
         await self._free_dead_leases()
         self._runner = asyncio.create_task(self._run(), name="pyworkflow-runtime")
         self._heart = asyncio.create_task(self._heartbeat(), name="pyworkflow-heartbeat")
 
     async def stop(self) -> None:
         """Stop claiming; cancel active turns, whose leases are released for another process."""
+        if self._unsubscribe is not None:
+            self._unsubscribe()
+            self._unsubscribe = None
         for task in (self._runner, self._heart):
             if task is not None:
                 task.cancel()
