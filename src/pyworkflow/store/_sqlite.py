@@ -269,7 +269,10 @@ class SQLiteStore:
                 state.checkpoints[(r[0], r[1])] = CheckpointRecord(r[0], r[1], r[2], r[3])
             return state
 
-        return self.db.read(read)
+        # No enclosing read transaction: the run is leased to the caller, so its steps and
+        # checkpoints cannot change meanwhile; a wait resolved between the statements is seen
+        # either way, and the wake-up it queued gives the run another turn.
+        return read(self.db.reader())
 
     async def cancel_run(self, run_id: str, *, now: float) -> bool:
         def tx(conn: sqlite3.Connection) -> bool:
