@@ -33,8 +33,6 @@ from psycopg_pool import AsyncConnectionPool
 from .._errors import (
     CancellationError,
     CheckpointConflictError,
-    HookAlreadyReceivedError,
-    HookCancelledError,
     HookExpiredError,
     HookNotFoundError,
     LeaseLostError,
@@ -57,6 +55,7 @@ from ._protocol import (
     WaitRecord,
     WaitStatus,
 )
+from ._rows import RUN_COLUMNS, WAIT_COLUMNS, list_waits_sql, raise_if_resolved, run_from_row, wait_from_row
 
 T = TypeVar("T")
 Conn = psycopg.AsyncConnection[Any]
@@ -166,17 +165,13 @@ ON CONFLICT (run_id, step_key) DO UPDATE SET
     delivered = GREATEST(steps.delivered, EXCLUDED.delivered), updated_at = EXCLUDED.updated_at
 """
 SQL_DELETE_CHECKPOINT = "DELETE FROM checkpoints WHERE run_id = %s AND scope = %s AND name = %s"
-_WAIT_COLUMNS = (
-    "id, run_id, wait_key, kind, name, step_key, status, notified, created_at, expires_at, resolved_at,"
-    " payload, payload_schema"
-)
-SQL_WAIT_BY_KEY = f"SELECT {_WAIT_COLUMNS} FROM waits WHERE run_id = %s AND wait_key = %s"
-SQL_WAIT_BY_ID = f"SELECT {_WAIT_COLUMNS} FROM waits WHERE id = %s"
+SQL_WAIT_BY_KEY = f"SELECT {WAIT_COLUMNS} FROM waits WHERE run_id = %s AND wait_key = %s"
+SQL_WAIT_BY_ID = f"SELECT {WAIT_COLUMNS} FROM waits WHERE id = %s"
 # A wait by its first token or by one handed out again later (wait_tokens).
 SQL_WAIT_BY_TOKEN = f"""
-SELECT {_WAIT_COLUMNS} FROM waits WHERE token_digest = %(digest)s
+SELECT {WAIT_COLUMNS} FROM waits WHERE token_digest = %(digest)s
 UNION ALL
-SELECT {_WAIT_COLUMNS} FROM waits WHERE id = (SELECT wait_id FROM wait_tokens WHERE token_digest = %(digest)s)
+SELECT {WAIT_COLUMNS} FROM waits WHERE id = (SELECT wait_id FROM wait_tokens WHERE token_digest = %(digest)s)
 LIMIT 1
 """
 SQL_INSERT_WAIT = """
@@ -197,10 +192,9 @@ SQL_CANCEL_WAITS = """
 UPDATE waits SET status = 'cancelled', resolved_at = %s WHERE run_id = %s AND status = 'pending'
 """
 SQL_STATE_STEPS = "SELECT step_key, status, attempt, result, error, delivered FROM steps WHERE run_id = %s"
-SQL_STATE_WAITS = f"SELECT {_WAIT_COLUMNS} FROM waits WHERE run_id = %s"
+SQL_STATE_WAITS = f"SELECT {WAIT_COLUMNS} FROM waits WHERE run_id = %s"
 SQL_STATE_CHECKPOINTS = "SELECT scope, name, value, revision FROM checkpoints WHERE run_id = %s"
-_RUN_COLUMNS = "id, workflow, status, input, result, error, created_at, updated_at, finished_at"
-SQL_GET_RUN = f"SELECT {_RUN_COLUMNS} FROM runs WHERE id = %s"
+SQL_GET_RUN = f"SELECT {RUN_COLUMNS} FROM runs WHERE id = %s"
 SQL_EVENTS = """
 SELECT run_id, seq, at, type, key, data FROM events WHERE run_id = %s AND seq > %s ORDER BY seq LIMIT %s
 """
@@ -216,28 +210,6 @@ _CRASHED = (
     b'{"type":"pyworkflow.WorkerCrashed","message":"the worker running this run died %d times;'
     b' giving up (max_crashes)"}'
 )
-
-
-def _run(row: Sequence[Any]) -> RunRecord:
-    return RunRecord(row[0], row[1], RunStatus(row[2]), row[3], row[4], row[5], row[6], row[7], row[8])
-
-
-def _wait(row: Sequence[Any]) -> WaitRecord:
-    return WaitRecord(
-        id=row[0],
-        run_id=row[1],
-        wait_key=row[2],
-        kind=WaitKind(row[3]),
-        name=row[4],
-        step_key=row[5],
-        status=WaitStatus(row[6]),
-        notified=bool(row[7]),
-        created_at=row[8],
-        expires_at=row[9],
-        resolved_at=row[10],
-        payload=row[11],
-        payload_schema=row[12],
-    )
 
 
 async def _event(conn: Conn, run_id: str, now: float, type_: str, key: str | None = None,
@@ -290,16 +262,7 @@ async def _find_wait(conn: Conn, *, token_digest: bytes | None, wait_id: str | N
     else:
         cur = await conn.execute(SQL_WAIT_BY_ID, (wait_id,))
     row = await cur.fetchone()
-    return _wait(row) if row else None
-
-
-def _raise_if_resolved(wait: WaitRecord) -> None:
-    if wait.status == WaitStatus.RECEIVED:
-        raise HookAlreadyReceivedError(f"hook {wait.name!r} already received a payload", wait_id=wait.id)
-    if wait.status == WaitStatus.EXPIRED:
-        raise HookExpiredError(f"hook {wait.name!r} expired before the payload arrived", wait_id=wait.id)
-    if wait.status == WaitStatus.CANCELLED:
-        raise HookCancelledError(f"hook {wait.name!r} was cancelled with its run", wait_id=wait.id)
+    return wait_from_row(row) if row else None
 
 
 async def _expire(conn: Conn, wait_id: str, run_id: str, wait_key: str, now: float) -> bool:
@@ -524,7 +487,7 @@ class PostgresStore:
 
     async def get_run(self, run_id: str) -> RunRecord | None:
         rows = await self._fetch(SQL_GET_RUN, (run_id,))
-        return _run(rows[0]) if rows else None
+        return run_from_row(rows[0]) if rows else None
 
     async def list_runs(
         self, *, status: RunStatus | None = None, workflow: str | None = None, limit: int = 100
@@ -537,8 +500,8 @@ class PostgresStore:
             clauses.append("workflow = %s")
             params.append(workflow)
         where = f"WHERE {' AND '.join(clauses)}" if clauses else ""
-        sql = f"SELECT {_RUN_COLUMNS} FROM runs {where} ORDER BY created_at DESC LIMIT %s"
-        return [_run(r) for r in await self._fetch(sql, (*params, int(limit)))]
+        sql = f"SELECT {RUN_COLUMNS} FROM runs {where} ORDER BY created_at DESC LIMIT %s"
+        return [run_from_row(r) for r in await self._fetch(sql, (*params, int(limit)))]
 
     async def get_events(self, run_id: str, *, after_seq: int = 0, limit: int = 10_000) -> list[Event]:
         return [Event(*r) for r in await self._fetch(SQL_EVENTS, (run_id, after_seq, limit))]
@@ -555,7 +518,7 @@ class PostgresStore:
             for r in await steps.fetchall():
                 state.steps[r[0]] = StepRecord(r[0], StepStatus(r[1]), r[2], r[3], r[4], r[5])
             for r in await waits.fetchall():
-                w = _wait(r)
+                w = wait_from_row(r)
                 state.waits[w.wait_key] = w
             for r in await checkpoints.fetchall():
                 state.checkpoints[(r[0], r[1])] = CheckpointRecord(r[0], r[1], r[2], r[3])
@@ -727,7 +690,7 @@ class PostgresStore:
         )  # fmt: skip
         if outcome == "exists":
             rows = await self._fetch(SQL_WAIT_BY_KEY, (fence.run_id, wait.wait_key))
-            return _wait(rows[0])
+            return wait_from_row(rows[0])
         _check_outcome(outcome, fence.run_id, fence.epoch, wait.wait_key)
         return WaitRecord(
             wait.id, fence.run_id, wait.wait_key, wait.kind, wait.name, wait.step_key, WaitStatus.PENDING,
@@ -763,11 +726,11 @@ class PostgresStore:
 
     async def get_wait_by_token(self, token_digest: bytes) -> WaitRecord | None:
         rows = await self._fetch(SQL_WAIT_BY_TOKEN, {"digest": token_digest})
-        return _wait(rows[0]) if rows else None
+        return wait_from_row(rows[0]) if rows else None
 
     async def get_wait(self, wait_id: str) -> WaitRecord | None:
         rows = await self._fetch(SQL_WAIT_BY_ID, (wait_id,))
-        return _wait(rows[0]) if rows else None
+        return wait_from_row(rows[0]) if rows else None
 
     async def list_waits(
         self,
@@ -776,10 +739,9 @@ class PostgresStore:
         kinds: Sequence[WaitKind] | None = None,
         limit: int = 100,
     ) -> list[WaitRecord]:
-        from ._sqlite import _list_waits_sql
 
-        sql, params = _list_waits_sql(status, kinds, "%s")
-        return [_wait(r) for r in await self._fetch(sql, (*params, limit))]
+        sql, params = list_waits_sql(status, kinds, "%s")
+        return [wait_from_row(r) for r in await self._fetch(sql, (*params, limit))]
 
     async def resolve_wait(
         self, *, token_digest: bytes | None = None, wait_id: str | None = None, payload: bytes, now: float
@@ -792,7 +754,7 @@ class PostgresStore:
                 wait = await _find_wait(conn, token_digest=None, wait_id=wait.id)
             if wait is None:
                 raise HookNotFoundError("no hook has this token" if token_digest else f"no hook {wait_id!r}")
-            _raise_if_resolved(wait)
+            raise_if_resolved(wait)
             if wait.expires_at is not None and wait.expires_at <= now:
                 # Past its deadline but not swept yet: the deadline wins, and is recorded now.
                 await _expire(conn, wait.id, wait.run_id, wait.wait_key, now)

@@ -11,8 +11,6 @@ from .._errors import (
     CancellationError,
     CheckpointConflictError,
     ConfigurationError,
-    HookAlreadyReceivedError,
-    HookCancelledError,
     HookExpiredError,
     HookNotFoundError,
     LeaseLostError,
@@ -35,6 +33,7 @@ from ._protocol import (
     WaitRecord,
     WaitStatus,
 )
+from ._rows import RUN_COLUMNS, WAIT_COLUMNS, list_waits_sql, raise_if_resolved, run_from_row, wait_from_row
 from ._sqlite_db import SQLiteDatabase
 
 
@@ -113,13 +112,9 @@ INSERT INTO checkpoints (run_id, scope, name, value, revision, updated_at) VALUE
 ON CONFLICT (run_id, scope, name) DO UPDATE SET value = ?4, revision = ?5, updated_at = ?6
 """
 SQL_DELETE_CHECKPOINT = "DELETE FROM checkpoints WHERE run_id = ? AND scope = ? AND name = ?"
-_WAIT_COLUMNS = (
-    "id, run_id, wait_key, kind, name, step_key, status, notified, created_at, expires_at, resolved_at,"
-    " payload, payload_schema"
-)
-SQL_WAIT_BY_KEY = f"SELECT {_WAIT_COLUMNS} FROM waits WHERE run_id = ? AND wait_key = ?"
-SQL_WAIT_BY_ID = f"SELECT {_WAIT_COLUMNS} FROM waits WHERE id = ?"
-SQL_WAIT_BY_TOKEN = f"SELECT {_WAIT_COLUMNS} FROM waits WHERE token_digest = ?"
+SQL_WAIT_BY_KEY = f"SELECT {WAIT_COLUMNS} FROM waits WHERE run_id = ? AND wait_key = ?"
+SQL_WAIT_BY_ID = f"SELECT {WAIT_COLUMNS} FROM waits WHERE id = ?"
+SQL_WAIT_BY_TOKEN = f"SELECT {WAIT_COLUMNS} FROM waits WHERE token_digest = ?"
 SQL_WAIT_ID_BY_EXTRA_TOKEN = "SELECT wait_id FROM wait_tokens WHERE token_digest = ?"
 SQL_INSERT_WAIT = """
 INSERT INTO waits (id, run_id, wait_key, kind, name, step_key, token_digest, status, created_at, expires_at,
@@ -140,35 +135,12 @@ SQL_CANCEL_WAITS = """
 UPDATE waits SET status = 'cancelled', resolved_at = ? WHERE run_id = ? AND status = 'pending'
 """
 SQL_STATE_STEPS = "SELECT step_key, status, attempt, result, error, delivered FROM steps WHERE run_id = ?"
-SQL_STATE_WAITS = f"SELECT {_WAIT_COLUMNS} FROM waits WHERE run_id = ?"
+SQL_STATE_WAITS = f"SELECT {WAIT_COLUMNS} FROM waits WHERE run_id = ?"
 SQL_STATE_CHECKPOINTS = "SELECT scope, name, value, revision FROM checkpoints WHERE run_id = ?"
-_RUN_COLUMNS = "id, workflow, status, input, result, error, created_at, updated_at, finished_at"
-SQL_GET_RUN = f"SELECT {_RUN_COLUMNS} FROM runs WHERE id = ?"
+SQL_GET_RUN = f"SELECT {RUN_COLUMNS} FROM runs WHERE id = ?"
 SQL_EVENTS = (
     "SELECT run_id, seq, at, type, key, data FROM events WHERE run_id = ? AND seq > ? ORDER BY seq LIMIT ?"
 )
-
-
-def _run(row: Sequence[Any]) -> RunRecord:
-    return RunRecord(row[0], row[1], RunStatus(row[2]), row[3], row[4], row[5], row[6], row[7], row[8])
-
-
-def _wait(row: Sequence[Any]) -> WaitRecord:
-    return WaitRecord(
-        id=row[0],
-        run_id=row[1],
-        wait_key=row[2],
-        kind=WaitKind(row[3]),
-        name=row[4],
-        step_key=row[5],
-        status=WaitStatus(row[6]),
-        notified=bool(row[7]),
-        created_at=row[8],
-        expires_at=row[9],
-        resolved_at=row[10],
-        payload=row[11],
-        payload_schema=row[12],
-    )
 
 
 def _event(conn: sqlite3.Connection, run_id: str, now: float, type_: str, key: str | None = None,
@@ -237,7 +209,7 @@ class SQLiteStore:
 
     async def get_run(self, run_id: str) -> RunRecord | None:
         row = self.db.reader().execute(SQL_GET_RUN, (run_id,)).fetchone()
-        return _run(row) if row else None
+        return run_from_row(row) if row else None
 
     async def list_runs(
         self, *, status: RunStatus | None = None, workflow: str | None = None, limit: int = 100
@@ -250,8 +222,8 @@ class SQLiteStore:
             clauses.append("workflow = ?")
             params.append(workflow)
         where = f"WHERE {' AND '.join(clauses)}" if clauses else ""
-        sql = f"SELECT {_RUN_COLUMNS} FROM runs {where} ORDER BY created_at DESC LIMIT ?"
-        return [_run(r) for r in self.db.reader().execute(sql, (*params, int(limit)))]
+        sql = f"SELECT {RUN_COLUMNS} FROM runs {where} ORDER BY created_at DESC LIMIT ?"
+        return [run_from_row(r) for r in self.db.reader().execute(sql, (*params, int(limit)))]
 
     async def get_events(self, run_id: str, *, after_seq: int = 0, limit: int = 10_000) -> list[Event]:
         rows = self.db.reader().execute(SQL_EVENTS, (run_id, after_seq, limit)).fetchall()
@@ -263,7 +235,7 @@ class SQLiteStore:
             for r in conn.execute(SQL_STATE_STEPS, (run_id,)):
                 state.steps[r[0]] = StepRecord(r[0], StepStatus(r[1]), r[2], r[3], r[4], r[5])
             for r in conn.execute(SQL_STATE_WAITS, (run_id,)):
-                w = _wait(r)
+                w = wait_from_row(r)
                 state.waits[w.wait_key] = w
             for r in conn.execute(SQL_STATE_CHECKPOINTS, (run_id,)):
                 state.checkpoints[(r[0], r[1])] = CheckpointRecord(r[0], r[1], r[2], r[3])
@@ -426,7 +398,7 @@ class SQLiteStore:
             _check_fence(conn, fence)
             existing = conn.execute(SQL_WAIT_BY_KEY, (fence.run_id, wait.wait_key)).fetchone()
             if existing is not None:
-                return _wait(existing)
+                return wait_from_row(existing)
             return _insert_wait(conn, fence.run_id, wait, now)
 
         return await self.db.write(tx)
@@ -480,7 +452,7 @@ class SQLiteStore:
 
     async def get_wait(self, wait_id: str) -> WaitRecord | None:
         row = self.db.reader().execute(SQL_WAIT_BY_ID, (wait_id,)).fetchone()
-        return _wait(row) if row else None
+        return wait_from_row(row) if row else None
 
     async def list_waits(
         self,
@@ -489,8 +461,8 @@ class SQLiteStore:
         kinds: Sequence[WaitKind] | None = None,
         limit: int = 100,
     ) -> list[WaitRecord]:
-        sql, params = _list_waits_sql(status, kinds, "?")
-        return [_wait(r) for r in self.db.reader().execute(sql, (*params, limit))]
+        sql, params = list_waits_sql(status, kinds, "?")
+        return [wait_from_row(r) for r in self.db.reader().execute(sql, (*params, limit))]
 
     async def resolve_wait(
         self, *, token_digest: bytes | None = None, wait_id: str | None = None, payload: bytes, now: float
@@ -500,10 +472,10 @@ class SQLiteStore:
                 wait = _find_by_token(conn, token_digest)
             else:
                 row = conn.execute(SQL_WAIT_BY_ID, (wait_id,)).fetchone()
-                wait = _wait(row) if row else None
+                wait = wait_from_row(row) if row else None
             if wait is None:
                 raise HookNotFoundError("no hook has this token" if token_digest else f"no hook {wait_id!r}")
-            _raise_if_resolved(wait)
+            raise_if_resolved(wait)
             if wait.expires_at is not None and wait.expires_at <= now:
                 # Past its deadline but not swept yet: the deadline wins, and is recorded now.
                 _expire(conn, wait, now)
@@ -568,16 +540,7 @@ def _find_by_token(conn: sqlite3.Connection, token_digest: bytes) -> WaitRecord 
         if extra is None:
             return None
         row = conn.execute(SQL_WAIT_BY_ID, (extra[0],)).fetchone()
-    return _wait(row) if row else None
-
-
-def _raise_if_resolved(wait: WaitRecord) -> None:
-    if wait.status == WaitStatus.RECEIVED:
-        raise HookAlreadyReceivedError(f"hook {wait.name!r} already received a payload", wait_id=wait.id)
-    if wait.status == WaitStatus.EXPIRED:
-        raise HookExpiredError(f"hook {wait.name!r} expired before the payload arrived", wait_id=wait.id)
-    if wait.status == WaitStatus.CANCELLED:
-        raise HookCancelledError(f"hook {wait.name!r} was cancelled with its run", wait_id=wait.id)
+    return wait_from_row(row) if row else None
 
 
 def _expire(conn: sqlite3.Connection, wait: WaitRecord, now: float) -> None:
@@ -585,18 +548,3 @@ def _expire(conn: sqlite3.Connection, wait: WaitRecord, now: float) -> None:
         _event(conn, wait.run_id, now, "wait_expired", wait.wait_key)
         _wake(conn, wait.run_id, now)
     wait.status, wait.resolved_at = WaitStatus.EXPIRED, now
-
-
-def _list_waits_sql(
-    status: WaitStatus | None, kinds: Sequence[WaitKind] | None, mark: str
-) -> tuple[str, list[str]]:
-    """Listing waits for an inbox: pending ones use the partial index ``waits_pending``."""
-    clauses, params = [], []
-    if status is not None:
-        clauses.append(f"status = {mark}")
-        params.append(str(status))
-    if kinds:
-        clauses.append(f"kind IN ({', '.join([mark] * len(kinds))})")
-        params.extend(str(k) for k in kinds)
-    where = f"WHERE {' AND '.join(clauses)}" if clauses else ""
-    return f"SELECT {_WAIT_COLUMNS} FROM waits {where} ORDER BY created_at LIMIT {mark}", params
