@@ -14,7 +14,7 @@ from ._crashpoints import crashpoint
 from ._engine import encode_input
 from ._errors import ConfigurationError, HookNotFoundError, WorkflowNotFoundError
 from ._ids import new_id
-from ._waits import check_token, digest_token, validate_payload
+from ._waits import check_schema, check_token, digest_token, encode_payload, validate_payload
 from ._workflow import definition_of
 from .runtime._local import LocalRuntime
 from .store import (
@@ -268,13 +268,10 @@ async def resume_hook(token: str, payload: Any = None) -> ResumeResult:
     ``HookExpiredError``, ``HookAlreadyReceivedError``, ``HookCancelledError`` or
     ``PayloadValidationError`` and changes nothing (an expired hook is recorded as expired)."""
     digest = digest_token(check_token(token))
-    store = get_store()
-    wait = await store.get_wait_by_token(digest)
-    if wait is not None:
-        data = validate_payload(wait, payload)
-    else:
-        data = b"null"  # resolve_wait raises HookNotFoundError below
-    resolved = await store.resolve_wait(token_digest=digest, payload=data, now=time.time())
+    data = encode_payload(payload)
+    resolved = await get_store().resolve_wait(
+        token_digest=digest, payload=data, now=time.time(), check=lambda wait: check_schema(wait, payload)
+    )
     crashpoint("after_hook_resumed")
     _wake_runtime(resolved.run_id)
     return ResumeResult(resolved.run_id, resolved.id, resolved.name, resolved.status)

@@ -261,11 +261,23 @@ async def sleep(duration: Duration) -> None:
 
 def validate_payload(wait: WaitRecord, payload: Any) -> bytes:
     """Serialize ``payload`` and check it against the wait's schema; raises, changing nothing."""
+    data = encode_payload(payload)
+    check_schema(wait, payload)
+    return data
+
+
+def encode_payload(payload: Any) -> bytes:
+    """Serialize a payload within the size and nesting limits; raises, changing nothing."""
     data = _serde.dumps(payload, what="payload")
     if len(data) > MAX_PAYLOAD_BYTES:
         raise PayloadValidationError(f"payload is {len(data)} bytes; the limit is {MAX_PAYLOAD_BYTES}")
     if _serde.depth(payload) > _serde.MAX_DEPTH:
         raise PayloadValidationError(f"payload nests deeper than {_serde.MAX_DEPTH} levels")
+    return data
+
+
+def check_schema(wait: WaitRecord, payload: Any) -> None:
+    """Check a payload against the wait's ``payload_schema`` (if it has one)."""
     if wait.payload_schema is not None:
         schema = _serde.loads(wait.payload_schema)
         validator = jsonschema.validators.validator_for(schema)(schema)
@@ -275,7 +287,6 @@ def validate_payload(wait: WaitRecord, payload: Any) -> bytes:
             raise PayloadValidationError(
                 f"payload does not match the hook's schema at {where}: {error.message}"
             )
-    return data
 
 
 def check_token(token: Any) -> str:

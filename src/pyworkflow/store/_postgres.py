@@ -744,7 +744,13 @@ class PostgresStore:
         return [wait_from_row(r) for r in await self._fetch(sql, (*params, limit))]
 
     async def resolve_wait(
-        self, *, token_digest: bytes | None = None, wait_id: str | None = None, payload: bytes, now: float
+        self,
+        *,
+        token_digest: bytes | None = None,
+        wait_id: str | None = None,
+        payload: bytes,
+        now: float,
+        check: Callable[[WaitRecord], None] | None = None,
     ) -> WaitRecord:
         async def tx(conn: Conn) -> WaitRecord:
             wait = await _find_wait(conn, token_digest=token_digest, wait_id=wait_id)
@@ -761,6 +767,8 @@ class PostgresStore:
                 await conn.execute(SQL_NOTIFY)
                 wait.status, wait.resolved_at = WaitStatus.EXPIRED, now
                 return wait
+            if check is not None:
+                check(wait)
             await conn.execute(SQL_RESOLVE_WAIT, (str(WaitStatus.RECEIVED), payload, now, wait.id))
             await _event(conn, wait.run_id, now, "wait_received", wait.wait_key)
             await _wake(conn, wait.run_id, now)

@@ -8,7 +8,7 @@ worker has claimed the run (a higher epoch).
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Protocol, runtime_checkable
@@ -273,11 +273,19 @@ class Store(Protocol):
         ...
 
     async def resolve_wait(
-        self, *, token_digest: bytes | None = None, wait_id: str | None = None, payload: bytes, now: float
+        self,
+        *,
+        token_digest: bytes | None = None,
+        wait_id: str | None = None,
+        payload: bytes,
+        now: float,
+        check: Callable[[WaitRecord], None] | None = None,
     ) -> WaitRecord:
         """``pending -> received`` and wake the run, in one transaction. Raises the matching
         ``HookError`` (and changes nothing) when the wait is unknown, expired, cancelled or
-        already received; a wait past its deadline is expired here rather than received."""
+        already received; a wait past its deadline is expired here rather than received.
+        ``check(wait)`` runs inside the transaction before anything is written (the payload's
+        schema check); what it raises refuses the decision."""
         ...
 
     async def expire_due_waits(self, *, now: float, limit: int = 500) -> int: ...

@@ -4,7 +4,7 @@
 from __future__ import annotations
 
 import sqlite3
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from .._errors import (
@@ -465,7 +465,13 @@ class SQLiteStore:
         return [wait_from_row(r) for r in self.db.reader().execute(sql, (*params, limit))]
 
     async def resolve_wait(
-        self, *, token_digest: bytes | None = None, wait_id: str | None = None, payload: bytes, now: float
+        self,
+        *,
+        token_digest: bytes | None = None,
+        wait_id: str | None = None,
+        payload: bytes,
+        now: float,
+        check: Callable[[WaitRecord], None] | None = None,
     ) -> WaitRecord:
         def tx(conn: sqlite3.Connection) -> WaitRecord:
             if token_digest is not None:
@@ -480,6 +486,8 @@ class SQLiteStore:
                 # Past its deadline but not swept yet: the deadline wins, and is recorded now.
                 _expire(conn, wait, now)
                 return wait
+            if check is not None:
+                check(wait)
             conn.execute(SQL_RESOLVE_WAIT, (WaitStatus.RECEIVED, payload, now, wait.id))
             _event(conn, wait.run_id, now, "wait_received", wait.wait_key)
             _wake(conn, wait.run_id, now)
