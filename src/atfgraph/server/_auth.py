@@ -12,6 +12,7 @@ from __future__ import annotations
 import logging
 import re
 from dataclasses import dataclass
+from urllib.parse import unquote
 
 import orjson
 from fastapi import FastAPI, Request
@@ -24,7 +25,7 @@ log = logging.getLogger("atfgraph.server")
 __all__ = ["RULES", "AuthMiddleware", "Principal", "caller", "rule_for"]
 
 R, S, D, W, A = Permission.READ, Permission.SUBMIT, Permission.DECIDE, Permission.WORK, Permission.ADMINISTER
-_ID = "[^/]+"
+_ID = "([^/]+)"
 
 
 @dataclass(frozen=True, slots=True)
@@ -78,10 +79,16 @@ PUBLIC = re.compile("/api/v2/(openapi\\.json|docs.*)")
 
 
 def rule_for(method: str, path: str) -> Rule | None:
+    return _match(method, path)[0]
+
+
+def _match(method: str, path: str) -> tuple[Rule | None, str]:
+    """The rule for a request and the audit target: the first id in the path (an approval's,
+    a traverser's, a token's), else the path itself."""
     for rule in RULES:
-        if rule.method == method and rule.pattern.fullmatch(path):
-            return rule
-    return None
+        if rule.method == method and (match := rule.pattern.fullmatch(path)) is not None:
+            return rule, unquote(match.group(1)) if match.groups() else path
+    return None, path
 
 
 def _bearer(scope: Scope) -> str | None:
@@ -106,7 +113,7 @@ class AuthMiddleware:
             return
         identity: Identity = self.fastapi_app.state.identity
         principal = identity.verify(_bearer(scope))
-        rule = rule_for(scope["method"], path)
+        rule, target = _match(scope["method"], path)
         if principal is None:
             if rule is not None and rule.allowed & {D, A}:
                 await identity.audit(
@@ -117,7 +124,7 @@ class AuthMiddleware:
             )
             return
         if rule is not None and not any(principal.can(p) for p in rule.allowed):
-            await identity.audit(principal, rule.action, target=path, outcome="denied", detail="forbidden")
+            await identity.audit(principal, rule.action, target=target, outcome="denied", detail="forbidden")
             need = " or ".join(sorted(p.value for p in rule.allowed))
             await _deny(
                 send, 403, "forbidden", f"role {principal.role.value!r} may not {rule.action} (needs {need})"

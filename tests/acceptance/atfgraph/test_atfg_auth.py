@@ -29,7 +29,7 @@ async def make_tokens(server: ServerProcess) -> dict[str, str]:
 
 
 def concrete(pattern: str) -> str:
-    return pattern.replace("[^/]+", "no-such-id")
+    return pattern.replace("([^/]+)", "no-such-id")
 
 
 async def test_every_route_by_every_role(server: ServerProcess) -> None:
@@ -92,6 +92,8 @@ async def test_a_worker_cannot_decide_and_denials_are_audited(
         audit = (await http.get("/api/v2/audit", params={"limit": 100})).json()["items"]
     decides = [(e["principal"], e["outcome"]) for e in audit if e["action"] == "approval.decide"]
     assert ("worker", "denied") in decides
+    denied = next(e for e in audit if e["action"] == "approval.decide" and e["outcome"] == "denied")
+    assert denied["target"] == approval["id"]  # the approval, so its history shows the refusal
     assert ("a reviewer", "allowed") in decides
     allowed = next(e for e in audit if e["action"] == "approval.decide" and e["outcome"] == "allowed")
     assert allowed["target"] == approval["id"] and allowed["detail"]["decision"] == "approved"

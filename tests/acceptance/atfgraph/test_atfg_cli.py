@@ -1,12 +1,17 @@
-"""The command line: `atfg server start` / `python -m atfgraph.server`, and `atfg ps`."""
+"""The command line: `atfg server start` / `python -m atfgraph.server`, `atfg ps`, `atfg db migrate`, and
+`atfg runs watch` riding out a server restart (each test with its own server)."""
 
 from __future__ import annotations
 
 import json
+import select
+import sqlite3
 import subprocess
 import sys
+import time
 from collections.abc import Callable
 from pathlib import Path
+from typing import IO
 
 import httpx
 import pytest
@@ -14,6 +19,13 @@ from atfg_harness import REPO, ServerProcess, WorkerProcess, base_env, free_port
 from atfg_waits import reach
 
 from atfgraph import Client
+
+
+def first_line(stream: IO[str], seconds: float = 30) -> str:
+    """The next line a subprocess writes, failing (not hanging) when none comes in time."""
+    ready, _, _ = select.select([stream], [], [], seconds)
+    assert ready, f"no output within {seconds}s"
+    return stream.readline()
 
 
 def _ready(url: str) -> bool:
@@ -67,22 +79,121 @@ def test_home_directory_default(tmp_path: Path) -> None:
         proc.wait(15)
 
 
-async def test_atfg_ps_lists_waiting_traversers(
+async def test_atfg_ps_lists_running_and_waiting_traversers(
     server: ServerProcess, spawn_worker: Callable[..., WorkerProcess], client: Client
 ) -> None:
     spawn_worker()
     handle = await client.submit("tester.pausing", {"key": "ps"})
     info = await reach(client, handle.id, "waiting")
+    busy = await client.submit("tester.sleeper", {"seconds": 30})
+    await reach(client, busy.id, "running")
     atfg = str(Path(sys.executable).parent / "atfg")
     table = subprocess.run([atfg, "ps"], env=server.env, capture_output=True, text=True, timeout=30)
     assert table.returncode == 0, table.stderr
     [row] = [line for line in table.stdout.splitlines() if line.startswith(handle.id)]
-    assert row.split() == [handle.id, "tester.pausing", "waiting", "1", str(info.waiting_on)]
+    assert row.split()[:6] == [handle.id, "tester.pausing", "waiting", "1/3", str(info.waiting_on), "ps"]
+    [row] = [line for line in table.stdout.splitlines() if line.startswith(busy.id)]
+    assert row.split()[:4] == [busy.id, "tester.sleeper", "running", "1/3"]
     lines = subprocess.run(
-        [atfg, "ps", "-o", "jsonl", "--server", server.url], capture_output=True, text=True, timeout=30
+        [atfg, "ps", "-o", "jsonl", "--server", server.url],
+        env=server.env,
+        capture_output=True,
+        text=True,
+        timeout=30,
     ).stdout.splitlines()
-    assert [json.loads(line)["id"] for line in lines] == [handle.id]
+    assert sorted(json.loads(line)["id"] for line in lines) == sorted([handle.id, busy.id])
+    waiting = subprocess.run(
+        [atfg, "ps", "--status", "waiting", "-o", "json"], env=server.env, capture_output=True, text=True
+    )
+    [item] = json.loads(waiting.stdout)
+    assert (item["id"], item["waiting_on"], item["operation_key"]) == (handle.id, info.waiting_on, "ps")
     done = subprocess.run(
         [atfg, "ps", "--status", "succeeded", "-o", "json"], env=server.env, capture_output=True, text=True
     )
     assert json.loads(done.stdout) == []
+    await client.cancel(busy.id)
+
+
+def _schema_versions(db: Path) -> set[tuple[str, int]]:
+    conn = sqlite3.connect(db)
+    try:
+        return {(c, v) for c, v in conn.execute("SELECT component, version FROM schema_migrations")}
+    finally:
+        conn.close()
+
+
+def test_db_migrate(server: ServerProcess, tmp_path: Path) -> None:
+    """``atfg db migrate`` builds what the server builds; ``--sql`` shows it and touches nothing."""
+    atfg = str(Path(sys.executable).parent / "atfg")
+    db = tmp_path / "fresh" / "graph.db"
+
+    def run(*args: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(
+            [atfg, "db", "migrate", *args], env=server.env, capture_output=True, text=True, timeout=60
+        )
+
+    preview = run("--db", str(db), "--sql")
+    assert preview.returncode == 0, preview.stderr
+    assert (
+        "CREATE TABLE" in preview.stdout
+        and "atfg_traversers" in preview.stdout
+        and "atfg_tokens" in preview.stdout
+    )
+    assert "-- atfgraph 0001_initial" in preview.stdout
+    assert not db.exists()
+
+    applied = run("--db", str(db), "-o", "json")
+    assert applied.returncode == 0, applied.stderr
+    done = {(m["component"], m["version"]) for m in json.loads(applied.stdout)}
+    # The same version tracks as a server's own database, so a server on this file applies nothing.
+    assert done == _schema_versions(server.db_path) == _schema_versions(db)
+    assert f"{db}: applied {len(done)} migration(s)" in applied.stderr
+
+    again = run("--db", str(db), "-o", "json")
+    assert (again.returncode, json.loads(again.stdout)) == (0, [])
+    assert "up to date" in again.stderr
+    nothing = run("--db", str(db), "--sql")
+    assert (nothing.returncode, nothing.stdout) == (0, "")
+    # The default database is the server's: $ATFGRAPH_DB, else $ATFGRAPH_HOME/atfgraph.db.
+    home = tmp_path / "home"
+    default = subprocess.run(
+        [atfg, "db", "migrate"],
+        env={**server.env, "ATFGRAPH_HOME": str(home)},
+        capture_output=True,
+        text=True,
+    )
+    assert default.returncode == 0, default.stderr
+    assert _schema_versions(home / "atfgraph.db") == done
+    broken = run("--db", str(tmp_path))  # a directory
+    assert broken.returncode == 2 and len(broken.stderr.splitlines()) == 1, broken.stderr
+
+
+async def test_watch_rides_out_a_server_restart(
+    server: ServerProcess, spawn_worker: Callable[..., WorkerProcess], client: Client
+) -> None:
+    spawn_worker()
+    handle = await client.submit("tester.pausing", {"key": "restart"})
+    info = await reach(client, handle.id, "waiting")
+    atfg = str(Path(sys.executable).parent / "atfg")
+    watch = subprocess.Popen(
+        [atfg, "runs", "watch", handle.id, "-o", "json"],
+        env=server.env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        assert watch.stderr is not None
+        assert first_line(watch.stderr).split()[2] == "waiting"  # the watcher is following
+        server.kill()
+        time.sleep(0.5)
+        server.start()  # same port and database
+        spawn_worker()
+        await client.decide_approval(str(info.waiting_on), "approved")
+        out, err = watch.communicate(timeout=45)
+    finally:
+        watch.kill()
+    assert watch.returncode == 0, err
+    assert json.loads(out)["status"] == "succeeded"
+    assert f"cannot reach the atfgraph server at {server.url}" in err and "retrying" in err
+    assert err.splitlines()[-1].split()[2] == "succeeded"

@@ -1,0 +1,291 @@
+"""``atfg ps``, ``atfg runs list|show|watch`` and ``atfg checkpoints get``.
+
+A run is a traverser. Following one is a chain of long polls on ``GET /traversers/{id}`` that
+wait for any status other than the current one, so a change is printed the moment it happens.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+import click
+
+from ._cli_base import (
+    EXIT_ERROR,
+    EXIT_UNAVAILABLE,
+    AliasGroup,
+    Api,
+    CliError,
+    Column,
+    api,
+    compact,
+    emit_list,
+    emit_record,
+    field,
+    global_options,
+    output_format,
+    pretty,
+    print_table,
+    progress,
+    when,
+)
+from ._models import TraverserStatus
+from ._transport import q
+
+STATUSES = [s.value for s in TraverserStatus]
+_TERMINAL = {s.value for s in TraverserStatus if s.is_terminal}
+#: One long poll; the server caps it at 60 s.
+_POLL_SECONDS = 30.0
+#: How long a follow rides out a server that cannot be reached (a restart) before giving up.
+_UNAVAILABLE_GRACE = 30.0
+
+
+def _attempt(item: dict[str, Any]) -> str:
+    return f"{item.get('attempt')}/{item.get('max_attempts')}"
+
+
+def _error_text(item: dict[str, Any]) -> str:
+    error = item.get("error")
+    if isinstance(error, dict):
+        return f"{error.get('code')}: {error.get('message')}"
+    return ""
+
+
+# -- ps --------------------------------------------------------------------------------------------
+
+
+@click.command("ps")
+@click.option(
+    "--status",
+    "statuses",
+    multiple=True,
+    type=click.Choice(STATUSES),
+    help="Only these statuses (repeatable) [default: running and waiting].",
+)
+@click.option("--limit", default=100, show_default=True, type=click.IntRange(1, 1000), help="Per status.")
+@global_options
+@click.pass_context
+def ps(ctx: click.Context, statuses: tuple[str, ...], limit: int) -> None:
+    """Runs that are running or waiting, and what each waits for (the pending approval's id and
+    operation key), newest first."""
+    client = api(ctx)
+    items = _traversers(client, list(statuses) or ["running", "waiting"], limit)
+    waiting_on = {i["waiting_on"] for i in items if i.get("waiting_on")}
+    approvals: dict[str, dict[str, Any]] = {}
+    if waiting_on:
+        for approval in client.get("/approvals", {"status": "pending", "limit": 1000})["items"]:
+            approvals[approval["id"]] = approval
+        # More than a page of pending approvals (or one decided meanwhile): ask for the rest.
+        for approval_id in sorted(waiting_on - approvals.keys()):
+            try:
+                approvals[approval_id] = client.get(f"/approvals/{q(approval_id)}")
+            except CliError as exc:
+                if not exc.message.startswith("not found"):
+                    raise
+    for item in items:
+        approval = approvals.get(item.get("waiting_on") or "")
+        item["operation_key"] = approval["operation_key"] if approval else None
+        item["waiting_since"] = approval["created_at"] if approval else None
+    emit_list(
+        ctx,
+        items,
+        [
+            ("ID", field("id")),
+            ("TARGET", field("target")),
+            ("STATUS", field("status")),
+            ("ATTEMPT", _attempt),
+            ("WAITING ON", field("waiting_on")),
+            ("OPERATION KEY", field("operation_key")),
+            ("SINCE", lambda i: when(i.get("waiting_since") or i.get("updated_at"))),
+        ],
+    )
+
+
+def _traversers(client: Api, statuses: list[str], limit: int) -> list[dict[str, Any]]:
+    """Traversers in any of ``statuses``, newest first (one request per status)."""
+    items: list[dict[str, Any]] = []
+    for status in dict.fromkeys(statuses):
+        items += client.get("/traversers", {"status": status, "limit": limit})["items"]
+    items.sort(key=lambda i: i.get("created_at") or 0.0, reverse=True)
+    return items
+
+
+# -- runs ------------------------------------------------------------------------------------------
+
+
+@click.group("runs", cls=AliasGroup, aliases={"ls": "list", "get": "show", "follow": "watch"})
+def runs() -> None:
+    """Runs (traversers): list them, show one, follow one live."""
+
+
+@runs.command("list")
+@click.option(
+    "--status",
+    "statuses",
+    multiple=True,
+    type=click.Choice(STATUSES),
+    help="Only these statuses (repeatable) [default: all].",
+)
+@click.option("--limit", default=50, show_default=True, type=click.IntRange(1, 1000))
+@global_options
+@click.pass_context
+def runs_list(ctx: click.Context, statuses: tuple[str, ...], limit: int) -> None:
+    """Runs, newest first."""
+    items = _traversers(api(ctx), list(statuses) or STATUSES, limit)[:limit]
+    columns: list[Column] = [
+        ("ID", field("id")),
+        ("TARGET", field("target")),
+        ("STATUS", field("status")),
+        ("ATTEMPT", _attempt),
+        ("CREATED", lambda i: when(i.get("created_at"))),
+        ("FINISHED", lambda i: when(i.get("finished_at"))),
+        ("ERROR", _error_text),
+    ]
+    emit_list(ctx, items, columns)
+
+
+@runs.command("show")
+@click.argument("run_id", metavar="ID")
+@click.option("--follow", "-f", is_flag=True, help="Follow the run until it ends (as 'runs watch').")
+@click.option(
+    "--timeout",
+    type=click.FloatRange(min=0),
+    default=None,
+    help="With --follow: give up after this many seconds.",
+)
+@global_options
+@click.pass_context
+def runs_show(ctx: click.Context, run_id: str, follow: bool, timeout: float | None) -> None:
+    """One run: its status, attempts, result or error, and its path of steps."""
+    client = api(ctx)
+    if follow:
+        _watch(ctx, client, run_id, timeout)
+        return
+    _show(ctx, client, client.get(f"/traversers/{q(run_id)}"))
+
+
+@runs.command("watch")
+@click.argument("run_id", metavar="ID")
+@click.option(
+    "--timeout", type=click.FloatRange(min=0), default=None, help="Give up after this many seconds."
+)
+@global_options
+@click.pass_context
+def runs_watch(ctx: click.Context, run_id: str, timeout: float | None) -> None:
+    """Follow a run live until it ends: status changes on stderr, the final record on stdout.
+    Exits 1 when the run failed or was cancelled."""
+    _watch(ctx, api(ctx), run_id, timeout)
+
+
+def _watch(ctx: click.Context, client: Api, run_id: str, timeout: float | None) -> None:
+    final = follow(client, run_id, timeout)
+    _show(ctx, client, final)
+    if final["status"] != TraverserStatus.SUCCEEDED:
+        detail = _error_text(final)
+        raise CliError(f"run {run_id} {final['status']}" + (f": {detail}" if detail else ""), EXIT_ERROR)
+
+
+def follow(client: Api, run_id: str, timeout: float | None) -> dict[str, Any]:
+    """Long-poll the run until it is terminal, printing each change of status or attempt."""
+    deadline = None if timeout is None else time.monotonic() + timeout
+    view: dict[str, Any] = client.get(f"/traversers/{q(run_id)}")
+    _report(view)
+    unavailable_since: float | None = None
+    while view["status"] not in _TERMINAL:
+        remaining = _POLL_SECONDS if deadline is None else deadline - time.monotonic()
+        if remaining <= 0:
+            raise CliError(f"run {run_id} is still {view['status']} after {timeout:g}s", EXIT_ERROR)
+        wait = min(remaining, _POLL_SECONDS)
+        others = ",".join(s for s in STATUSES if s != view["status"])
+        try:
+            new: dict[str, Any] = client.get(
+                f"/traversers/{q(run_id)}", {"wait_for": others, "timeout": wait}, timeout=wait + 15
+            )
+        except CliError as exc:
+            # The run's state is durable: ride out a server restart for a while.
+            if exc.exit_code != EXIT_UNAVAILABLE:
+                raise
+            now = time.monotonic()
+            if unavailable_since is None:
+                unavailable_since = now
+                progress(f"{exc.message}; retrying")
+            elif now - unavailable_since > _UNAVAILABLE_GRACE:
+                raise
+            time.sleep(0.25)
+            continue
+        unavailable_since = None
+        if (new["status"], new["attempt"]) != (view["status"], view["attempt"]):
+            _report(new)
+        view = new
+    return view
+
+
+def _report(view: dict[str, Any]) -> None:
+    line = f"{when(time.time())}  {view['id']}  {view['status']}  attempt {_attempt(view)}"
+    if view.get("waiting_on"):
+        line += f"  waiting on approval {view['waiting_on']}"
+    detail = _error_text(view)
+    if detail:
+        line += f"  {detail}"
+    progress(line)
+
+
+def _show(ctx: click.Context, client: Api, view: dict[str, Any]) -> None:
+    def path() -> None:
+        steps = client.get(f"/traversers/{q(view['id'])}/path")["steps"]
+        if steps:
+            print_table(
+                ["STEP", "TARGET", "STATUS", "ATTEMPT", "RESULT / ERROR"],
+                [
+                    [s["key"], s["target"], s["status"], s["attempt"], _error_text(s) or compact(s["result"])]
+                    for s in steps
+                ],
+                title="path",
+            )
+
+    rows: list[tuple[str, Any]] = [
+        ("id", view["id"]),
+        ("target", view["target"]),
+        ("status", view["status"]),
+        ("attempt", _attempt(view)),
+        ("version", view.get("version")),
+        ("created", when(view.get("created_at"))),
+        ("updated", when(view.get("updated_at"))),
+        ("finished", when(view.get("finished_at"))),
+        ("waiting on", view.get("waiting_on")),
+        ("input", pretty(view.get("input"))),
+    ]
+    if view.get("error"):
+        rows.append(("error", _error_text(view)))
+    if view["status"] == TraverserStatus.SUCCEEDED:
+        rows.append(("result", pretty(view.get("result"))))
+    emit_record(ctx, view, rows, after=path if output_format(ctx) == "table" else None)
+
+
+# -- checkpoints -----------------------------------------------------------------------------------
+
+
+@click.group("checkpoints", cls=AliasGroup, aliases={"show": "get"})
+def checkpoints() -> None:
+    """A run's checkpoints."""
+
+
+@checkpoints.command("get")
+@click.argument("traverser_id", metavar="TRAVERSER")
+@click.argument("name")
+@global_options
+@click.pass_context
+def checkpoints_get(ctx: click.Context, traverser_id: str, name: str) -> None:
+    """A checkpoint's value and revision."""
+    record = api(ctx).get(f"/traversers/{q(traverser_id)}/checkpoints/{q(name)}")
+    emit_record(
+        ctx,
+        record,
+        [
+            ("traverser", record["traverser_id"]),
+            ("name", record["name"]),
+            ("revision", record["revision"]),
+            ("value", pretty(record["value"])),
+        ],
+    )
