@@ -47,6 +47,7 @@ from ._errors import (
     WorkflowNotFoundError,
 )
 from ._step import step
+from ._sync import cancel_workflow_sync, get_workflow_run_sync, resume_hook_sync
 from ._waits import STEP_HOOK_TIMEOUT, hook, sleep, step_hook
 from ._workflow import workflow
 from .store import RunStatus, WaitStatus
@@ -83,16 +84,19 @@ __all__ = [
     "WorkflowRun",
     "__version__",
     "cancel_workflow",
+    "cancel_workflow_sync",
     "configure",
     "delete_step_checkpoint",
     "get_store",
     "get_workflow_events",
     "get_workflow_run",
+    "get_workflow_run_sync",
     "hook",
     "list_pending_hooks",
     "load_step_checkpoint",
     "resume_hook",
     "resume_hook_by_id",
+    "resume_hook_sync",
     "save_step_checkpoint",
     "serve",
     "shutdown",
