@@ -20,6 +20,7 @@ run: $(STAMP)
 
 ## Install everything, start the local services the tests need, run the whole suite.
 test: $(STAMP)
+	bash scripts/system-deps.sh
 	bash scripts/services.sh
 	$(BIN)/python -m pytest -q
 	# The store contract and the engine's tests again, on PostgreSQL.
