@@ -16,6 +16,7 @@ import os
 import queue
 import sqlite3
 import threading
+import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -51,11 +52,25 @@ def _connect(path: str, synchronous: str, busy_timeout_ms: int) -> sqlite3.Conne
         path, isolation_level=None, check_same_thread=False, timeout=busy_timeout_ms / 1000
     )
     conn.execute(f"PRAGMA busy_timeout = {int(busy_timeout_ms)}")
-    conn.execute("PRAGMA journal_mode = WAL")
+    _set_wal(conn, busy_timeout_ms / 1000)
     conn.execute(f"PRAGMA synchronous = {synchronous}")
     conn.execute(f"PRAGMA cache_size = -{_CACHE_KIB}")
     conn.execute("PRAGMA foreign_keys = ON")
     return conn
+
+
+def _set_wal(conn: sqlite3.Connection, timeout: float) -> None:
+    """Switch to WAL, retrying while another process holds the file: SQLite answers "database is
+    locked" at once here, without its busy handler, when two processes open a new file together."""
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            conn.execute("PRAGMA journal_mode = WAL")
+            return
+        except sqlite3.OperationalError as exc:
+            if "locked" not in str(exc) or time.monotonic() >= deadline:
+                raise
+            time.sleep(0.01)
 
 
 class SQLiteDatabase:
