@@ -481,6 +481,65 @@ async def test_next_due(store: Store) -> None:
     assert await store.next_due() == T0 + 20  # its run is due now (woken at the expiry)
 
 
+# -- poll (a runtime's tick in one call) ---------------------------------------------------------
+
+
+async def test_poll_with_nothing_due_changes_nothing(store: Store) -> None:
+    empty = await store.poll("w1", limit=10, now=T0, lease_ttl=TTL, max_crashes=3)
+    assert empty.claims == [] and empty.next_due is None
+    run_id = _id()
+    await store.create_run(run_id, "wf", b"{}", now=T0 + 50, lease_owner=None, lease_ttl=TTL)
+    early = await store.poll("w1", limit=10, now=T0, lease_ttl=TTL, max_crashes=3)
+    assert early.claims == [] and early.next_due == T0 + 50
+    assert (await store.get_run(run_id)).status == RunStatus.PENDING  # type: ignore[union-attr]
+
+
+async def test_poll_expires_claims_and_reports_next_due(store: Store) -> None:
+    fresh = [_id() for _ in range(3)]
+    for run_id in fresh:
+        await store.create_run(run_id, "wf", b'{"n":1}', now=T0, lease_owner=None, lease_ttl=TTL)
+    wait = _wait(expires_at=T0 + 5)
+    _, waiting = await _suspended_on(store, wait)
+    later = _wait(key="s#2/step_hook:approve#1", expires_at=T0 + 500)
+    await _suspended_on(store, later)
+
+    first = await store.poll("w1", limit=2, now=T0 + 1, lease_ttl=TTL, max_crashes=3)
+    assert len(first.claims) == 2 and {c.fence.run_id for c in first.claims} < set(fresh)
+    claim = first.claims[0]
+    assert claim.fence.epoch == 1 and claim.resumed is False and claim.workflow == "wf"
+    assert claim.input == b'{"n":1}'
+    assert first.next_due == T0  # the third run is still due (since T0)
+    assert (await store.get_run(claim.fence.run_id)).status == RunStatus.RUNNING  # type: ignore[union-attr]
+
+    # Limit 0 (a runtime at capacity): due waits expire, nothing is claimed.
+    full = await store.poll("w1", limit=0, now=T0 + 6, lease_ttl=TTL, max_crashes=3)
+    assert full.claims == [] and full.next_due == T0
+    expired = await store.get_wait(wait.id)
+    assert expired is not None and expired.status == WaitStatus.EXPIRED and expired.resolved_at == T0 + 6
+
+    rest = await store.poll("w2", limit=10, now=T0 + 7, lease_ttl=TTL, max_crashes=3)
+    by_run = {c.fence.run_id: c for c in rest.claims}
+    assert set(by_run) == (set(fresh) - {c.fence.run_id for c in first.claims}) | {waiting}
+    assert by_run[waiting].resumed is True and by_run[waiting].fence.wake_seq == 1
+    # Next: the first claims' leases run out (T0 + 1 + TTL) before the later wait (T0 + 500).
+    assert rest.next_due == T0 + 1 + TTL
+    types = [e.type for e in await store.get_events(waiting)]
+    assert types[-2:] == ["wait_expired", "run_resumed"]
+    assert (await store.poll("w2", limit=10, now=T0 + 8, lease_ttl=TTL, max_crashes=3)).claims == []
+
+
+async def test_poll_recovers_and_fails_crashed_runs(store: Store) -> None:
+    claim = await _started(store)
+    [again] = (await store.poll("w2", limit=1, now=T0 + TTL + 1, lease_ttl=TTL, max_crashes=1)).claims
+    assert again.fence.epoch == claim.fence.epoch + 1 and again.resumed is True
+    assert (await store.get_events(claim.fence.run_id))[-1].type == "run_recovered"
+    gone = await store.poll("w3", limit=1, now=T0 + 2 * TTL + 2, lease_ttl=TTL, max_crashes=1)
+    assert gone.claims == [] and gone.next_due is None
+    run = await store.get_run(claim.fence.run_id)
+    assert run is not None and run.status == RunStatus.FAILED and run.error is not None
+    assert orjson.loads(run.error)["type"] == "pyworkflow.WorkerCrashed"
+
+
 # -- reads -------------------------------------------------------------------------------------
 
 

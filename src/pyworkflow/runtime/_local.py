@@ -85,8 +85,22 @@ class LocalRuntime:
         if callable(subscribe):
             loop = self.loop
             self._unsubscribe = subscribe(lambda: loop.call_soon_threadsafe(self._wake.set))
-        await self._free_dead_leases()
-        self._runner = asyncio.create_task(self._run(), name="pyworkflow-runtime")
+        # The runner exists (so ``running`` is true) before the first await: callers that start
+        # the runtime concurrently (many ``start()`` at once) then share it instead of each
+        # building one whose loop would poll the store forever. It waits for ``go``: leases of
+        # dead processes are freed before the first claim, as before.
+        go = asyncio.Event()
+        self._runner = asyncio.create_task(self._run(go), name="pyworkflow-runtime")
+        try:
+            await self._free_dead_leases()
+        except BaseException:
+            self._runner.cancel()
+            self._runner = None
+            if self._unsubscribe is not None:
+                self._unsubscribe()
+                self._unsubscribe = None
+            raise
+        go.set()
         self._heart = asyncio.create_task(self._heartbeat(), name="pyworkflow-heartbeat")
 
     async def stop(self) -> None:
@@ -146,7 +160,10 @@ class LocalRuntime:
             if event is not None:
                 event.set()
             # A wake-up that arrived during the turn left the run due again; capacity freed too.
-            self._wake.set()
+            # A store that notifies reports the former itself (the turn's end sends NOTIFY), so
+            # then only a turn that frees capacity the loop was short of needs to wake it.
+            if self._unsubscribe is None or len(self._tasks) >= self.max_concurrency:
+                self._wake.set()
 
     def changed(self, run_id: str) -> asyncio.Event:
         """An event set the next time a turn of ``run_id`` ends in this process."""
@@ -155,7 +172,8 @@ class LocalRuntime:
             event = self._changed[run_id] = asyncio.Event()
         return event
 
-    async def _run(self) -> None:
+    async def _run(self, go: asyncio.Event) -> None:
+        await go.wait()
         next_dead_check = time.monotonic() + self.lease_ttl / 2
         while True:
             try:
@@ -180,17 +198,15 @@ class LocalRuntime:
     async def _tick(self) -> float:
         """Expire due waits and claim due runs; return how long to sleep."""
         now = time.time()
-        due = await self.store.next_due()
         free = self.max_concurrency - len(self._tasks)
-        if due is not None and due <= now:
-            await self.store.expire_due_waits(now=now)
-            if free > 0 and await self.store.has_ready(now=now):
-                for claim in await self.store.claim(
-                    self.owner, limit=free, now=now, lease_ttl=self.lease_ttl, max_crashes=self.max_crashes
-                ):
-                    crashpoint("after_claim")
-                    self._spawn(claim, None)
-            due = await self.store.next_due()
+        # One store call (one round trip on PostgreSQL): expire due waits, claim, next due time.
+        poll = await self.store.poll(
+            self.owner, limit=max(free, 0), now=now, lease_ttl=self.lease_ttl, max_crashes=self.max_crashes
+        )
+        for claim in poll.claims:
+            crashpoint("after_claim")
+            self._spawn(claim, None)
+        due = poll.next_due
         if due is None or free <= 0:  # at capacity, a finishing turn wakes the loop
             return self.poll_interval
         return max(0.0, min(self.poll_interval, due - time.time()))

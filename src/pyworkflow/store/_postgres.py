@@ -20,7 +20,6 @@ test's), and the synchronous ``close()`` can close the pool cleanly.
 from __future__ import annotations
 
 import asyncio
-import concurrent.futures
 import contextlib
 import logging
 import threading
@@ -46,6 +45,7 @@ from ._protocol import (
     Event,
     Fence,
     NewWait,
+    Poll,
     RunRecord,
     RunState,
     RunStatus,
@@ -191,9 +191,24 @@ WHERE status = 'pending' AND expires_at IS NOT NULL AND expires_at <= %s ORDER B
 SQL_CANCEL_WAITS = """
 UPDATE waits SET status = 'cancelled', resolved_at = %s WHERE run_id = %s AND status = 'pending'
 """
-SQL_STATE_STEPS = "SELECT step_key, status, attempt, result, error, delivered FROM steps WHERE run_id = %s"
-SQL_STATE_WAITS = f"SELECT {WAIT_COLUMNS} FROM waits WHERE run_id = %s"
-SQL_STATE_CHECKPOINTS = "SELECT scope, name, value, revision FROM checkpoints WHERE run_id = %s"
+# A run's state in one statement (one snapshot, one round trip): each row is a step (columns
+# 1-6), a wait (7-19) or a checkpoint (20-23), told apart by column 0.
+_STEP_COLUMNS = "step_key, status, attempt, result, error, delivered"
+_CHECKPOINT_COLUMNS = "scope, name, value, revision"
+# Typed NULLs: UNION resolves column types pairwise, left to right.
+_NULLS_STEP = "NULL::text, NULL::text, NULL::integer, NULL::bytea, NULL::bytea, NULL::integer"
+_NULLS_WAIT = (
+    "NULL::text, NULL::text, NULL::text, NULL::text, NULL::text, NULL::text, NULL::text, NULL::boolean,"
+    " NULL::double precision, NULL::double precision, NULL::double precision, NULL::bytea, NULL::bytea"
+)
+_NULLS_CHECKPOINT = "NULL::text, NULL::text, NULL::bytea, NULL::integer"
+SQL_STATE = f"""
+SELECT 1, {_STEP_COLUMNS}, {_NULLS_WAIT}, {_NULLS_CHECKPOINT} FROM steps WHERE run_id = %(run)s
+UNION ALL
+SELECT 2, {_NULLS_STEP}, {WAIT_COLUMNS}, {_NULLS_CHECKPOINT} FROM waits WHERE run_id = %(run)s
+UNION ALL
+SELECT 3, {_NULLS_STEP}, {_NULLS_WAIT}, {_CHECKPOINT_COLUMNS} FROM checkpoints WHERE run_id = %(run)s
+"""
 SQL_GET_RUN = f"SELECT {RUN_COLUMNS} FROM runs WHERE id = %s"
 SQL_EVENTS = """
 SELECT run_id, seq, at, type, key, data FROM events WHERE run_id = %s AND seq > %s ORDER BY seq LIMIT %s
@@ -204,6 +219,11 @@ SQL_FN_COMPLETE_STEP = "SELECT pyworkflow_complete_step(%s, %s, %s, %s, %s)"
 SQL_FN_SAVE_CHECKPOINT = "SELECT pyworkflow_save_checkpoint(%s, %s, %s, %s, %s, %s, %s)"
 SQL_FN_SUSPEND_RUN = "SELECT pyworkflow_suspend_run(%s, %s, %s, %s::text[], %s::text[], %s::integer[], %s)"
 SQL_FN_FINISH_RUN = "SELECT pyworkflow_finish_run(%s, %s, %s, %s, %s)"
+# The runtime's tick (migration 0003): claims, then a row with c_run NULL carrying the next due time.
+SQL_FN_POLL = """
+SELECT c_run, c_epoch, c_wake_seq, c_workflow, c_input, c_resumed, c_next_due
+FROM pyworkflow_poll(%s::text, %s::integer, %s::double precision, %s::double precision, %s::integer)
+"""
 SQL_FN_CREATE_WAIT = "SELECT pyworkflow_create_wait(%s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s)"
 
 _CRASHED = (
@@ -330,40 +350,44 @@ class PostgresStore:
     async def _on_loop(self, coro: Coroutine[Any, Any, T]) -> T:
         """Run ``coro`` on the store's loop and await it from the caller's. A caller that is
         cancelled stops waiting, but the transition runs to its end (commit or rollback): a
-        statement is never interrupted half-way."""
+        statement is never interrupted half-way. (One hop each way, no concurrent.futures:
+        this is on the path of every store call.)"""
         if self._closed:
             coro.close()
             raise RuntimeError("store is closed")
         caller = asyncio.get_running_loop()
         result: asyncio.Future[T] = caller.create_future()
-        work = asyncio.run_coroutine_threadsafe(self._tracked(coro), self._loop)
+        inflight = self._inflight
 
-        def deliver(done: concurrent.futures.Future[T]) -> None:
-            def settle() -> None:
-                if result.done():
-                    return
-                if done.cancelled():
-                    result.cancel()
-                elif (exc := done.exception()) is not None:
-                    result.set_exception(exc)
-                else:
-                    result.set_result(done.result())
+        def settle(task: asyncio.Task[T]) -> None:
+            if result.done():
+                return
+            if task.cancelled():
+                result.cancel()
+            elif (exc := task.exception()) is not None:
+                result.set_exception(exc)
+            else:
+                result.set_result(task.result())
 
+        def finished(task: asyncio.Task[T]) -> None:
+            # A transition in flight on the store's loop: ``close()`` lets it finish.
+            inflight.discard(task)
+            if not task.cancelled():
+                task.exception()  # retrieved here: the caller may be gone
             with contextlib.suppress(RuntimeError):  # the caller's loop is gone: nobody waits
-                caller.call_soon_threadsafe(settle)
+                caller.call_soon_threadsafe(settle, task)
 
-        work.add_done_callback(deliver)
-        return await result
+        def begin() -> None:
+            task = self._loop.create_task(coro)
+            inflight.add(task)
+            task.add_done_callback(finished)
 
-    async def _tracked(self, coro: Coroutine[Any, Any, T]) -> T:
-        """A transition in flight on the store's loop: ``close()`` lets it finish."""
-        task = asyncio.current_task()
-        assert task is not None
-        self._inflight.add(task)
         try:
-            return await coro
-        finally:
-            self._inflight.discard(task)
+            self._loop.call_soon_threadsafe(begin)
+        except RuntimeError:
+            coro.close()
+            raise
+        return await result
 
     async def _tx(self, fn: Callable[[Conn], Awaitable[T]]) -> T:
         """One transition: ``fn`` in one transaction (committed when it returns, rolled back if it raises)."""
@@ -507,24 +531,16 @@ class PostgresStore:
         return [Event(*r) for r in await self._fetch(SQL_EVENTS, (run_id, after_seq, limit))]
 
     async def load_state(self, run_id: str) -> RunState:
-        async def read(conn: Conn) -> RunState:
-            state = RunState()
-            # Three statements sent together (pipeline mode): one round trip.
-            steps = await conn.execute(SQL_STATE_STEPS, (run_id,))
-            waits = conn.cursor()
-            await waits.execute(SQL_STATE_WAITS, (run_id,))
-            checkpoints = conn.cursor()
-            await checkpoints.execute(SQL_STATE_CHECKPOINTS, (run_id,))
-            for r in await steps.fetchall():
-                state.steps[r[0]] = StepRecord(r[0], StepStatus(r[1]), r[2], r[3], r[4], r[5])
-            for r in await waits.fetchall():
-                w = wait_from_row(r)
+        state = RunState()
+        for r in await self._fetch(SQL_STATE, {"run": run_id}):
+            if r[0] == 1:
+                state.steps[r[1]] = StepRecord(r[1], StepStatus(r[2]), r[3], r[4], r[5], r[6])
+            elif r[0] == 2:
+                w = wait_from_row(r[7:20])
                 state.waits[w.wait_key] = w
-            for r in await checkpoints.fetchall():
-                state.checkpoints[(r[0], r[1])] = CheckpointRecord(r[0], r[1], r[2], r[3])
-            return state
-
-        return await self._tx(read)
+            else:
+                state.checkpoints[(r[20], r[21])] = CheckpointRecord(r[20], r[21], r[22], r[23])
+        return state
 
     async def cancel_run(self, run_id: str, *, now: float) -> bool:
         async def tx(conn: Conn) -> bool:
@@ -614,6 +630,17 @@ class PostgresStore:
         rows = await self._fetch(SQL_NEXT_DUE, None)
         value = rows[0][0] if rows else None
         return float(value) if value is not None else None
+
+    async def poll(self, owner: str, *, limit: int, now: float, lease_ttl: float, max_crashes: int) -> Poll:
+        rows = await self._fetch(SQL_FN_POLL, (owner, max(limit, 0), now, lease_ttl, max_crashes))
+        claims: list[Claim] = []
+        due: float | None = None
+        for run_id, epoch, wake_seq, workflow, input_, resumed, next_due in rows:
+            if run_id is None:
+                due = float(next_due) if next_due is not None else None
+            else:
+                claims.append(Claim(Fence(run_id, epoch, wake_seq), workflow, input_, resumed=resumed))
+        return Poll(claims, due)
 
     async def release(self, fence: Fence, *, now: float) -> None:
         async def tx(conn: Conn) -> None:

@@ -137,6 +137,14 @@ class Claim:
 
 
 @dataclass(slots=True)
+class Poll:
+    """What one tick of a runtime found: the runs it claimed and when to look again."""
+
+    claims: list[Claim]
+    next_due: float | None  # as :meth:`Store.next_due`, after the claims
+
+
+@dataclass(slots=True)
 class Event:
     run_id: str
     seq: int
@@ -213,6 +221,12 @@ class Store(Protocol):
 
     async def next_due(self) -> float | None:
         """The earliest time at which a claim or a wait expiry could find work."""
+        ...
+
+    async def poll(self, owner: str, *, limit: int, now: float, lease_ttl: float, max_crashes: int) -> Poll:
+        """A runtime's tick in one call: if anything is due at ``now``, expire due waits
+        (:meth:`expire_due_waits`) and claim up to ``limit`` runs (:meth:`claim`; ``limit`` 0 only
+        expires); return the claims and :meth:`next_due` as it is afterwards."""
         ...
 
     async def release(self, fence: Fence, *, now: float) -> None:

@@ -24,6 +24,7 @@ from ._protocol import (
     Event,
     Fence,
     NewWait,
+    Poll,
     RunRecord,
     RunState,
     RunStatus,
@@ -317,6 +318,19 @@ class SQLiteStore:
         times = [reader.execute(SQL_NEXT_QUEUE).fetchone()[0], reader.execute(SQL_NEXT_WAIT).fetchone()[0]]
         known = [t for t in times if t is not None]
         return min(known) if known else None
+
+    async def poll(self, owner: str, *, limit: int, now: float, lease_ttl: float, max_crashes: int) -> Poll:
+        # Reads are cheap here (this thread's reader connection): write only when there is work.
+        due = await self.next_due()
+        claims: list[Claim] = []
+        if due is not None and due <= now:
+            await self.expire_due_waits(now=now)
+            if limit > 0 and await self.has_ready(now=now):
+                claims = await self.claim(
+                    owner, limit=limit, now=now, lease_ttl=lease_ttl, max_crashes=max_crashes
+                )
+            due = await self.next_due()
+        return Poll(claims, due)
 
     async def release(self, fence: Fence, *, now: float) -> None:
         def tx(conn: sqlite3.Connection) -> None:
