@@ -8,10 +8,14 @@ from __future__ import annotations
 
 import logging
 import sys
+from typing import TYPE_CHECKING
 
 import click
 
 from .runtime._celery import DEFAULT_QUEUE, DEFAULT_VISIBILITY_TIMEOUT, CeleryOptions
+
+if TYPE_CHECKING:  # the worker module imports Celery; load it only when a command runs
+    from .runtime._celery_worker import WorkerSettings
 
 
 def _settings(
@@ -23,7 +27,7 @@ def _settings(
     max_crashes: int,
     sweep_interval: float,
     imports: tuple[str, ...],
-) -> object:
+) -> WorkerSettings:
     from .runtime._celery_worker import WorkerSettings
 
     options = CeleryOptions.from_extra(
@@ -107,12 +111,11 @@ def worker(
     hostname: str | None,
 ) -> None:
     """Run a Celery worker that executes workflow turns (and, by default, the sweeper)."""
-    from .runtime._celery_worker import WorkerSettings, run_worker
+    from .runtime._celery_worker import run_worker
 
     _logging(loglevel)
     settings = _settings(storage, broker, queue, visibility_timeout, lease_ttl, max_crashes,
                          sweep_interval, imports)  # fmt: skip
-    assert isinstance(settings, WorkerSettings)
     run_worker(settings, concurrency=concurrency, pool=pool, sweeper=sweeper, loglevel=loglevel,
                hostname=hostname)  # fmt: skip
 
@@ -132,12 +135,11 @@ def sweeper(
     loglevel: str,
 ) -> None:
     """Run only the sweeper: expire due hooks and timers, recover runs of dead workers."""
-    from .runtime._celery_worker import WorkerSettings, run_sweeper
+    from .runtime._celery_worker import run_sweeper
 
     _logging(loglevel)
     settings = _settings(storage, broker, queue, visibility_timeout, lease_ttl, max_crashes,
                          sweep_interval, imports)  # fmt: skip
-    assert isinstance(settings, WorkerSettings)
     try:
         run_sweeper(settings)
     except KeyboardInterrupt:
