@@ -4,6 +4,7 @@ expiry after SIGKILL, HandlerError surfaced in ``client.get(...).error``."""
 from __future__ import annotations
 
 import asyncio
+import time
 from collections.abc import Callable
 
 import httpx
@@ -142,17 +143,32 @@ async def test_sigterm_finishes_running_handlers_and_releases_the_rest(
     worker = spawn_worker()
     finishing = await client.submit("tester.slow_finish", {"seconds": 1.0})
     await reach(client, finishing.id, "running")
+    await handler_started(server)
     assert worker.terminate() == 0
     assert (await client.get(finishing.id)).status == "succeeded"
 
     impatient = spawn_worker("atfg_agents:app", "--grace-seconds", "0.2")
     held = await client.submit("tester.slow_finish", {"seconds": 30.0}, max_attempts=1)
     await reach(client, held.id, "running")
+    await handler_started(server)
     assert impatient.terminate() == 0
     info = await client.get(held.id)
     # Released, not failed: the attempt was not charged.
     assert (info.status, info.max_attempts) == ("queued", 2)
     assert '"released": 1' in impatient.output()
+
+
+async def handler_started(server: ServerProcess, seconds: float = 20.0) -> None:
+    """Wait until a worker reports a handler in progress (its heartbeat stats). "running" on the
+    server only means the task was leased: the worker may not have read the claim's answer yet,
+    and a worker stopped before reading it gives the task back unstarted (also correct, but not
+    what these assertions are about)."""
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        if any((w["stats"] or {}).get("permits_in_use", 0) >= 1 for w in server.workers("tester")):
+            return
+        await asyncio.sleep(0.05)
+    raise AssertionError("no worker reported a running handler")
 
 
 def _has_checkpoint(server: ServerProcess, traverser_id: str) -> bool:
