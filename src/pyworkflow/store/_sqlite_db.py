@@ -4,24 +4,22 @@ everyone else, and the numbered migrations applied when the file is opened.
 
 Why a writer thread: with ``synchronous=FULL`` every commit is an fsync of the WAL. Committing the
 pending transitions of all concurrent runs in one transaction makes the fsync count per run fall
-below one while every caller is still released only after its own work is durable.
+below one while every caller is still released only after its own work is durable (see
+:mod:`._group_commit`).
 """
 
 from __future__ import annotations
 
-import asyncio
-import concurrent.futures
 import contextlib
 import os
-import queue
 import sqlite3
 import threading
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import TypeVar
 
+from ._group_commit import GroupCommitWriter
 from ._migrations import Migration, apply_migrations
 
 T = TypeVar("T")
@@ -29,22 +27,11 @@ T = TypeVar("T")
 #: A unit of work run by the writer inside a transaction; it must not commit or roll back.
 WriteFn = Callable[[sqlite3.Connection], T]
 
-_MAX_BATCH = 512
 _SYNCHRONOUS = {"OFF", "NORMAL", "FULL", "EXTRA"}
 #: Page cache per connection, in KiB (SQLite's default is 2 MiB). Runs, steps, waits and events
 #: are keyed by random ids, so a batch of writes touches pages all over each B-tree; with the
 #: default cache most of them are read back from the OS on every batch. A cap, not an allocation.
 _CACHE_KIB = 64 * 1024
-
-
-@dataclass(slots=True)
-class _Job:
-    fn: WriteFn[Any]
-    loop: asyncio.AbstractEventLoop | None
-    future: asyncio.Future[Any] | concurrent.futures.Future[Any]
-
-
-_STOP = object()
 
 
 def _connect(path: str, synchronous: str, busy_timeout_ms: int) -> sqlite3.Connection:
@@ -73,7 +60,7 @@ def _set_wal(conn: sqlite3.Connection, timeout: float) -> None:
             time.sleep(0.01)
 
 
-class SQLiteDatabase:
+class SQLiteDatabase(GroupCommitWriter[sqlite3.Connection]):
     """A SQLite file opened for one process: one writer thread, per-thread reader connections."""
 
     def __init__(
@@ -97,105 +84,25 @@ class SQLiteDatabase:
         self._local = threading.local()
         self._readers: list[sqlite3.Connection] = []
         self._readers_lock = threading.Lock()
-        self._jobs: queue.SimpleQueue[_Job | object] = queue.SimpleQueue()
-        self._closed = False
-        self.commits = 0  # transactions committed by the writer; read by benchmarks
-        self._thread = threading.Thread(
-            target=self._run, name=f"sqlite-writer:{Path(self.path).name}", daemon=True
-        )
-        self._thread.start()
+        self._start_writer(f"sqlite-writer:{Path(self.path).name}")
 
-    # -- writes ---------------------------------------------------------------------------------
+    # -- the writer's transactions (see GroupCommitWriter) ----------------------------------------
 
-    async def write(self, fn: WriteFn[T]) -> T:
-        """Run ``fn`` in a write transaction; return once it is committed (durable)."""
-        if self._closed:
-            raise RuntimeError("database is closed")
-        loop = asyncio.get_running_loop()
-        fut: asyncio.Future[T] = loop.create_future()
-        self._jobs.put(_Job(fn, loop, fut))
-        return await fut
+    def _writer_connection(self) -> sqlite3.Connection:
+        return self._writer_conn
 
-    def write_sync(self, fn: WriteFn[T]) -> T:
-        """Blocking form of :meth:`write`, for code that has no event loop."""
-        if self._closed:
-            raise RuntimeError("database is closed")
-        if threading.current_thread() is self._thread:
-            raise RuntimeError("write_sync called from the writer thread")
-        fut: concurrent.futures.Future[T] = concurrent.futures.Future()
-        self._jobs.put(_Job(fn, None, fut))
-        return fut.result()
+    def _begin(self, conn: sqlite3.Connection) -> None:
+        conn.execute("BEGIN IMMEDIATE")
 
-    def _run(self) -> None:
-        conn = self._writer_conn
-        while True:
-            first = self._jobs.get()
-            if first is _STOP:
-                break
-            batch: list[_Job] = [first]  # type: ignore[list-item]
-            stop = False
-            while len(batch) < _MAX_BATCH:
-                try:
-                    item = self._jobs.get_nowait()
-                except queue.Empty:
-                    break
-                if item is _STOP:
-                    stop = True
-                    break
-                batch.append(item)  # type: ignore[arg-type]
-            outcomes = self._commit_batch(conn, batch)
-            self._deliver(batch, outcomes)
-            if stop:
-                break
-        conn.close()
+    def _commit(self, conn: sqlite3.Connection) -> None:
+        conn.execute("COMMIT")
 
-    def _commit_batch(self, conn: sqlite3.Connection, batch: list[_Job]) -> list[tuple[bool, Any]]:
-        """Commit the whole batch at once; if any job raises, run each job alone so that only the
-        failing one sees its error and the others still commit."""
-        try:
-            conn.execute("BEGIN IMMEDIATE")
-            results = [(True, job.fn(conn)) for job in batch]
-            conn.execute("COMMIT")
-            self.commits += 1
-            return results
-        except BaseException:
-            if conn.in_transaction:
-                conn.execute("ROLLBACK")
-            if len(batch) == 1:
-                return [self._run_alone(conn, batch[0])]
-        return [self._run_alone(conn, job) for job in batch]
+    def _rollback(self, conn: sqlite3.Connection) -> None:
+        if conn.in_transaction:
+            conn.execute("ROLLBACK")
 
-    def _run_alone(self, conn: sqlite3.Connection, job: _Job) -> tuple[bool, Any]:
-        try:
-            conn.execute("BEGIN IMMEDIATE")
-            result = job.fn(conn)
-            conn.execute("COMMIT")
-            self.commits += 1
-            return (True, result)
-        except BaseException as exc:
-            if conn.in_transaction:
-                conn.execute("ROLLBACK")
-            return (False, exc)
-
-    @staticmethod
-    def _deliver(batch: list[_Job], outcomes: list[tuple[bool, Any]]) -> None:
-        by_loop: dict[asyncio.AbstractEventLoop, list[tuple[asyncio.Future[Any], bool, Any]]] = {}
-        for job, (ok, value) in zip(batch, outcomes, strict=True):
-            if job.loop is None:
-                cfut = job.future
-                assert isinstance(cfut, concurrent.futures.Future)
-                if ok:
-                    cfut.set_result(value)
-                else:
-                    cfut.set_exception(value)
-            else:
-                afut = job.future
-                assert isinstance(afut, asyncio.Future)
-                by_loop.setdefault(job.loop, []).append((afut, ok, value))
-        for loop, items in by_loop.items():
-            # A loop closed while we committed has nobody waiting.
-            with contextlib.suppress(RuntimeError):
-                loop.call_soon_threadsafe(_resolve_all, items)
+    def _close_writer(self) -> None:
+        self._writer_conn.close()
 
     # -- reads ----------------------------------------------------------------------------------
 
@@ -222,24 +129,9 @@ class SQLiteDatabase:
     # -- lifecycle ------------------------------------------------------------------------------
 
     def close(self) -> None:
-        if self._closed:
-            return
-        self._closed = True
-        self._jobs.put(_STOP)
-        if threading.current_thread() is not self._thread:
-            self._thread.join(timeout=30)
+        self._stop_writer()
         with self._readers_lock:
             for conn in self._readers:
                 with contextlib.suppress(sqlite3.ProgrammingError):
                     conn.close()
             self._readers.clear()
-
-
-def _resolve_all(items: list[tuple[asyncio.Future[Any], bool, Any]]) -> None:
-    for fut, ok, value in items:
-        if fut.done():  # the caller was cancelled; its work is committed all the same
-            continue
-        if ok:
-            fut.set_result(value)
-        else:
-            fut.set_exception(value)
