@@ -23,9 +23,10 @@ test: $(STAMP)
 	bash scripts/system-deps.sh
 	bash scripts/services.sh
 	$(BIN)/python -m pytest -q
-	# The store contract and the engine's tests again, on PostgreSQL.
+	# Again on PostgreSQL: the store contract, the engine's tests, and the graph server's store,
+	# identity and whole acceptance suite (real server and worker processes, the console in Chromium).
 	PYWORKFLOW_TEST_STORE=postgresql $(BIN)/python -m pytest -q tests/contract tests/unit \
-		--ignore=tests/unit/atfgraph --ignore=tests/unit/contrib
+		tests/acceptance/atfgraph --ignore=tests/unit/contrib
 
 check: $(STAMP)
 	$(BIN)/ruff format --check src tests bench examples

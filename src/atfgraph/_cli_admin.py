@@ -12,6 +12,8 @@ import click
 
 from ._cli_base import (
     EXIT_ERROR,
+    EXIT_UNAVAILABLE,
+    EXIT_USAGE,
     AliasGroup,
     CliError,
     api,
@@ -138,7 +140,7 @@ def audit_list(ctx: click.Context, target: str | None, limit: int) -> None:
 
 @click.group("db", cls=AliasGroup)
 def db() -> None:
-    """The server's SQLite database."""
+    """The server's database (a SQLite file or a PostgreSQL URL)."""
 
 
 @db.command("migrate")
@@ -146,24 +148,42 @@ def db() -> None:
     "--db",
     "db_path",
     default=None,
-    type=click.Path(dir_okay=False),
-    help="SQLite file [$ATFGRAPH_DB, else $ATFGRAPH_HOME/atfgraph.db].",
+    help="SQLite file or postgresql:// URL [$ATFGRAPH_DB, else $ATFGRAPH_HOME/atfgraph.db].",
 )
 @click.option("--sql", "sql_only", is_flag=True, help="Print the SQL that would be applied; apply nothing.")
 @output_option
 @click.pass_context
 def db_migrate(ctx: click.Context, db_path: str | None, sql_only: bool) -> None:
     """Apply the server's pending migrations to the database (the server also does this when it
-    starts). Safe beside a running server: migrators serialize on the database's write lock."""
+    starts). Safe beside a running server: migrators serialize on the database's write lock
+    (SQLite) or an advisory lock (PostgreSQL)."""
     path = db_path or os.environ.get("ATFGRAPH_DB") or _default_db_path()
-    migrations = server_migrations()
+    postgres = path.startswith(("postgresql://", "postgres://"))
+    shown = _redact(path) if postgres else path
+    migrations = server_migrations("postgres" if postgres else "sqlite")
     if sql_only:
-        pending = [m for m in migrations if (m.component, m.version) not in _applied(path)]
+        applied = _applied_postgres(path) if postgres else _applied(path)
+        pending = [m for m in migrations if (m.component, m.version) not in applied]
         for m in pending:
             click.echo(f"-- {m.component} {m.version:04d}_{m.name}\n{m.sql.strip()}\n")
         if not pending:
-            progress(f"{path}: up to date")
+            progress(f"{shown}: up to date")
         return
+    if postgres:
+        done = _migrate_postgres(path, migrations)
+    else:
+        done = _migrate_sqlite(path, migrations)
+    progress(f"{shown}: applied {len(done)} migration(s)" if done else f"{shown}: up to date")
+    emit_list(
+        ctx,
+        [{"component": m.component, "version": m.version, "name": m.name} for m in done],
+        [("COMPONENT", field("component")), ("VERSION", field("version")), ("NAME", field("name"))],
+    )
+
+
+def _migrate_sqlite(path: str, migrations: list[Any]) -> list[Any]:
+    if Path(path).is_dir():
+        raise CliError(f"--db: {path} is a directory, not a SQLite file", EXIT_USAGE)
     try:
         Path(path).parent.mkdir(parents=True, exist_ok=True)
         conn = sqlite3.connect(path, isolation_level=None, timeout=30)
@@ -173,33 +193,66 @@ def db_migrate(ctx: click.Context, db_path: str | None, sql_only: bool) -> None:
             conn.execute("PRAGMA foreign_keys = ON")
             from pyworkflow.store._migrations import apply_migrations
 
-            done = apply_migrations(conn, migrations)
+            return apply_migrations(conn, migrations)
         finally:
             conn.close()
     except (OSError, sqlite3.Error) as exc:
         raise CliError(f"cannot migrate {path}: {exc}", EXIT_ERROR) from None
-    progress(f"{path}: applied {len(done)} migration(s)" if done else f"{path}: up to date")
-    emit_list(
-        ctx,
-        [{"component": m.component, "version": m.version, "name": m.name} for m in done],
-        [("COMPONENT", field("component")), ("VERSION", field("version")), ("NAME", field("name"))],
-    )
 
 
-def server_migrations() -> list[Any]:
+def _migrate_postgres(url: str, migrations: list[Any]) -> list[Any]:
+    psycopg = _psycopg()
+    from pyworkflow.store._migrations import apply_postgres_migrations
+
+    try:
+        with psycopg.connect(url, autocommit=True, connect_timeout=10) as conn:
+            return apply_postgres_migrations(conn, migrations)
+    except psycopg.Error as exc:
+        code = EXIT_UNAVAILABLE if isinstance(exc, psycopg.OperationalError) else EXIT_ERROR
+        raise CliError(f"cannot migrate {_redact(url)}: {_first_line(exc)}", code) from None
+
+
+def _applied_postgres(url: str) -> set[tuple[str, int]]:
+    """(component, version) already recorded in the database; nothing when it has no schema yet."""
+    psycopg = _psycopg()
+    try:
+        with psycopg.connect(url, autocommit=True, connect_timeout=10) as conn:
+            if conn.execute("SELECT to_regclass('schema_migrations')").fetchone()[0] is None:
+                return set()
+            rows = conn.execute("SELECT component, version FROM schema_migrations").fetchall()
+            return {(str(r[0]), int(r[1])) for r in rows}
+    except psycopg.Error as exc:
+        code = EXIT_UNAVAILABLE if isinstance(exc, psycopg.OperationalError) else EXIT_ERROR
+        raise CliError(f"cannot read {_redact(url)}: {_first_line(exc)}", code) from None
+
+
+def _first_line(exc: BaseException) -> str:
+    return (str(exc).strip().splitlines() or [type(exc).__name__])[0]
+
+
+def _psycopg() -> Any:
+    try:
+        import psycopg
+    except ImportError:
+        raise CliError(
+            "a postgresql:// database needs psycopg: pip install 'pyworkflow-atfgraph[postgres]'", EXIT_ERROR
+        ) from None
+    return psycopg
+
+
+def _redact(url: str) -> str:
+    from .server._dburl import redact
+
+    return redact(url)
+
+
+def server_migrations(dialect: str = "sqlite") -> list[Any]:
     """The server's version tracks, in the order its store applies them: pyworkflow's runs and
     waits (the hooks inbox), atfgraph's graph state, identity."""
     # Imported here: the server package pulls in FastAPI, which only this command needs.
-    from pyworkflow.store._migrations import load_migrations
-    from pyworkflow.store._sqlite import pyworkflow_migrations
+    from .server._store import server_migrations as store_migrations
 
-    from .server._identity import identity_migrations
-
-    return [
-        *pyworkflow_migrations(),
-        *load_migrations("atfgraph.server.migrations", "sqlite", "atfgraph"),
-        *identity_migrations(),
-    ]
+    return store_migrations(dialect)
 
 
 def _default_db_path() -> str:

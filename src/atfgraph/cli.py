@@ -57,7 +57,9 @@ def server() -> None:
 @click.option("--host", default="127.0.0.1", show_default=True, help="Interface to listen on.")
 @click.option("--port", default=DEFAULT_PORT, show_default=True, type=int)
 @click.option(
-    "--db", default=None, help="SQLite file (default: $ATFGRAPH_DB, else $ATFGRAPH_HOME/atfgraph.db)."
+    "--db",
+    default=None,
+    help="SQLite file or postgresql:// URL (default: $ATFGRAPH_DB, else $ATFGRAPH_HOME/atfgraph.db).",
 )
 @click.option("--lease-seconds", default=None, type=float, help="Task lease length (default 30).")
 @click.option("--log-level", default="warning", show_default=True)

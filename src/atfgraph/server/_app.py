@@ -7,10 +7,12 @@ import contextlib
 import logging
 import os
 import sys
+import uuid
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
+from urllib.parse import unquote_to_bytes
 
 from fastapi import FastAPI, Request, Response
 from fastapi.exceptions import RequestValidationError
@@ -44,6 +46,7 @@ def default_db_path() -> str:
 class Settings:
     """Server settings: flag > environment > default."""
 
+    #: a SQLite file, or a ``postgresql://`` URL
     db_path: str
     lease_seconds: float = 30.0
     sweep_seconds: float = 0.25
@@ -79,6 +82,28 @@ class RequestCounter:
         await self.app(scope, receive, send)
 
 
+class NulGuard:
+    """Answers a request whose path or query names something with a NUL character before anything
+    reads it: nothing stored can be named so (ids are generated, keys are checked), the text
+    columns of PostgreSQL refuse it, and it must not reach the audit trail either. A path gets
+    404, a query 400, each in the API's one error shape."""
+
+    def __init__(self, app: ASGIApp) -> None:
+        self.app = app
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] == "http":
+            if "\x00" in scope["path"]:
+                response = error_response(404, "not_found", "no resource has a NUL character in its name")
+                await response(scope, receive, send)
+                return
+            if b"\x00" in unquote_to_bytes(scope.get("query_string", b"")):
+                response = error_response(400, "invalid_request", "query parameters must not contain NUL")
+                await response(scope, receive, send)
+                return
+        await self.app(scope, receive, send)
+
+
 async def _sweep_forever(app: FastAPI) -> None:
     store: GraphStore = app.state.store
     hub: Hub = app.state.hub
@@ -93,6 +118,29 @@ async def _sweep_forever(app: FastAPI) -> None:
         except Exception:  # keep sweeping; one bad pass must not stop expiries for good
             log.exception("sweep failed")
         await asyncio.sleep(settings.sweep_seconds)
+
+
+#: The channel on which servers sharing a PostgreSQL database pass on their hubs' notifications.
+HUB_CHANNEL = "atfg_hub"
+
+
+def _bridge_hub(hub: Hub, db: Any, loop: asyncio.AbstractEventLoop) -> None:
+    """Wire this server's hub to the others sharing the database: each notification goes out
+    with NOTIFY (tagged with this server's id, so its own echo is ignored) and each one from
+    another server wakes the waiters here."""
+    me = uuid.uuid4().hex
+
+    def forward(key: str) -> None:
+        db.notify_later(HUB_CHANNEL, f"{me} {key}")
+
+    def received(payload: str) -> None:
+        origin, _, key = payload.partition(" ")
+        if origin != me and key:
+            with contextlib.suppress(RuntimeError):  # the loop is gone: the server is stopping
+                loop.call_soon_threadsafe(hub.wake, key)
+
+    hub.forward = forward
+    db.listen(HUB_CHANNEL, received)
 
 
 def create_app(settings: Settings | None = None) -> FastAPI:
@@ -112,6 +160,8 @@ def create_app(settings: Settings | None = None) -> FastAPI:
                 file=sys.stderr,
                 flush=True,
             )
+        if app.state.store.is_postgres:
+            _bridge_hub(app.state.hub, app.state.store.db, asyncio.get_running_loop())
         # The first pass runs before the server answers anything: approvals that fell due and
         # leases that ran out while it was down are settled first.
         await app.state.store.sweep()
@@ -175,8 +225,8 @@ def create_app(settings: Settings | None = None) -> FastAPI:
 
 
 def wrap(app: FastAPI) -> Any:
-    """The ASGI callable to serve: the request counter (exposed on app.state), authentication
-    and authorization, then the hot routes' fast path, then the FastAPI app."""
-    counter = RequestCounter(AuthMiddleware(FastPath(app), app))
+    """The ASGI callable to serve: the request counter (exposed on app.state), the NUL guard,
+    authentication and authorization, then the hot routes' fast path, then the FastAPI app."""
+    counter = RequestCounter(NulGuard(AuthMiddleware(FastPath(app), app)))
     app.state.counter = counter
     return counter

@@ -77,6 +77,8 @@ class Fields:
             raise bad_request(
                 f"{self.where}.{name} must be a non-empty string of at most {_MAX_KEY} characters"
             )
+        if "\x00" in value:  # no database text column holds it (PostgreSQL refuses it outright)
+            raise bad_request(f"{self.where}.{name} must not contain NUL characters")
         return value
 
     def integer(self, name: str, required: bool = True, minimum: int = 0, maximum: int = 2**31) -> Any:

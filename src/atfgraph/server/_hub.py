@@ -1,15 +1,17 @@
 """In-process wake-ups for long polls: a claim waits on its node, a client on its traverser.
 
-One server process owns a SQLite file, so every transition that can end a wait happens in this
-process and notifies here after its transaction commits. (Replicas sharing PostgreSQL would feed
-this hub from LISTEN/NOTIFY instead.) A waiter subscribes *before* it checks the store, so a
-notification between the check and the wait is not lost.
+A transition that can end a wait notifies here after its transaction commits. One server process
+owns a SQLite file, so that is all there is to it. Servers sharing a PostgreSQL database also
+forward each notification to the others (``forward``, sent with NOTIFY) and wake their own
+waiters for the others' (``wake``, fed by LISTEN). A waiter subscribes *before* it checks the
+store, so a notification between the check and the wait is not lost.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+from collections.abc import Callable
 
 
 class Hub:
@@ -17,13 +19,15 @@ class Hub:
         self._waiters: dict[str, set[asyncio.Future[None]]] = {}
         #: set when the server begins to shut down: long polls answer at once from then on
         self.closing = False
+        #: passes each notification on to the other servers sharing the database (PostgreSQL)
+        self.forward: Callable[[str], None] | None = None
 
     def close(self) -> None:
         """Wake every waiter and make later waits return at once (graceful shutdown: a long
         poll must not hold the server past its shutdown timeout)."""
         self.closing = True
         for key in list(self._waiters):
-            self.notify(key)
+            self.wake(key)
 
     def subscribe(self, key: str) -> asyncio.Future[None]:
         fut: asyncio.Future[None] = asyncio.get_running_loop().create_future()
@@ -38,6 +42,13 @@ class Hub:
                 del self._waiters[key]
 
     def notify(self, key: str) -> None:
+        """A transition committed: wake this server's waiters on ``key``, and the other servers'."""
+        self.wake(key)
+        if self.forward is not None:
+            self.forward(key)
+
+    def wake(self, key: str) -> None:
+        """Wake this server's waiters on ``key``."""
         for fut in self._waiters.pop(key, ()):
             if not fut.done():
                 fut.set_result(None)

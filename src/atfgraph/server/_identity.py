@@ -21,7 +21,6 @@ import json
 import os
 import re
 import secrets
-import sqlite3
 import time
 from dataclasses import dataclass
 from enum import StrEnum
@@ -30,8 +29,8 @@ from typing import Any
 
 import orjson
 
+from pyworkflow.store._group_commit import GroupCommitWriter
 from pyworkflow.store._migrations import Migration, load_migrations
-from pyworkflow.store._sqlite_db import SQLiteDatabase
 
 from .._credentials import CREDENTIALS_FILE
 
@@ -62,8 +61,8 @@ TOKEN_RE = re.compile(r"atfg_([0-9a-f]{16})_([A-Za-z0-9_-]{32})")
 MAX_NAME = 100
 
 
-def identity_migrations() -> list[Migration]:
-    return load_migrations("atfgraph.server.identity_migrations", "sqlite", "atfgraph_identity")
+def identity_migrations(dialect: str = "sqlite") -> list[Migration]:
+    return load_migrations("atfgraph.server.identity_migrations", dialect, "atfgraph_identity")
 
 
 @dataclass(frozen=True, slots=True)
@@ -130,16 +129,17 @@ SQL_COUNT_TOKENS = "SELECT COUNT(*) FROM atfg_tokens"
 SQL_AUDIT = """
 INSERT INTO atfg_audit (at, principal, role, action, target, outcome, detail) VALUES (?, ?, ?, ?, ?, ?, ?)
 """
-SQL_LIST_AUDIT = """
-SELECT id, at, principal, role, action, target, outcome, detail FROM atfg_audit
-WHERE (?1 IS NULL OR target = ?1) ORDER BY id DESC LIMIT ?2
-"""
+SQL_LIST_AUDIT = "SELECT id, at, principal, role, action, target, outcome, detail FROM atfg_audit"
+# The trail of one target (atfg_audit_by_target), or everyone's, newest first.
+SQL_LIST_AUDIT_OF = SQL_LIST_AUDIT + " WHERE target = ? ORDER BY id DESC LIMIT ?"
+SQL_LIST_AUDIT_ALL = SQL_LIST_AUDIT + " ORDER BY id DESC LIMIT ?"
 
 
 class Identity:
     """Token administration and verification on the server's database."""
 
-    def __init__(self, db: SQLiteDatabase) -> None:
+    def __init__(self, db: GroupCommitWriter[Any]) -> None:
+        """``db``: the server's database (SQLite or PostgreSQL: ``write``, ``reader()``)."""
         self.db = db
         self._touched: dict[str, float] = {}
 
@@ -151,6 +151,8 @@ class Identity:
         """Mint a token; the raw token is returned once and never stored."""
         if not isinstance(name, str) or not name.strip() or len(name) > MAX_NAME:
             raise IdentityError(f"a token name is 1 to {MAX_NAME} characters")
+        if not name.isprintable():
+            raise IdentityError("a token name must not contain control characters")
         try:
             role_ = Role(role)
         except ValueError:
@@ -163,7 +165,7 @@ class Identity:
         now = time.time()
         by = created_by.name if created_by else None
 
-        def tx(conn: sqlite3.Connection) -> None:
+        def tx(conn: Any) -> None:
             conn.execute(SQL_INSERT_TOKEN, (token_id, name.strip(), role_.value, _digest(raw), now, by))
 
         await self.db.write(tx)
@@ -178,10 +180,10 @@ class Identity:
         if not isinstance(token_id, str) or not re.fullmatch(r"[0-9a-f]{16}", token_id):
             raise IdentityError(f"no token {token_id!r}")
 
-        def tx(conn: sqlite3.Connection) -> bool:
+        def tx(conn: Any) -> bool:
             if conn.execute(SQL_TOKEN_BY_ID, (token_id,)).fetchone() is None:
                 raise IdentityError(f"no token {token_id!r}")
-            return conn.execute(SQL_REVOKE, (time.time(), token_id)).rowcount == 1
+            return bool(conn.execute(SQL_REVOKE, (time.time(), token_id)).rowcount == 1)
 
         return await self.db.write(tx)
 
@@ -226,13 +228,17 @@ class Identity:
         # orjson: details may embed stored JSON as fragments (a decision's response).
         data = orjson.dumps(detail, default=str) if detail is not None else None
 
-        def tx(conn: sqlite3.Connection) -> None:
+        def tx(conn: Any) -> None:
             conn.execute(SQL_AUDIT, (time.time(), name, role, action, target, outcome, data))
 
         await self.db.write(tx)
 
     async def list_audit(self, *, target: str | None = None, limit: int = 100) -> list[dict[str, Any]]:
-        rows = self.db.reader().execute(SQL_LIST_AUDIT, (target, limit)).fetchall()
+        reader = self.db.reader()
+        if target is None:
+            rows = reader.execute(SQL_LIST_AUDIT_ALL, (limit,)).fetchall()
+        else:
+            rows = reader.execute(SQL_LIST_AUDIT_OF, (target, limit)).fetchall()
         return [
             {
                 "id": r[0],

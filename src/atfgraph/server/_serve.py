@@ -1,4 +1,5 @@
-"""Run the server under uvicorn (one process: the SQLite store has one writer)."""
+"""Run the server under uvicorn: one process per server (its database has one writer thread);
+on PostgreSQL several servers may share the database."""
 
 from __future__ import annotations
 
@@ -13,6 +14,7 @@ from typing import Any
 import uvicorn
 
 from ._app import DEFAULT_PORT, Settings, create_app, wrap
+from ._dburl import redact
 
 
 def serve(
@@ -26,7 +28,11 @@ def serve(
         db_path=db_path, lease_seconds=lease_seconds, public_url=f"http://{host}:{port}"
     )
     logging.basicConfig(level=log_level.upper(), stream=sys.stderr, format="%(asctime)s %(name)s %(message)s")
-    print(f"atfgraph server on http://{host}:{port} (db {settings.db_path})", file=sys.stderr, flush=True)
+    print(
+        f"atfgraph server on http://{host}:{port} (db {redact(settings.db_path)})",
+        file=sys.stderr,
+        flush=True,
+    )
     app = create_app(settings)
     config = uvicorn.Config(
         wrap(app),
@@ -66,7 +72,11 @@ def main(argv: list[str] | None = None) -> None:
     )
     parser.add_argument("--host", default="127.0.0.1", help="interface to listen on (default: loopback)")
     parser.add_argument("--port", type=int, default=DEFAULT_PORT)
-    parser.add_argument("--db", default=None, help="SQLite file (default: $ATFGRAPH_HOME/atfgraph.db)")
+    parser.add_argument(
+        "--db",
+        default=None,
+        help="SQLite file or postgresql:// URL (default: $ATFGRAPH_DB, else $ATFGRAPH_HOME/atfgraph.db)",
+    )
     parser.add_argument("--lease-seconds", type=float, default=None, help="task lease length (default 30)")
     parser.add_argument("--log-level", default="warning")
     args = parser.parse_args(argv)

@@ -1,10 +1,16 @@
-"""The graph server's durable state on SQLite.
+"""The graph server's durable state, on SQLite (the default: one file) or PostgreSQL (a URL).
 
 Each public coroutine is one state transition and runs as one write transaction on the shared
 writer thread (group commit); reads run on this thread's reader connection as one snapshot. Every
-lookup goes through a primary key or an index (see migrations/sqlite/0001_initial.sql), so the
-cost of an operation does not grow with history. The SQL is named and kept in this module so a
-PostgreSQL variant can subclass the store and replace the statements that differ.
+lookup goes through a primary key or an index (see migrations/<dialect>/), so the cost of an
+operation does not grow with history.
+
+One set of statements serves both dialects: they are written for SQLite, and the PostgreSQL
+database (``_pgdb``) translates placeholders and turns the lock hints ``/*FOR UPDATE*/`` and
+``/*FOR UPDATE SKIP LOCKED*/`` into clauses. SQLite has a single writer, so a transition's reads
+and writes never interleave with another's; on PostgreSQL, where several servers may share the
+database, each transition first locks the rows whose state it checks (the traverser, the
+approval), and claims and sweeps skip rows another server holds.
 
 A write function may be run twice by the writer (when another job of its batch fails, each job is
 re-run alone), so it touches nothing but the connection it is given.
@@ -19,35 +25,47 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
-from pyworkflow.store._migrations import load_migrations
-from pyworkflow.store._sqlite import SQLiteStore, pyworkflow_migrations
+from pyworkflow.store._group_commit import GroupCommitWriter
+from pyworkflow.store._migrations import Migration, load_migrations
+from pyworkflow.store._sqlite import SQLiteStore
+from pyworkflow.store._sqlite import pyworkflow_migrations as sqlite_pyworkflow_migrations
 from pyworkflow.store._sqlite_db import SQLiteDatabase
 
 from .._json import dumps, fragment, loads
 from .._models import ApprovalStatus, TraverserStatus
+from ._dburl import is_postgres_url
 from ._errors import ApiError, lease_lost, not_found
 from ._identity import identity_migrations
 
 T = TypeVar("T")
+#: A row of either dialect: ``sqlite3.Row`` or the PostgreSQL database's row (both index by
+#: position and by column name).
+Row = Any
+#: A connection of either dialect (``sqlite3.Connection`` or ``_pgdb.PgConnection``).
+Conn = Any
 
 # -- traversers -------------------------------------------------------------------------------
 
-# Create a traverser, queued for its first claim.
+# Create a traverser, queued for its first claim; nothing when its idempotency key is taken (a
+# submission that raced ours on another server committed first: the caller reads that one).
 SQL_INSERT_TRAVERSER = """
 INSERT INTO atfg_traversers (id, target, node_id, skill, status, input, max_attempts,
                              idempotency_key, available_at, created_at, updated_at)
 VALUES (?, ?, ?, ?, 'queued', ?, ?, ?, ?, ?, ?)
+ON CONFLICT (idempotency_key) DO NOTHING
 """
 # An earlier submission with the same idempotency key (its UNIQUE index).
 SQL_TRAVERSER_BY_KEY = "SELECT * FROM atfg_traversers WHERE idempotency_key = ?"
 # One traverser by id (API reads, and the state check of every transition).
 SQL_GET_TRAVERSER = "SELECT * FROM atfg_traversers WHERE id = ?"
+# The same, locked for the transition that reads it (PostgreSQL; SQLite has one writer).
+SQL_LOCK_TRAVERSER = "SELECT * FROM atfg_traversers WHERE id = ? /*FOR UPDATE*/"
 # Claims: the oldest queued traversers of a node that this worker's version may run (a traverser
 # is pinned to the version of its first claim). Served by the partial index atfg_traversers_ready.
 SQL_READY = """
 SELECT id FROM atfg_traversers
 WHERE status = 'queued' AND node_id = ? AND available_at <= ? AND (version IS NULL OR version = ?)
-ORDER BY available_at LIMIT ?
+ORDER BY available_at LIMIT ? /*FOR UPDATE SKIP LOCKED*/
 """
 # Take a lease: a new attempt under a new epoch (the fence every later write must carry).
 SQL_CLAIM = """
@@ -93,12 +111,12 @@ WHERE id = ?
 # response it never read). Scans only running traversers (atfg_traversers_leases).
 SQL_LEASES_OF_WORKER = """
 SELECT id, node_id FROM atfg_traversers
-WHERE status = 'running' AND lease_expires_at IS NOT NULL AND lease_worker = ?
+WHERE status = 'running' AND lease_expires_at IS NOT NULL AND lease_worker = ? /*FOR UPDATE*/
 """
 # The reaper: leases that ran out (their worker died or hung), via atfg_traversers_leases.
 SQL_EXPIRED_LEASES = """
 SELECT id, node_id, attempt, max_attempts FROM atfg_traversers
-WHERE status = 'running' AND lease_expires_at < ? ORDER BY lease_expires_at LIMIT ?
+WHERE status = 'running' AND lease_expires_at < ? ORDER BY lease_expires_at LIMIT ? /*FOR UPDATE SKIP LOCKED*/
 """
 # Listing by status, newest last (atfg_traversers_by_status).
 SQL_LIST_TRAVERSERS = "SELECT * FROM atfg_traversers WHERE status = ? ORDER BY created_at DESC LIMIT ?"
@@ -107,9 +125,10 @@ SQL_LIST_TRAVERSERS = "SELECT * FROM atfg_traversers WHERE status = ? ORDER BY c
 
 # Record a child step; a step already recorded is never overwritten (replay returns it).
 SQL_INSERT_STEP = """
-INSERT OR IGNORE INTO atfg_steps
+INSERT INTO atfg_steps
     (traverser_id, step_key, seq, target, status, attempt, result, error, created_at)
 VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)
+ON CONFLICT (traverser_id, step_key) DO NOTHING
 """
 # A traverser's steps in path order (primary key prefix).
 SQL_STEPS = "SELECT * FROM atfg_steps WHERE traverser_id = ? ORDER BY seq, created_at"
@@ -121,10 +140,14 @@ ON CONFLICT (traverser_id, name) DO UPDATE SET value = excluded.value, revision 
     updated_at = excluded.updated_at
 """
 SQL_GET_MEMORY = "SELECT value, revision FROM atfg_memory WHERE scope = ? AND key = ?"
+# Compare-and-set: the update applies only while the stored revision is the one read (the last
+# parameter), so two writers racing on one key (servers sharing PostgreSQL, no lease to lock)
+# cannot both succeed; the loser changes nothing and gets a conflict.
 SQL_UPSERT_MEMORY = """
 INSERT INTO atfg_memory (scope, key, value, revision, updated_at) VALUES (?, ?, ?, ?, ?)
 ON CONFLICT (scope, key) DO UPDATE SET value = excluded.value, revision = excluded.revision,
     updated_at = excluded.updated_at
+WHERE atfg_memory.revision = ?
 """
 
 # -- approvals --------------------------------------------------------------------------------
@@ -135,6 +158,7 @@ INSERT INTO atfg_approvals
 VALUES (?, ?, ?, ?, ?, 'pending', ?, ?)
 """
 SQL_GET_APPROVAL = "SELECT * FROM atfg_approvals WHERE id = ?"
+SQL_LOCK_APPROVAL = "SELECT * FROM atfg_approvals WHERE id = ? /*FOR UPDATE*/"
 # Identity lookup (the UNIQUE (traverser_id, operation_key) index).
 SQL_APPROVAL_BY_KEY = "SELECT * FROM atfg_approvals WHERE traverser_id = ? AND operation_key = ?"
 SQL_APPROVALS_OF = "SELECT * FROM atfg_approvals WHERE traverser_id = ? ORDER BY created_at"
@@ -155,6 +179,7 @@ SQL_ALL_APPROVALS = "SELECT * FROM atfg_approvals ORDER BY created_at LIMIT ?"
 SQL_DUE_APPROVALS = """
 SELECT id FROM atfg_approvals
 WHERE status = 'pending' AND expires_at IS NOT NULL AND expires_at <= ? ORDER BY expires_at LIMIT ?
+/*FOR UPDATE SKIP LOCKED*/
 """
 
 # -- workers ----------------------------------------------------------------------------------
@@ -169,17 +194,21 @@ SQL_WORKERS = "SELECT * FROM atfg_workers ORDER BY registered_at DESC LIMIT ?"
 _SWEEP_BATCH = 500
 
 
-def _rows(conn: sqlite3.Connection, sql: str, params: Sequence[Any] = ()) -> list[sqlite3.Row]:
-    cur = conn.cursor()
-    cur.row_factory = sqlite3.Row
-    return cur.execute(sql, params).fetchall()
+def _cursor(conn: Conn, sql: str, params: Sequence[Any]) -> Any:
+    if isinstance(conn, sqlite3.Connection):
+        cur = conn.cursor()
+        cur.row_factory = sqlite3.Row
+        return cur.execute(sql, params)
+    return conn.execute(sql, params)  # PostgreSQL rows answer to names already
 
 
-def _row(conn: sqlite3.Connection, sql: str, params: Sequence[Any] = ()) -> sqlite3.Row | None:
-    cur = conn.cursor()
-    cur.row_factory = sqlite3.Row
-    row: sqlite3.Row | None = cur.execute(sql, params).fetchone()
-    return row
+def _rows(conn: Conn, sql: str, params: Sequence[Any] = ()) -> list[Row]:
+    rows: list[Row] = _cursor(conn, sql, params).fetchall()
+    return rows
+
+
+def _row(conn: Conn, sql: str, params: Sequence[Any] = ()) -> Row | None:
+    return _cursor(conn, sql, params).fetchone()
 
 
 def new_id() -> str:
@@ -189,7 +218,7 @@ def new_id() -> str:
 # -- JSON views (bytes stay bytes: embedded as fragments) --------------------------------------
 
 
-def traverser_view(row: sqlite3.Row) -> dict[str, Any]:
+def traverser_view(row: Row) -> dict[str, Any]:
     return {
         "id": row["id"],
         "target": row["target"],
@@ -208,7 +237,7 @@ def traverser_view(row: sqlite3.Row) -> dict[str, Any]:
     }
 
 
-def approval_view(row: sqlite3.Row) -> dict[str, Any]:
+def approval_view(row: Row) -> dict[str, Any]:
     return {
         "id": row["id"],
         "traverser_id": row["traverser_id"],
@@ -224,7 +253,7 @@ def approval_view(row: sqlite3.Row) -> dict[str, Any]:
     }
 
 
-def step_view(row: sqlite3.Row) -> dict[str, Any]:
+def step_view(row: Row) -> dict[str, Any]:
     return {
         "key": row["step_key"],
         "seq": row["seq"],
@@ -236,7 +265,7 @@ def step_view(row: sqlite3.Row) -> dict[str, Any]:
     }
 
 
-def worker_view(row: sqlite3.Row) -> dict[str, Any]:
+def worker_view(row: Row) -> dict[str, Any]:
     return {
         "id": row["id"],
         "node_id": row["node_id"],
@@ -268,34 +297,71 @@ class SweepOutcome:
     traversers: set[str]
 
 
-class GraphStore:
-    """The graph server's store on one SQLite file (shared with pyworkflow's tables)."""
+def server_migrations(dialect: str) -> list[Migration]:
+    """The server's three version tracks, in the order they are applied: pyworkflow's runs and
+    waits (so the server's inbox shows pyworkflow hooks beside approvals), atfgraph's graph state,
+    and identity."""
+    if dialect == "postgres":
+        from pyworkflow.store._postgres import pyworkflow_migrations as pyworkflow_pg
 
-    def __init__(self, path: str, *, lease_seconds: float = 30.0, synchronous: str = "FULL") -> None:
-        # One file, three version tracks: pyworkflow's runs and waits (so the server's inbox shows
-        # pyworkflow hooks beside approvals), atfgraph's graph state, and identity.
-        migrations = [
-            *pyworkflow_migrations(),
-            *load_migrations("atfgraph.server.migrations", "sqlite", "atfgraph"),
-            *identity_migrations(),
-        ]
-        self.db = SQLiteDatabase(path, migrations=migrations, synchronous=synchronous)
+        pyworkflow = pyworkflow_pg()
+    else:
+        pyworkflow = sqlite_pyworkflow_migrations()
+    return [
+        *pyworkflow,
+        *load_migrations("atfgraph.server.migrations", dialect, "atfgraph"),
+        *identity_migrations(dialect),
+    ]
+
+
+class GraphStore:
+    """The graph server's store: a SQLite file path, or a ``postgresql://`` URL. pyworkflow's
+    tables live in the same database."""
+
+    def __init__(self, location: str, *, lease_seconds: float = 30.0, synchronous: str = "FULL") -> None:
         self.lease_seconds = lease_seconds
-        #: pyworkflow's store on the same database (shares the writer; never closed on its own)
-        self.pyworkflow = SQLiteStore(path, db=self.db)
+        self.db: GroupCommitWriter[Any]
+        #: pyworkflow's store on the same database (the inbox lists its hooks)
+        self.pyworkflow: Any
+        if is_postgres_url(location):
+            # Imported here: psycopg is the postgres extra's, only needed for a URL.
+            from pyworkflow.store._postgres import PostgresStore
+
+            from ._pgdb import PostgresDatabase
+
+            self.db = PostgresDatabase(location, migrations=server_migrations("postgres"))
+            try:
+                self.pyworkflow = PostgresStore(location, min_size=1, max_size=4)
+            except BaseException:
+                self.db.close()
+                raise
+            self._own_pyworkflow = True
+        else:
+            self.db = SQLiteDatabase(
+                location, migrations=server_migrations("sqlite"), synchronous=synchronous
+            )
+            # Shares the writer; never closed on its own.
+            self.pyworkflow = SQLiteStore(location, db=self.db)
+            self._own_pyworkflow = False
+
+    @property
+    def is_postgres(self) -> bool:
+        return not isinstance(self.db, SQLiteDatabase)
 
     def close(self) -> None:
+        if self._own_pyworkflow:
+            self.pyworkflow.close()
         self.db.close()
 
-    def _read(self, fn: Callable[[sqlite3.Connection], T]) -> T:
+    def _read(self, fn: Callable[[Conn], T]) -> T:
         return self.db.read(fn)
 
     # -- lease checks ----------------------------------------------------------------------------
 
     @staticmethod
-    def _leased(conn: sqlite3.Connection, traverser_id: str, epoch: int, now: float) -> sqlite3.Row:
-        """The traverser row if ``epoch`` is its live lease, else the transition is refused."""
-        row = _row(conn, SQL_GET_TRAVERSER, (traverser_id,))
+    def _leased(conn: Conn, traverser_id: str, epoch: int, now: float) -> Row:
+        """The traverser row, locked, if ``epoch`` is its live lease, else the transition is refused."""
+        row = _row(conn, SQL_LOCK_TRAVERSER, (traverser_id,))
         if row is None:
             raise not_found("traverser", traverser_id)
         if row["status"] != TraverserStatus.RUNNING or row["epoch"] != epoch or row["lease_expires_at"] < now:
@@ -303,9 +369,7 @@ class GraphStore:
         return row
 
     @staticmethod
-    def _record_steps(
-        conn: sqlite3.Connection, row: sqlite3.Row, steps: Sequence[StepRecord], now: float
-    ) -> None:
+    def _record_steps(conn: Conn, row: Row, steps: Sequence[StepRecord], now: float) -> None:
         for step in steps:
             conn.execute(
                 SQL_INSERT_STEP,
@@ -332,22 +396,32 @@ class GraphStore:
         node_id, _, skill = target.partition(".")
         ident = new_id()
 
-        def fn(conn: sqlite3.Connection) -> tuple[dict[str, Any], bool]:
+        def earlier(conn: Conn) -> Row | None:
+            found = _row(conn, SQL_TRAVERSER_BY_KEY, (idempotency_key,))
+            if found is not None and (
+                found["target"] != target or loads(found["input"]) != loads(input_json)
+            ):
+                raise ApiError(
+                    409,
+                    "idempotency_conflict",
+                    f"idempotency key {idempotency_key!r} was used for a different submission",
+                )
+            return found
+
+        def fn(conn: Conn) -> tuple[dict[str, Any], bool]:
             now = time.time()
-            if idempotency_key is not None:
-                earlier = _row(conn, SQL_TRAVERSER_BY_KEY, (idempotency_key,))
-                if earlier is not None:
-                    if earlier["target"] != target or loads(earlier["input"]) != loads(input_json):
-                        raise ApiError(
-                            409,
-                            "idempotency_conflict",
-                            f"idempotency key {idempotency_key!r} was used for a different submission",
-                        )
-                    return traverser_view(earlier), False
-            conn.execute(
+            if idempotency_key is not None and (found := earlier(conn)) is not None:
+                return traverser_view(found), False
+            inserted = conn.execute(
                 SQL_INSERT_TRAVERSER,
                 (ident, target, node_id, skill, input_json, max_attempts, idempotency_key, now, now, now),
-            )
+            ).rowcount
+            if inserted == 0:
+                # A submission with this key committed on another server after our lookup (the
+                # insert waited for it); a new statement sees it.
+                found = earlier(conn)
+                assert found is not None
+                return traverser_view(found), False
             row = _row(conn, SQL_GET_TRAVERSER, (ident,))
             assert row is not None
             return traverser_view(row), True
@@ -366,7 +440,7 @@ class GraphStore:
         ]
 
     def path(self, traverser_id: str) -> dict[str, Any]:
-        def fn(conn: sqlite3.Connection) -> dict[str, Any]:
+        def fn(conn: Conn) -> dict[str, Any]:
             row = _row(conn, SQL_GET_TRAVERSER, (traverser_id,))
             if row is None:
                 raise not_found("traverser", traverser_id)
@@ -376,8 +450,8 @@ class GraphStore:
         return self._read(fn)
 
     async def cancel(self, traverser_id: str) -> dict[str, Any]:
-        def fn(conn: sqlite3.Connection) -> dict[str, Any]:
-            row = _row(conn, SQL_GET_TRAVERSER, (traverser_id,))
+        def fn(conn: Conn) -> dict[str, Any]:
+            row = _row(conn, SQL_LOCK_TRAVERSER, (traverser_id,))
             if row is None:
                 raise not_found("traverser", traverser_id)
             if not TraverserStatus(row["status"]).is_terminal:
@@ -398,7 +472,7 @@ class GraphStore:
     async def register_worker(self, node_id: str, version: str, capacity: int) -> dict[str, Any]:
         ident = new_id()
 
-        def fn(conn: sqlite3.Connection) -> dict[str, Any]:
+        def fn(conn: Conn) -> dict[str, Any]:
             now = time.time()
             conn.execute(SQL_INSERT_WORKER, (ident, node_id, version, capacity, now, now))
             row = _row(conn, SQL_GET_WORKER, (ident,))
@@ -420,7 +494,7 @@ class GraphStore:
         """Lease up to ``limit`` queued traversers of the worker's (node, version), each returned
         with everything its handler reads on replay: checkpoints, recorded steps, approvals."""
 
-        def fn(conn: sqlite3.Connection) -> list[dict[str, Any]]:
+        def fn(conn: Conn) -> list[dict[str, Any]]:
             now = time.time()
             worker = _row(conn, SQL_GET_WORKER, (worker_id,))
             if worker is None:
@@ -429,7 +503,8 @@ class GraphStore:
             tasks: list[dict[str, Any]] = []
             expires = now + self.lease_seconds
             for ident in ids:
-                conn.execute(SQL_CLAIM, (worker["version"], worker_id, expires, now, ident))
+                if conn.execute(SQL_CLAIM, (worker["version"], worker_id, expires, now, ident)).rowcount == 0:
+                    continue  # no longer queued (cancelled since it was read)
                 row = _row(conn, SQL_GET_TRAVERSER, (ident,))
                 assert row is not None
                 tasks.append(
@@ -454,7 +529,7 @@ class GraphStore:
     ) -> list[str]:
         """Extend the worker's leases; return the ids whose lease it no longer holds."""
 
-        def fn(conn: sqlite3.Connection) -> list[str]:
+        def fn(conn: Conn) -> list[str]:
             now = time.time()
             if conn.execute(SQL_WORKER_SEEN, (now, stats, worker_id)).rowcount == 0:
                 raise not_found("worker", worker_id)
@@ -469,7 +544,7 @@ class GraphStore:
     async def complete(
         self, traverser_id: str, epoch: int, result: bytes, steps: Sequence[StepRecord]
     ) -> None:
-        def fn(conn: sqlite3.Connection) -> None:
+        def fn(conn: Conn) -> None:
             now = time.time()
             row = self._leased(conn, traverser_id, epoch, now)
             self._record_steps(conn, row, steps, now)
@@ -483,7 +558,7 @@ class GraphStore:
         """End the attempt with an error: queued again while attempts remain and the error is
         retryable, else failed. Returns the new status."""
 
-        def fn(conn: sqlite3.Connection) -> str:
+        def fn(conn: Conn) -> str:
             now = time.time()
             row = self._leased(conn, traverser_id, epoch, now)
             self._record_steps(conn, row, steps, now)
@@ -498,7 +573,7 @@ class GraphStore:
     async def release(self, traverser_id: str, epoch: int, steps: Sequence[StepRecord]) -> None:
         """Give a lease back unfinished (worker shutdown): queued again, the attempt not charged."""
 
-        def fn(conn: sqlite3.Connection) -> None:
+        def fn(conn: Conn) -> None:
             now = time.time()
             row = self._leased(conn, traverser_id, epoch, now)
             self._record_steps(conn, row, steps, now)
@@ -511,7 +586,7 @@ class GraphStore:
         Covers the race where the worker stopped while a claim's answer was in flight: those
         tasks would otherwise wait for their lease to expire and be charged an attempt."""
 
-        def fn(conn: sqlite3.Connection) -> list[str]:
+        def fn(conn: Conn) -> list[str]:
             now = time.time()
             rows = conn.execute(SQL_LEASES_OF_WORKER, (worker_id,)).fetchall()
             for row in rows:
@@ -531,7 +606,7 @@ class GraphStore:
         expected_revision: int | None,
         steps: Sequence[StepRecord],
     ) -> int:
-        def fn(conn: sqlite3.Connection) -> int:
+        def fn(conn: Conn) -> int:
             now = time.time()
             row = self._leased(conn, traverser_id, epoch, now)
             self._record_steps(conn, row, steps, now)
@@ -544,7 +619,7 @@ class GraphStore:
         return await self.db.write(fn)
 
     def get_checkpoint(self, traverser_id: str, name: str) -> dict[str, Any]:
-        def fn(conn: sqlite3.Connection) -> tuple[bool, Any]:
+        def fn(conn: Conn) -> tuple[bool, Any]:
             exists = conn.execute("SELECT 1 FROM atfg_traversers WHERE id = ?", (traverser_id,)).fetchone()
             return exists is not None, conn.execute(SQL_GET_CHECKPOINT, (traverser_id, name)).fetchone()
 
@@ -563,14 +638,22 @@ class GraphStore:
         expected_revision: int | None,
         lease: tuple[str, int] | None,
     ) -> int:
-        def fn(conn: sqlite3.Connection) -> int:
+        def fn(conn: Conn) -> int:
             now = time.time()
             if lease is not None:
                 self._leased(conn, lease[0], lease[1], now)
             current = conn.execute(SQL_GET_MEMORY, (scope, key)).fetchone()
             revision = 0 if current is None else int(current[1])
             _check_revision("memory", f"{scope}/{key}", expected_revision, revision)
-            conn.execute(SQL_UPSERT_MEMORY, (scope, key, value, revision + 1, now))
+            if (
+                conn.execute(SQL_UPSERT_MEMORY, (scope, key, value, revision + 1, now, revision)).rowcount
+                == 0
+            ):
+                raise ApiError(
+                    409,
+                    "revision_conflict",
+                    f"memory {scope}/{key!r} was written concurrently; read it again",
+                )
             return revision + 1
 
         return await self.db.write(fn)
@@ -597,7 +680,7 @@ class GraphStore:
         """Find or create the approval (traverser, operation_key). Returns it and whether the
         traverser is now paused on it (a pending approval requested with ``pause``)."""
 
-        def fn(conn: sqlite3.Connection) -> tuple[dict[str, Any], bool]:
+        def fn(conn: Conn) -> tuple[dict[str, Any], bool]:
             now = time.time()
             if epoch is not None:
                 row = self._leased(conn, traverser_id, epoch, now)
@@ -607,7 +690,7 @@ class GraphStore:
                     raise ApiError(
                         409, "lease_required", "pausing a traverser requires its task lease (epoch)"
                     )
-                found = _row(conn, SQL_GET_TRAVERSER, (traverser_id,))
+                found = _row(conn, SQL_LOCK_TRAVERSER, (traverser_id,))
                 if found is None:
                     raise not_found("traverser", traverser_id)
                 if TraverserStatus(found["status"]).is_terminal:
@@ -645,7 +728,7 @@ class GraphStore:
     def list_approvals(
         self, status: str | None, traverser_id: str | None, limit: int
     ) -> list[dict[str, Any]]:
-        def fn(conn: sqlite3.Connection) -> list[sqlite3.Row]:
+        def fn(conn: Conn) -> list[Row]:
             if traverser_id is not None:
                 rows = _rows(conn, SQL_APPROVALS_OF, (traverser_id,))
                 return [r for r in rows if status is None or r["status"] == status][:limit]
@@ -663,9 +746,9 @@ class GraphStore:
         """Record a decision and, in the same transaction, queue the continuation of a traverser
         paused on it. Returns the approval and the node to wake (None when nothing was queued)."""
 
-        def fn(conn: sqlite3.Connection) -> tuple[dict[str, Any], str | None]:
+        def fn(conn: Conn) -> tuple[dict[str, Any], str | None]:
             now = time.time()
-            row = _row(conn, SQL_GET_APPROVAL, (approval_id,))
+            row = _row(conn, SQL_LOCK_APPROVAL, (approval_id,))
             if row is None:
                 raise not_found("approval", approval_id)
             if row["status"] != ApprovalStatus.PENDING:
@@ -683,7 +766,7 @@ class GraphStore:
         return await self.db.write(fn)
 
     @staticmethod
-    def _continue(conn: sqlite3.Connection, traverser_id: str, approval_id: str, now: float) -> str | None:
+    def _continue(conn: Conn, traverser_id: str, approval_id: str, now: float) -> str | None:
         if conn.execute(SQL_CONTINUE, (now, now, traverser_id, approval_id)).rowcount == 0:
             return None  # not paused on this approval (pause=False, or cancelled)
         found = conn.execute("SELECT node_id FROM atfg_traversers WHERE id = ?", (traverser_id,)).fetchone()
@@ -696,13 +779,15 @@ class GraphStore:
         failing their traversers). Safe to run at any time, including right after a restart, when
         it catches up on everything that fell due while the server was down."""
 
-        def fn(conn: sqlite3.Connection) -> SweepOutcome:
+        def fn(conn: Conn) -> SweepOutcome:
             now = time.time()
             out = SweepOutcome(set(), set())
             for (approval_id,) in conn.execute(SQL_DUE_APPROVALS, (now, _SWEEP_BATCH)).fetchall():
-                conn.execute(
+                expired = conn.execute(
                     SQL_DECIDE, (ApprovalStatus.EXPIRED.value, "system:expiry", None, now, approval_id)
-                )
+                ).rowcount
+                if expired == 0:
+                    continue
                 tid = conn.execute(
                     "SELECT traverser_id FROM atfg_approvals WHERE id = ?", (approval_id,)
                 ).fetchone()[0]
@@ -730,14 +815,10 @@ class GraphStore:
     # -- console reads (the review console: filtered listings and one run's whole record) ---------
 
     #: Traversers for the console's Runs page: any combination of status, node and a creation-time
-    #: window, newest first. A filter left NULL matches everything; with a status the planner uses
-    #: atfg_traversers_by_status, otherwise it walks created_at (bounded by LIMIT).
-    SQL_CONSOLE_TRAVERSERS = """
-    SELECT * FROM atfg_traversers
-    WHERE (?1 IS NULL OR status = ?1) AND (?2 IS NULL OR node_id = ?2)
-      AND (?3 IS NULL OR created_at >= ?3) AND (?4 IS NULL OR created_at < ?4)
-    ORDER BY created_at DESC LIMIT ?5
-    """
+    #: window, newest first; only the filters given become conditions. With a status the planner
+    #: uses atfg_traversers_by_status, otherwise atfg_traversers_by_created (bounded by LIMIT).
+    SQL_CONSOLE_TRAVERSERS = "SELECT * FROM atfg_traversers{where} ORDER BY created_at DESC LIMIT ?"
+    _CONSOLE_FILTERS = ("status = ?", "node_id = ?", "created_at >= ?", "created_at < ?")
     #: The Policies page: pending approvals oldest first (atfg_approvals_pending), each with the
     #: traverser it pauses (primary key lookup).
     SQL_CONSOLE_PENDING = """
@@ -766,9 +847,12 @@ class GraphStore:
         limit: int,
     ) -> list[dict[str, Any]]:
         """Traversers matching every filter given (None: no filter), newest first, JSON decoded."""
-        rows = self._read(
-            lambda c: _rows(c, self.SQL_CONSOLE_TRAVERSERS, (status, node_id, since, until, limit))
-        )
+        values = (status, node_id, since, until)
+        given = [(c, v) for c, v in zip(self._CONSOLE_FILTERS, values, strict=True) if v is not None]
+        where = " WHERE " + " AND ".join(cond for cond, _ in given) if given else ""
+        sql = self.SQL_CONSOLE_TRAVERSERS.format(where=where)
+        params = [value for _, value in given] + [limit]
+        rows = self._read(lambda c: _rows(c, sql, params))
         return [self._decoded(traverser_view(r)) for r in rows]
 
     def console_approvals(self, pending: bool, limit: int) -> list[dict[str, Any]]:
@@ -791,7 +875,7 @@ class GraphStore:
         """One traverser with its steps (and when each was recorded), checkpoints (and when each
         was last written) and approvals, read in one snapshot, JSON decoded."""
 
-        def fn(conn: sqlite3.Connection) -> dict[str, Any]:
+        def fn(conn: Conn) -> dict[str, Any]:
             row = _row(conn, SQL_GET_TRAVERSER, (traverser_id,))
             if row is None:
                 raise not_found("traverser", traverser_id)

@@ -1,10 +1,14 @@
 """Real processes for the acceptance tests: a graph server on a free port and a temporary SQLite
-file, and workers, each a subprocess that can be SIGKILLed and started again."""
+file, and workers, each a subprocess that can be SIGKILLed and started again.
+
+With ``PYWORKFLOW_TEST_STORE=postgresql`` each server gets a new PostgreSQL database instead
+(created on ``PYWORKFLOW_TEST_PG``'s server, dropped by :meth:`ServerProcess.close`)."""
 
 from __future__ import annotations
 
 import json
 import os
+import secrets
 import signal
 import socket
 import subprocess
@@ -12,13 +16,41 @@ import sys
 import time
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit, urlunsplit
 
 import httpx
+import pytest
 
 REPO = Path(__file__).resolve().parents[3]
 HERE = Path(__file__).resolve().parent
 #: Short leases so that a killed worker's attempt is retried within seconds.
 LEASE_SECONDS = 1.5
+BACKEND = os.environ.get("PYWORKFLOW_TEST_STORE", "sqlite")
+ON_POSTGRES = BACKEND in ("postgresql", "postgres")
+PG_ADMIN_URL = os.environ.get("PYWORKFLOW_TEST_PG", "postgresql://postgres@127.0.0.1:5432/postgres")
+
+
+def create_pg_database() -> str:
+    """A new, empty PostgreSQL database; fails with one line if PostgreSQL is down."""
+    import psycopg
+
+    parts = urlsplit(PG_ADMIN_URL)
+    name = f"atfgtest_{secrets.token_hex(6)}"
+    try:
+        with psycopg.connect(PG_ADMIN_URL, autocommit=True, connect_timeout=5) as conn:
+            conn.execute(f'CREATE DATABASE "{name}"')
+    except psycopg.OperationalError as exc:
+        first = str(exc).strip().splitlines()[0]
+        pytest.fail(f"PostgreSQL is not reachable at {parts.hostname}:{parts.port} ({first})", pytrace=False)
+    return urlunsplit((parts.scheme, parts.netloc, f"/{name}", parts.query, parts.fragment))
+
+
+def drop_pg_database(url: str) -> None:
+    import psycopg
+
+    name = urlsplit(url).path.lstrip("/")
+    with psycopg.connect(PG_ADMIN_URL, autocommit=True) as conn:
+        conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
 
 
 def free_port() -> int:
@@ -39,11 +71,18 @@ def base_env(url: str, home: Path) -> dict[str, str]:
 
 
 class ServerProcess:
-    """``python -m atfgraph.server`` on a fixed port and database file, restartable."""
+    """``python -m atfgraph.server`` on a fixed port and database, restartable. The database is
+    a SQLite file in ``home`` or, on the PostgreSQL backend, a new PostgreSQL database."""
 
-    def __init__(self, home: Path) -> None:
+    def __init__(self, home: Path, db: str | None = None) -> None:
         self.home = home
         self.db_path = home / "graph.db"
+        self._own_db = db is None and ON_POSTGRES
+        #: what ``--db`` is given: the SQLite file, or the PostgreSQL URL
+        self.db = db or (create_pg_database() if ON_POSTGRES else str(self.db_path))
+        self.on_postgres = self.db.startswith("postgresql://")
+        #: the same database as pyworkflow's ``configure(storage=...)`` takes it
+        self.storage_url = self.db if self.on_postgres else f"sqlite:///{self.db}"
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
         self.env = base_env(self.url, home)
@@ -60,7 +99,7 @@ class ServerProcess:
                     "--port",
                     str(self.port),
                     "--db",
-                    str(self.db_path),
+                    self.db,
                 ],
                 cwd=REPO,
                 env=self.env,
@@ -74,6 +113,12 @@ class ServerProcess:
         if self.proc is not None and self.proc.poll() is None:
             self.proc.send_signal(signal.SIGKILL)
             self.proc.wait(10)
+
+    def close(self) -> None:
+        """Kill the server and drop the PostgreSQL database it was given (teardown)."""
+        self.kill()
+        if self._own_db:
+            drop_pg_database(self.db)
 
     def stop(self) -> None:
         if self.proc is not None and self.proc.poll() is None:
@@ -99,6 +144,29 @@ class ServerProcess:
     def workers(self, node_id: str | None = None) -> list[dict[str, Any]]:
         items: list[dict[str, Any]] = self.get("/workers")["items"]
         return [w for w in items if node_id is None or w["node_id"] == node_id]
+
+
+def database_dump(server: ServerProcess) -> str:
+    """Every row of every table of the server's database, as text (SQLite: ``iterdump``)."""
+    if not server.on_postgres:
+        import sqlite3
+
+        conn = sqlite3.connect(server.db_path)
+        try:
+            return "\n".join(conn.iterdump())
+        finally:
+            conn.close()
+    import psycopg
+
+    lines: list[str] = []
+    with psycopg.connect(server.db, autocommit=True) as pg:
+        tables = pg.execute(
+            "SELECT table_name FROM information_schema.tables WHERE table_schema = 'public' ORDER BY 1"
+        ).fetchall()
+        for (table,) in tables:
+            lines.append(f"-- {table}")
+            lines += [row[0] for row in pg.execute(f'SELECT t::text FROM "{table}" t').fetchall()]
+    return "\n".join(lines)
 
 
 class WorkerProcess:

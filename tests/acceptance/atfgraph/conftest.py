@@ -22,7 +22,7 @@ def server(tmp_path: Path) -> Iterator[ServerProcess]:
     proc = ServerProcess(tmp_path)
     proc.start()
     yield proc
-    proc.kill()
+    proc.close()
 
 
 @pytest.fixture

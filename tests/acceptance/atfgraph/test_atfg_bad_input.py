@@ -92,7 +92,7 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]:
     proc = ServerProcess(tmp_path_factory.mktemp("bad-input"))
     proc.start()
     yield proc
-    proc.kill()
+    proc.close()
 
 
 @pytest.fixture
@@ -256,6 +256,33 @@ async def test_rule9_hostile_path_segments(http: httpx.AsyncClient) -> None:
             body = {"decision": "approved"} if method == "POST" else None
             assert_error(await http.request(method, path, json=body), 404, "not_found")
     assert (await http.get("/api/v2/traversers", params={"status": "queued"})).status_code == 200
+
+
+async def test_rule9_nul_in_names_is_refused_and_changes_nothing(
+    http: httpx.AsyncClient, ids: dict[str, str]
+) -> None:
+    """No stored name can hold NUL (PostgreSQL's text refuses it): a body field is a 422, a query
+    a 400, a path a 404, on either backend, and the server's state is what it was."""
+    before = (await http.get("/api/v2/approvals", params={"traverser_id": ids["t"], "status": "all"})).json()
+    t = ids["t"]
+    for body in (
+        {"target": "tester.pausing\u0000"},
+        {"target": "tester.pausing", "idempotency_key": "k\u0000"},
+    ):
+        assert_error(await http.post("/api/v2/traversers", json=body), 422, "validation_error")
+    approval = {"traverser_id": t, "operation_key": "op\u0000", "prompt": "p", "pause": False}
+    assert_error(await http.post("/api/v2/approvals", json=approval), 422, "validation_error")
+    worker = {"node_id": "n\u0000", "version": "1", "capacity": 1}
+    assert_error(await http.post("/api/v2/workers", json=worker), 422, "validation_error")
+    assert_error(
+        await http.get("/api/v2/approvals", params={"traverser_id": "x\u0000"}), 400, "invalid_request"
+    )
+    assert_error(await http.get("/api/v2/audit", params={"target": "\u0000"}), 400, "invalid_request")
+    assert_error(await http.get("/api/v2/memory/s%00/k"), 404, "not_found")
+    assert_error(await http.post("/api/v2/tokens", json={"name": "a\u0000b", "role": "reviewer"}), (400, 422))
+    after = (await http.get("/api/v2/approvals", params={"traverser_id": t, "status": "all"})).json()
+    assert after == before
+    assert (await http.get("/readyz")).status_code == 200
 
 
 async def test_openapi_and_probes(http: httpx.AsyncClient) -> None:

@@ -15,10 +15,20 @@ from typing import IO
 
 import httpx
 import pytest
-from atfg_harness import REPO, ServerProcess, WorkerProcess, base_env, free_port, wait_until
+from atfg_harness import (
+    REPO,
+    ServerProcess,
+    WorkerProcess,
+    base_env,
+    create_pg_database,
+    drop_pg_database,
+    free_port,
+    wait_until,
+)
 from atfg_waits import reach
 
 from atfgraph import Client
+from atfgraph._cli_admin import server_migrations
 
 
 def first_line(stream: IO[str], seconds: float = 30) -> str:
@@ -114,7 +124,15 @@ async def test_atfg_ps_lists_running_and_waiting_traversers(
     await client.cancel(busy.id)
 
 
-def _schema_versions(db: Path) -> set[tuple[str, int]]:
+def _schema_versions(db: Path | str) -> set[tuple[str, int]]:
+    """The (component, version) pairs recorded in a SQLite file or a PostgreSQL database."""
+    if str(db).startswith("postgresql://"):
+        import psycopg
+
+        with psycopg.connect(str(db), autocommit=True) as pg:
+            if pg.execute("SELECT to_regclass('schema_migrations')").fetchone() == (None,):
+                return set()
+            return {(c, v) for c, v in pg.execute("SELECT component, version FROM schema_migrations")}
     conn = sqlite3.connect(db)
     try:
         return {(c, v) for c, v in conn.execute("SELECT component, version FROM schema_migrations")}
@@ -123,9 +141,18 @@ def _schema_versions(db: Path) -> set[tuple[str, int]]:
 
 
 def test_db_migrate(server: ServerProcess, tmp_path: Path) -> None:
-    """``atfg db migrate`` builds what the server builds; ``--sql`` shows it and touches nothing."""
+    """``atfg db migrate`` builds what the server builds (in a database of the server's kind);
+    ``--sql`` shows it and touches nothing."""
     atfg = str(Path(sys.executable).parent / "atfg")
-    db = tmp_path / "fresh" / "graph.db"
+    db: Path | str = create_pg_database() if server.on_postgres else tmp_path / "fresh" / "graph.db"
+    try:
+        _check_db_migrate(server, tmp_path, atfg, db)
+    finally:
+        if server.on_postgres:
+            drop_pg_database(str(db))
+
+
+def _check_db_migrate(server: ServerProcess, tmp_path: Path, atfg: str, db: Path | str) -> None:
 
     def run(*args: str) -> subprocess.CompletedProcess[str]:
         return subprocess.run(
@@ -140,13 +167,16 @@ def test_db_migrate(server: ServerProcess, tmp_path: Path) -> None:
         and "atfg_tokens" in preview.stdout
     )
     assert "-- atfgraph 0001_initial" in preview.stdout
-    assert not db.exists()
+    if isinstance(db, Path):
+        assert not db.exists()
+    else:
+        assert _schema_versions(db) == set()
 
     applied = run("--db", str(db), "-o", "json")
     assert applied.returncode == 0, applied.stderr
     done = {(m["component"], m["version"]) for m in json.loads(applied.stdout)}
     # The same version tracks as a server's own database, so a server on this file applies nothing.
-    assert done == _schema_versions(server.db_path) == _schema_versions(db)
+    assert done == _schema_versions(server.db) == _schema_versions(db)
     assert f"{db}: applied {len(done)} migration(s)" in applied.stderr
 
     again = run("--db", str(db), "-o", "json")
@@ -163,9 +193,16 @@ def test_db_migrate(server: ServerProcess, tmp_path: Path) -> None:
         text=True,
     )
     assert default.returncode == 0, default.stderr
-    assert _schema_versions(home / "atfgraph.db") == done
+    # (always a SQLite file: the PostgreSQL tracks may hold more versions than SQLite's)
+    sqlite_tracks = {(m.component, m.version) for m in server_migrations("sqlite")}
+    assert _schema_versions(home / "atfgraph.db") == (sqlite_tracks if server.on_postgres else done)
     broken = run("--db", str(tmp_path))  # a directory
     assert broken.returncode == 2 and len(broken.stderr.splitlines()) == 1, broken.stderr
+    # A PostgreSQL server that is not there (nothing listens on port 1): one line, nothing else.
+    unreachable = run("--db", "postgresql://postgres:secret@127.0.0.1:1/nowhere")
+    assert unreachable.returncode == 2 and len(unreachable.stderr.splitlines()) == 1, unreachable.stderr
+    assert "cannot migrate postgresql://postgres:***@127.0.0.1:1/nowhere" in unreachable.stderr
+    assert "secret" not in unreachable.stderr
 
 
 async def test_watch_rides_out_a_server_restart(

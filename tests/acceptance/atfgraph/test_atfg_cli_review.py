@@ -40,7 +40,7 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]:
     worker = WorkerProcess(proc, AGENT).start()
     yield proc
     worker.kill()
-    proc.kill()
+    proc.close()
 
 
 def credential(server: ServerProcess, kind: str) -> str:
@@ -273,7 +273,7 @@ _PYWORKFLOW_RUN = textwrap.dedent(
         return {"ticket": ticket, "answer": answer}
 
     async def main() -> None:
-        configure(f"sqlite:///{sys.argv[1]}")
+        configure(sys.argv[1])
         run_id = await start(needs_an_operator, "QF-4417")
         print(json.dumps({"run_id": run_id}), flush=True)
         run = await wait_for_run(run_id, timeout=60)
@@ -289,7 +289,7 @@ def test_hooks_list_and_resume(server: ServerProcess) -> None:
     """A pyworkflow run in the server's database parks on a hook; the CLI finds and resumes it,
     and the run (executed by its own process's runtime) finishes with the payload."""
     proc = subprocess.Popen(
-        [sys.executable, "-c", _PYWORKFLOW_RUN, str(server.db_path)],
+        [sys.executable, "-c", _PYWORKFLOW_RUN, server.storage_url],
         cwd=REPO,
         env=server.env,
         stdout=subprocess.PIPE,

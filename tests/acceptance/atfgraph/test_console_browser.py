@@ -281,7 +281,7 @@ async def test_a_pyworkflow_step_hook_in_the_same_database_is_resumed_from_the_i
     server: ServerProcess, browser: Browser
 ) -> None:
     # pyworkflow's local runtime runs in this test's event loop, on the server's database file.
-    pyworkflow.configure(storage=f"sqlite:///{server.db_path}", poll_interval=0.05)
+    pyworkflow.configure(storage=server.storage_url, poll_interval=0.05)
     try:
         run_id = await pyworkflow.start(console_reviewed, "release notes")
         await pyworkflow.wait_for_run(run_id, timeout=15, until=("suspended",))

@@ -1,9 +1,11 @@
-"""The graph store's transitions on a temporary SQLite file: one transaction each, fenced by
+"""The graph store's transitions on a temporary SQLite file (or, with
+``PYWORKFLOW_TEST_STORE=postgresql``, a new PostgreSQL database): one transaction each, fenced by
 the lease epoch, indexed lookups only."""
 
 from __future__ import annotations
 
 import asyncio
+import os
 import time
 from collections.abc import AsyncIterator
 from pathlib import Path
@@ -14,10 +16,20 @@ from atfgraph._json import dumps
 from atfgraph.server._errors import ApiError
 from atfgraph.server._store import GraphStore
 
+ON_POSTGRES = os.environ.get("PYWORKFLOW_TEST_STORE", "sqlite") in ("postgresql", "postgres")
+
 
 @pytest.fixture
-async def store(tmp_path: Path) -> AsyncIterator[GraphStore]:
-    s = GraphStore(str(tmp_path / "g.db"), lease_seconds=0.2)
+def location(tmp_path: Path, request: pytest.FixtureRequest) -> str:
+    """Where the store under test lives: a SQLite file, or a new PostgreSQL database."""
+    if ON_POSTGRES:
+        return str(request.getfixturevalue("pg_database"))
+    return str(tmp_path / "g.db")
+
+
+@pytest.fixture
+async def store(location: str) -> AsyncIterator[GraphStore]:
+    s = GraphStore(location, lease_seconds=0.2)
     yield s
     s.close()
 
@@ -28,10 +40,27 @@ async def claim_one(store: GraphStore, worker: str) -> dict[str, object]:
     return tasks[0]
 
 
+HOT_QUERIES = [
+    ("SQL_READY", ("n", 0.0, "1", 1)),
+    ("SQL_EXPIRED_LEASES", (0.0, 10)),
+    ("SQL_DUE_APPROVALS", (0.0, 10)),
+    ("SQL_PENDING_APPROVALS", (10,)),
+    ("SQL_APPROVAL_BY_KEY", ("t", "k")),
+    ("SQL_APPROVALS_OF", ("t",)),
+    ("SQL_STEPS", ("t",)),
+    ("SQL_CHECKPOINTS", ("t",)),
+    ("SQL_LIST_TRAVERSERS", ("waiting", 10)),
+    ("SQL_LOCK_TRAVERSER", ("t",)),
+    ("SQL_LOCK_APPROVAL", ("a",)),
+]
+
+
 async def test_tables_are_prefixed_and_hot_queries_use_indexes(store: GraphStore) -> None:
-    names = store.db.read(
-        lambda c: [r[0] for r in c.execute("SELECT name FROM sqlite_master WHERE type='table'")]
-    )
+    if ON_POSTGRES:
+        tables = "SELECT table_name FROM information_schema.tables WHERE table_schema = 'public'"
+    else:
+        tables = "SELECT name FROM sqlite_master WHERE type='table'"
+    names = store.db.read(lambda c: [r[0] for r in c.execute(tables)])
     # The graph's tables and identity's are prefixed; the rest are pyworkflow's, which share the
     # file so that one inbox shows pyworkflow hooks beside approvals.
     assert sorted(n for n in names if n.startswith("atfg_")) == [
@@ -50,17 +79,21 @@ async def test_tables_are_prefixed_and_hot_queries_use_indexes(store: GraphStore
     }
     from atfgraph.server import _store as sql
 
-    for query, params in [
-        (sql.SQL_READY, ("n", 0.0, "1", 1)),
-        (sql.SQL_EXPIRED_LEASES, (0.0, 10)),
-        (sql.SQL_DUE_APPROVALS, (0.0, 10)),
-        (sql.SQL_PENDING_APPROVALS, (10,)),
-        (sql.SQL_APPROVAL_BY_KEY, ("t", "k")),
-        (sql.SQL_APPROVALS_OF, ("t",)),
-        (sql.SQL_STEPS, ("t",)),
-        (sql.SQL_CHECKPOINTS, ("t",)),
-        (sql.SQL_LIST_TRAVERSERS, ("waiting", 10)),
-    ]:
+    if ON_POSTGRES:
+        # With sequential scans priced out, a query no index serves still plans a "Seq Scan".
+        for name, params in HOT_QUERIES:
+            query = getattr(sql, name)
+
+            def explain(c: object, q: str = query, p: tuple[object, ...] = params) -> list[str]:
+                c.execute("SET LOCAL enable_seqscan = off")  # type: ignore[attr-defined]
+                return [str(r[0]) for r in c.execute("EXPLAIN " + q, p).fetchall()]  # type: ignore[attr-defined]
+
+            plan = store.db.read(explain)
+            assert not [line for line in plan if "Seq Scan" in line], (name, plan)
+            assert any("Index" in line for line in plan), (name, plan)
+        return
+    for name, params in HOT_QUERIES:
+        query = getattr(sql, name)
         plan = store.db.read(lambda c, q=query, p=params: c.execute("EXPLAIN QUERY PLAN " + q, p).fetchall())
         details = [str(row[-1]) for row in plan]
         # "SCAN t USING INDEX i" walks an index in order (bounded by LIMIT); a bare SCAN reads a table.
@@ -137,8 +170,8 @@ async def test_expired_lease_is_retried_then_failed(store: GraphStore) -> None:
     assert view["status"] == "failed" and view["attempt"] == 2
 
 
-async def test_heartbeat_extends_only_held_leases(tmp_path: Path) -> None:
-    store = GraphStore(str(tmp_path / "hb.db"), lease_seconds=1.0)
+async def test_heartbeat_extends_only_held_leases(location: str) -> None:
+    store = GraphStore(location, lease_seconds=1.0)
     try:
         worker = (await store.register_worker("n", "1", 1))["id"]
         trav, _ = await store.submit("n.skill", b"{}", max_attempts=2)

@@ -1,4 +1,5 @@
-"""Tokens, roles and the audit trail on a real SQLite file."""
+"""Tokens, roles and the audit trail on a real SQLite file (or, with
+``PYWORKFLOW_TEST_STORE=postgresql``, a new PostgreSQL database)."""
 
 from __future__ import annotations
 
@@ -6,6 +7,7 @@ import os
 import stat
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -18,14 +20,35 @@ from atfgraph.server._identity import (
     Role,
     identity_migrations,
 )
+from pyworkflow.store._group_commit import GroupCommitWriter
 from pyworkflow.store._sqlite_db import SQLiteDatabase
+
+ON_POSTGRES = os.environ.get("PYWORKFLOW_TEST_STORE", "sqlite") in ("postgresql", "postgres")
 
 
 @pytest.fixture
-def identity(tmp_path: Path) -> Iterator[Identity]:
-    db = SQLiteDatabase(tmp_path / "graph.db", migrations=identity_migrations())
+def identity(tmp_path: Path, request: pytest.FixtureRequest) -> Iterator[Identity]:
+    db: GroupCommitWriter[Any]
+    if ON_POSTGRES:
+        from atfgraph.server._pgdb import PostgresDatabase
+
+        db = PostgresDatabase(
+            request.getfixturevalue("pg_database"), migrations=identity_migrations("postgres")
+        )
+    else:
+        db = SQLiteDatabase(tmp_path / "graph.db", migrations=identity_migrations())
     yield Identity(db)
     db.close()
+
+
+def stored_bytes(identity: Identity, tmp_path: Path) -> bytes:
+    """Everything the database holds: the SQLite files, or every token row as PostgreSQL prints it."""
+    if not ON_POSTGRES:
+        identity.db.close()
+        return b"".join(p.read_bytes() for p in tmp_path.glob("graph.db*"))
+    rows = identity.db.reader().execute("SELECT t::text FROM atfg_tokens t").fetchall()
+    assert rows
+    return "\n".join(r[0] for r in rows).encode()
 
 
 async def test_a_token_verifies_until_revoked_and_only_its_digest_is_stored(
@@ -44,11 +67,11 @@ async def test_a_token_verifies_until_revoked_and_only_its_digest_is_stored(
     assert await identity.revoke(info.id) is True
     assert await identity.revoke(info.id) is False
     assert identity.verify(raw) is None
-    identity.db.close()
-    dump = b"".join(p.read_bytes() for p in tmp_path.glob("graph.db*"))
+    dump = stored_bytes(identity, tmp_path)
     secret = raw[len("atfg_") + 16 + 1 :]  # the secret may itself contain "_"
     assert len(secret) == 32
     assert raw.encode() not in dump and secret.encode() not in dump
+    assert raw.encode().hex().encode() not in dump  # bytea prints as hex
 
 
 async def test_bad_token_administration_is_refused(identity: Identity) -> None:
