@@ -1,7 +1,9 @@
-"""Approval cycles through a real graph server and one worker on SQLite.
+"""Approval cycles through a real graph server and one worker on SQLite (or PostgreSQL).
 
     python -m bench.atfgraph_cycles                 # N=1000 cycles, then 10,000 parked traversers
     python -m bench.atfgraph_cycles -n 200 --park 2000
+    python -m bench.atfgraph_cycles --db postgresql://postgres@127.0.0.1:5432/postgres
+                                    # a new database on that server, dropped afterwards
 
 A cycle: submit, the handler prepares (a child step and a checkpoint) and pauses, the client finds
 the approval and decides it, the handler resumes and succeeds. Reported: cycles/s, HTTP requests
@@ -16,6 +18,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import json
 import os
 import signal
@@ -25,6 +28,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -83,9 +87,9 @@ def _rss_mib(pid: int) -> float:
 
 
 class Stack:
-    """A server and one worker as subprocesses on a fresh SQLite file."""
+    """A server and one worker as subprocesses on a fresh SQLite file (or the given database)."""
 
-    def __init__(self, home: Path, lease_seconds: float) -> None:
+    def __init__(self, home: Path, lease_seconds: float, db: str | None = None) -> None:
         self.port = _free_port()
         self.url = f"http://127.0.0.1:{self.port}"
         self.env = {
@@ -95,7 +99,7 @@ class Stack:
             "ATFGRAPH_LEASE_SECONDS": str(lease_seconds),
             "PYTHONPATH": str(REPO),
         }
-        self.db = home / "bench.db"
+        self.db = db or str(home / "bench.db")
         self.home = home
         self.procs: list[subprocess.Popen[bytes]] = []
 
@@ -104,7 +108,7 @@ class Stack:
         return str(json.loads((self.home / "credentials.json").read_text())["owner"])
 
     def start(self) -> None:
-        server = [sys.executable, "-m", "atfgraph.server", "--port", str(self.port), "--db", str(self.db)]
+        server = [sys.executable, "-m", "atfgraph.server", "--port", str(self.port), "--db", self.db]
         self.server = self._spawn(server)
         deadline = time.monotonic() + 20
         while time.monotonic() < deadline:
@@ -222,17 +226,41 @@ def stack_heartbeat_seconds(stack: Stack) -> float:
     return float(stack.env["ATFGRAPH_LEASE_SECONDS"]) / 3
 
 
+@contextlib.contextmanager
+def _database(server_url: str | None) -> Iterator[str | None]:
+    """None (SQLite in the stack's directory), or a new database on a PostgreSQL server."""
+    if server_url is None:
+        yield None
+        return
+    import psycopg
+
+    name = f"atfg_bench_{os.getpid()}"
+    base = server_url.rsplit("/", 1)[0]
+    with psycopg.connect(server_url, autocommit=True) as conn:
+        conn.execute(f'CREATE DATABASE "{name}"')
+    try:
+        yield f"{base}/{name}"
+    finally:
+        with psycopg.connect(server_url, autocommit=True) as conn:
+            conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("-n", "--cycles", type=int, default=1000)
     parser.add_argument("-c", "--concurrency", type=int, default=4, help="cycles in flight at once")
     parser.add_argument("--park", type=int, default=10_000, help="traversers to leave waiting (0 to skip)")
+    parser.add_argument(
+        "--db",
+        default=None,
+        help="a postgresql:// server URL to run on a new database there (default: SQLite)",
+    )
     args = parser.parse_args()
-    with tempfile.TemporaryDirectory(prefix="atfg-bench-") as tmp:
-        stack = Stack(Path(tmp), lease_seconds=6.0)
+    with tempfile.TemporaryDirectory(prefix="atfg-bench-") as tmp, _database(args.db) as db:
+        stack = Stack(Path(tmp), lease_seconds=6.0, db=db)
         stack.start()
         try:
-            report: dict[str, Any] = {"sqlite_synchronous": "FULL"}
+            report: dict[str, Any] = {"database": "postgresql" if db else "sqlite (synchronous=FULL)"}
             report["warmup"] = asyncio.run(
                 run_cycles(stack.url, stack.token(), min(50, args.cycles), args.concurrency)
             )

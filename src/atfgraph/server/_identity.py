@@ -57,6 +57,8 @@ ROLE_PERMISSIONS: dict[Role, frozenset[Permission]] = {
     Role.WORKER: frozenset({Permission.WORK}),
 }
 
+#: Tokens whose rows the verification cache holds at most (it starts over when full).
+_TOKEN_CACHE_MAX = 10_000
 TOKEN_RE = re.compile(r"atfg_([0-9a-f]{16})_([A-Za-z0-9_-]{32})")
 MAX_NAME = 100
 
@@ -138,10 +140,16 @@ SQL_LIST_AUDIT_ALL = SQL_LIST_AUDIT + " ORDER BY id DESC LIMIT ?"
 class Identity:
     """Token administration and verification on the server's database."""
 
-    def __init__(self, db: GroupCommitWriter[Any]) -> None:
-        """``db``: the server's database (SQLite or PostgreSQL: ``write``, ``reader()``)."""
+    def __init__(self, db: GroupCommitWriter[Any], *, cache_seconds: float = 0.0) -> None:
+        """``db``: the server's database (SQLite or PostgreSQL: ``write``, ``reader()``).
+        ``cache_seconds``: how long a token's stored row is reused to verify requests (every
+        request is verified; over a network a lookup per request costs a round trip). A
+        revocation on this server takes effect at once, one on another server sharing the
+        database within that time."""
         self.db = db
         self._touched: dict[str, float] = {}
+        self.cache_seconds = cache_seconds
+        self._rows: dict[str, tuple[float, Any]] = {}
 
     # -- administration -------------------------------------------------------------------------
 
@@ -185,7 +193,10 @@ class Identity:
                 raise IdentityError(f"no token {token_id!r}")
             return bool(conn.execute(SQL_REVOKE, (time.time(), token_id)).rowcount == 1)
 
-        return await self.db.write(tx)
+        try:
+            return await self.db.write(tx)
+        finally:
+            self._rows.pop(token_id, None)
 
     def count(self) -> int:
         return int(self.db.reader().execute(SQL_COUNT_TOKENS).fetchone()[0])
@@ -199,10 +210,23 @@ class Identity:
         match = TOKEN_RE.fullmatch(token)
         if match is None:
             return None
-        row = self.db.reader().execute(SQL_TOKEN_BY_ID, (match.group(1),)).fetchone()
+        row = self._token_row(match.group(1))
         if row is None or not hmac.compare_digest(bytes(row[3]), _digest(token)) or row[4] is not None:
             return None
         return Principal(row[0], row[1], Role(row[2]))
+
+    def _token_row(self, token_id: str) -> Any:
+        if self.cache_seconds <= 0:
+            return self.db.reader().execute(SQL_TOKEN_BY_ID, (token_id,)).fetchone()
+        now = time.monotonic()
+        cached = self._rows.get(token_id)
+        if cached is not None and now - cached[0] < self.cache_seconds:
+            return cached[1]
+        row = self.db.reader().execute(SQL_TOKEN_BY_ID, (token_id,)).fetchone()
+        if len(self._rows) >= _TOKEN_CACHE_MAX:
+            self._rows.clear()
+        self._rows[token_id] = (now, row)
+        return row
 
     async def touch(self, principal: Principal) -> None:
         """Record use, at most once a minute per token (an audit aid, not on the hot path)."""

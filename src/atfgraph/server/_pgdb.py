@@ -21,6 +21,7 @@ from __future__ import annotations
 import contextlib
 import functools
 import logging
+import queue
 import re
 import threading
 from collections.abc import Callable, Sequence
@@ -107,6 +108,8 @@ class PostgresDatabase(GroupCommitWriter[PgConnection]):
         self._readers: list[PgConnection] = []
         self._readers_lock = threading.Lock()
         self._listeners: list[threading.Thread] = []
+        self._notes: queue.SimpleQueue[tuple[str, str] | None] = queue.SimpleQueue()
+        self._notifier: threading.Thread | None = None
         self._stopping = threading.Event()
         self._start_writer("atfgraph-pg-writer")
 
@@ -159,8 +162,45 @@ class PostgresDatabase(GroupCommitWriter[PgConnection]):
     # -- wake-ups between servers ---------------------------------------------------------------
 
     def notify_later(self, channel: str, payload: str) -> None:
-        """Send ``NOTIFY channel, payload`` with the writer's next batch (delivered at its commit)."""
-        self.write_later(lambda c: c.execute("SELECT pg_notify(?, ?)", (channel, payload)))
+        """Send ``NOTIFY channel, payload`` soon, from a thread of its own: the notifications
+        queued meanwhile go out in one statement, and the writer's transactions never wait on
+        them. (Called after the transition they announce has committed.)"""
+        if self._notifier is None:
+            with self._readers_lock:
+                if self._notifier is None:
+                    self._notifier = threading.Thread(
+                        target=self._notify_forever, name="atfgraph-pg-notify", daemon=True
+                    )
+                    self._notifier.start()
+        self._notes.put((channel, payload))
+
+    def _notify_forever(self) -> None:
+        conn: PgConnection | None = None
+        while True:
+            first = self._notes.get()
+            if first is None:
+                break
+            notes = [first]
+            while True:
+                try:
+                    item = self._notes.get_nowait()
+                except queue.Empty:
+                    break
+                if item is None:
+                    self._notes.put(None)
+                    break
+                notes.append(item)
+            try:
+                if conn is None or not conn.usable:
+                    conn = _connect(self.url)
+                conn.raw.execute(
+                    "SELECT pg_notify(c, p) FROM unnest(%s::text[], %s::text[]) AS n(c, p)",
+                    ([c for c, _ in notes], [p for _, p in notes]),
+                )
+            except psycopg.Error as exc:  # a lost wake-up only delays the others' next poll
+                log.warning("could not send %d notification(s): %s", len(notes), exc)
+        if conn is not None:
+            conn.close()
 
     def listen(self, channel: str, callback: Callable[[str], None]) -> None:
         """Call ``callback(payload)`` on a daemon thread for each notification on ``channel``,
@@ -187,6 +227,9 @@ class PostgresDatabase(GroupCommitWriter[PgConnection]):
     def close(self) -> None:
         self._stopping.set()
         self._stop_writer()
+        if self._notifier is not None:
+            self._notes.put(None)
+            self._notifier.join(timeout=5)
         for thread in self._listeners:
             thread.join(timeout=5)
         with self._readers_lock:

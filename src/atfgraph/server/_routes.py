@@ -380,7 +380,7 @@ async def claim(request: Request, worker_id: str) -> Response:
     limit = f.integer("max", minimum=1, maximum=100)
     wait = f.number("wait_seconds", required=False, maximum=_MAX_CLAIM_WAIT) or 0.0
     store, hub = store_of(request), hub_of(request)
-    node = store.get_worker(worker_id)["node_id"]
+    node = store.worker_node(worker_id)
     deadline = time.monotonic() + wait
     while True:
         fut = hub.subscribe(node_key(node))

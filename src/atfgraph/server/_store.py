@@ -320,6 +320,7 @@ class GraphStore:
 
     def __init__(self, location: str, *, lease_seconds: float = 30.0, synchronous: str = "FULL") -> None:
         self.lease_seconds = lease_seconds
+        self._worker_nodes: dict[str, str] = {}
         self.db: GroupCommitWriter[Any]
         #: pyworkflow's store on the same database (the inbox lists its hooks)
         self.pyworkflow: Any
@@ -354,7 +355,13 @@ class GraphStore:
         self.db.close()
 
     def _read(self, fn: Callable[[Conn], T]) -> T:
+        """A read of several statements, in one snapshot."""
         return self.db.read(fn)
+
+    def _read1(self, fn: Callable[[Conn], T]) -> T:
+        """A read of one statement: a statement is its own snapshot, so no transaction is opened
+        around it (on PostgreSQL that saves two round trips)."""
+        return fn(self.db.reader())
 
     # -- lease checks ----------------------------------------------------------------------------
 
@@ -429,14 +436,14 @@ class GraphStore:
         return await self.db.write(fn)
 
     def get_traverser(self, traverser_id: str) -> dict[str, Any]:
-        row = self._read(lambda c: _row(c, SQL_GET_TRAVERSER, (traverser_id,)))
+        row = self._read1(lambda c: _row(c, SQL_GET_TRAVERSER, (traverser_id,)))
         if row is None:
             raise not_found("traverser", traverser_id)
         return traverser_view(row)
 
     def list_traversers(self, status: str, limit: int) -> list[dict[str, Any]]:
         return [
-            traverser_view(r) for r in self._read(lambda c: _rows(c, SQL_LIST_TRAVERSERS, (status, limit)))
+            traverser_view(r) for r in self._read1(lambda c: _rows(c, SQL_LIST_TRAVERSERS, (status, limit)))
         ]
 
     def path(self, traverser_id: str) -> dict[str, Any]:
@@ -482,10 +489,20 @@ class GraphStore:
         return await self.db.write(fn)
 
     def list_workers(self, limit: int) -> list[dict[str, Any]]:
-        return [worker_view(r) for r in self._read(lambda c: _rows(c, SQL_WORKERS, (limit,)))]
+        return [worker_view(r) for r in self._read1(lambda c: _rows(c, SQL_WORKERS, (limit,)))]
+
+    def worker_node(self, worker_id: str) -> str:
+        """The node a worker serves (never changes: remembered after the first lookup)."""
+        node = self._worker_nodes.get(worker_id)
+        if node is None:
+            node = str(self.get_worker(worker_id)["node_id"])
+            if len(self._worker_nodes) >= 10_000:
+                self._worker_nodes.clear()
+            self._worker_nodes[worker_id] = node
+        return node
 
     def get_worker(self, worker_id: str) -> dict[str, Any]:
-        row = self._read(lambda c: _row(c, SQL_GET_WORKER, (worker_id,)))
+        row = self._read1(lambda c: _row(c, SQL_GET_WORKER, (worker_id,)))
         if row is None:
             raise not_found("worker", worker_id)
         return worker_view(row)
@@ -659,7 +676,7 @@ class GraphStore:
         return await self.db.write(fn)
 
     def get_memory(self, scope: str, key: str) -> dict[str, Any]:
-        found = self._read(lambda c: c.execute(SQL_GET_MEMORY, (scope, key)).fetchone())
+        found = self._read1(lambda c: c.execute(SQL_GET_MEMORY, (scope, key)).fetchone())
         if found is None:
             raise not_found("memory", f"{scope}/{key}")
         return {"scope": scope, "key": key, "value": fragment(found[0]), "revision": found[1]}
@@ -720,7 +737,7 @@ class GraphStore:
         return await self.db.write(fn)
 
     def get_approval(self, approval_id: str) -> dict[str, Any]:
-        row = self._read(lambda c: _row(c, SQL_GET_APPROVAL, (approval_id,)))
+        row = self._read1(lambda c: _row(c, SQL_GET_APPROVAL, (approval_id,)))
         if row is None:
             raise not_found("approval", approval_id)
         return approval_view(row)
@@ -738,7 +755,7 @@ class GraphStore:
                 return _rows(conn, SQL_ALL_APPROVALS, (limit,))
             return [r for r in _rows(conn, SQL_ALL_APPROVALS, (limit,)) if r["status"] == status]
 
-        return [approval_view(r) for r in self._read(fn)]
+        return [approval_view(r) for r in self._read1(fn)]
 
     async def decide(
         self, approval_id: str, decision: str, response: bytes | None, decided_by: str
@@ -852,7 +869,7 @@ class GraphStore:
         where = " WHERE " + " AND ".join(cond for cond, _ in given) if given else ""
         sql = self.SQL_CONSOLE_TRAVERSERS.format(where=where)
         params = [value for _, value in given] + [limit]
-        rows = self._read(lambda c: _rows(c, sql, params))
+        rows = self._read1(lambda c: _rows(c, sql, params))
         return [self._decoded(traverser_view(r)) for r in rows]
 
     def console_approvals(self, pending: bool, limit: int) -> list[dict[str, Any]]:
@@ -860,7 +877,7 @@ class GraphStore:
         ``target``, ``node_id``, ``traverser_status`` and ``attempt``, JSON decoded."""
         sql = self.SQL_CONSOLE_PENDING if pending else self.SQL_CONSOLE_DECIDED
         out = []
-        for row in self._read(lambda c: _rows(c, sql, (limit,))):
+        for row in self._read1(lambda c: _rows(c, sql, (limit,))):
             view = self._decoded(approval_view(row))
             view.update(
                 target=row["t_target"],

@@ -35,7 +35,7 @@ _STOP = object()
 class _Job:
     fn: Callable[[Any], Any]
     loop: asyncio.AbstractEventLoop | None
-    future: asyncio.Future[Any] | concurrent.futures.Future[Any] | None
+    future: asyncio.Future[Any] | concurrent.futures.Future[Any]
 
 
 class GroupCommitWriter(Generic[C]):
@@ -109,11 +109,6 @@ class GroupCommitWriter(Generic[C]):
         self._jobs.put(_Job(fn, None, fut))
         return fut.result()
 
-    def write_later(self, fn: Callable[[C], Any]) -> None:
-        """Queue ``fn`` for the next batch without waiting for it (its outcome is dropped)."""
-        if not self._closed:
-            self._jobs.put(_Job(fn, None, None))
-
     def _run(self) -> None:
         while True:
             first = self._jobs.get()
@@ -173,8 +168,6 @@ class GroupCommitWriter(Generic[C]):
     def _deliver(batch: list[_Job], outcomes: list[tuple[bool, Any]]) -> None:
         by_loop: dict[asyncio.AbstractEventLoop, list[tuple[asyncio.Future[Any], bool, Any]]] = {}
         for job, (ok, value) in zip(batch, outcomes, strict=True):
-            if job.future is None:
-                continue  # write_later: nobody waits
             if job.loop is None:
                 cfut = job.future
                 assert isinstance(cfut, concurrent.futures.Future)

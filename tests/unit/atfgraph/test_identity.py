@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import os
 import stat
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -125,3 +126,22 @@ async def test_audit_records_who_what_and_outcome(identity: Identity) -> None:
         ("alice", "allowed"),
     ]
     assert entries[1]["detail"] == {"decision": "approved"}
+
+
+async def test_the_verification_cache_checks_every_secret_and_honours_revocations(identity: Identity) -> None:
+    """A server on PostgreSQL reuses a token's row for a moment; a revocation on this server is
+    immediate, one on another server sharing the database counts within ``cache_seconds``."""
+    here = Identity(identity.db, cache_seconds=0.3)
+    elsewhere = Identity(identity.db)
+    info, raw = await here.create_token("carol", "reviewer", created_by=None)
+    assert here.verify(raw) == Principal(info.id, "carol", Role.REVIEWER)
+    assert here.verify(raw[:-1] + ("A" if raw[-1] != "A" else "B")) is None  # cached id, wrong secret
+    assert await elsewhere.revoke(info.id) is True
+    deadline = time.monotonic() + 2
+    while here.verify(raw) is not None:
+        assert time.monotonic() < deadline, "a revocation elsewhere was never seen"
+        time.sleep(0.05)
+    other, raw2 = await here.create_token("dave", "worker", created_by=None)
+    assert here.verify(raw2) is not None
+    assert await here.revoke(other.id) is True
+    assert here.verify(raw2) is None  # at once: this server revoked it
