@@ -8,7 +8,7 @@ from typing import Any
 from urllib.parse import quote
 
 from ._credentials import load_token
-from ._errors import error_from_response
+from ._errors import ServerUnavailableError, error_from_response
 from ._http import HttpPool
 from ._json import dumps, loads
 
@@ -56,6 +56,9 @@ class Transport:
             data = loads(raw) if raw else None
         except ValueError:
             data = raw
+        if status == 503:  # the server is up but cannot reach its database: retry like unreachable
+            error = error_from_response(status, data)
+            raise ServerUnavailableError(f"{self.base_url}: {error.message}")
         if status >= 400:
             raise error_from_response(status, data)
         return data

@@ -20,11 +20,11 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from ._auth import AuthMiddleware
-from ._errors import ApiError
+from ._errors import ApiError, database_unavailable
 from ._fastpath import FastPath
 from ._hub import Hub, node_key, traverser_key
 from ._identity import Identity
-from ._routes import error_response, router
+from ._routes import error_response, router, unavailable_response
 from ._routes_admin import router as admin_router
 from ._store import GraphStore
 from .console import install_console
@@ -82,26 +82,48 @@ class RequestCounter:
         await self.app(scope, receive, send)
 
 
-class NulGuard:
-    """Answers a request whose path or query names something with a NUL character before anything
-    reads it: nothing stored can be named so (ids are generated, keys are checked), the text
-    columns of PostgreSQL refuse it, and it must not reach the audit trail either. A path gets
-    404, a query 400, each in the API's one error shape."""
+class EdgeGuard:
+    """The outermost checks, before authentication reads the database:
+
+    - a request whose path or query names something with a NUL character is answered at once:
+      nothing stored can be named so (ids are generated, keys are checked), PostgreSQL's text
+      columns refuse it, and it must not reach the audit trail either (path: 404, query: 400);
+    - a database failure raised before the app's own handlers (authentication looks tokens up)
+      is a 503 with Retry-After, like the app's, not a bare 500.
+    """
 
     def __init__(self, app: ASGIApp) -> None:
         self.app = app
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] == "http":
-            if "\x00" in scope["path"]:
-                response = error_response(404, "not_found", "no resource has a NUL character in its name")
-                await response(scope, receive, send)
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        if "\x00" in scope["path"]:
+            response = error_response(404, "not_found", "no resource has a NUL character in its name")
+            await response(scope, receive, send)
+            return
+        if b"\x00" in unquote_to_bytes(scope.get("query_string", b"")):
+            response = error_response(400, "invalid_request", "query parameters must not contain NUL")
+            await response(scope, receive, send)
+            return
+        started = False
+
+        async def tracking_send(message: Any) -> None:
+            nonlocal started
+            started = started or message["type"] == "http.response.start"
+            await send(message)
+
+        try:
+            await self.app(scope, receive, tracking_send)
+        except Exception as exc:
+            down = database_unavailable(exc)
+            if down is None:
+                raise
+            if started:  # the app's own handler answered 503 and re-raised (Starlette does)
                 return
-            if b"\x00" in unquote_to_bytes(scope.get("query_string", b"")):
-                response = error_response(400, "invalid_request", "query parameters must not contain NUL")
-                await response(scope, receive, send)
-                return
-        await self.app(scope, receive, send)
+            log.warning("%s %s: %s", scope["method"], scope["path"], down.message)
+            await unavailable_response(down)(scope, receive, send)
 
 
 async def _sweep_forever(app: FastAPI) -> None:
@@ -115,8 +137,11 @@ async def _sweep_forever(app: FastAPI) -> None:
                 hub.notify(node_key(node))
             for ident in outcome.traversers:
                 hub.notify(traverser_key(ident))
-        except Exception:  # keep sweeping; one bad pass must not stop expiries for good
-            log.exception("sweep failed")
+        except Exception as exc:  # keep sweeping; one bad pass must not stop expiries for good
+            if (down := database_unavailable(exc)) is not None:
+                log.warning("sweep skipped: %s", down.message)
+            else:
+                log.exception("sweep failed")
         await asyncio.sleep(settings.sweep_seconds)
 
 
@@ -198,6 +223,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
 
     @app.get("/readyz")
     async def readyz(request: Request) -> Response:
+        """Ready when the database answers (a 503 in the error shape when it does not)."""
         store: GraphStore = request.app.state.store
         store.db.read(lambda conn: conn.execute("SELECT 1 FROM atfg_traversers LIMIT 1").fetchall())
         return Response(b'{"status":"ready"}', media_type="application/json")
@@ -221,6 +247,9 @@ def create_app(settings: Settings | None = None) -> FastAPI:
 
     @app.exception_handler(Exception)
     async def internalerror_response(request: Request, exc: Exception) -> Response:
+        if (down := database_unavailable(exc)) is not None:
+            log.warning("%s %s: %s", request.method, request.url.path, down.message)
+            return unavailable_response(down)
         log.exception("unhandled error on %s %s", request.method, request.url.path)
         return error_response(500, "internal_error", "the server failed to handle this request")
 
@@ -228,8 +257,8 @@ def create_app(settings: Settings | None = None) -> FastAPI:
 
 
 def wrap(app: FastAPI) -> Any:
-    """The ASGI callable to serve: the request counter (exposed on app.state), the NUL guard,
+    """The ASGI callable to serve: the request counter (exposed on app.state), the edge guard,
     authentication and authorization, then the hot routes' fast path, then the FastAPI app."""
-    counter = RequestCounter(NulGuard(AuthMiddleware(FastPath(app), app)))
+    counter = RequestCounter(EdgeGuard(AuthMiddleware(FastPath(app), app)))
     app.state.counter = counter
     return counter

@@ -4,6 +4,8 @@ Codes are stable and documented in docs/atfgraph.md; clients map them to typed e
 
 from __future__ import annotations
 
+import sqlite3
+
 
 class ApiError(Exception):
     """An expected failure with its HTTP status and stable code; the store raises these too, so a
@@ -28,3 +30,22 @@ def lease_lost(traverser_id: str) -> ApiError:
 
 def bad_request(message: str, code: str = "validation_error") -> ApiError:
     return ApiError(422, code, message)
+
+
+#: Seconds a client is told to wait (Retry-After) when the database cannot be reached.
+RETRY_AFTER_SECONDS = 1
+
+
+def database_unavailable(exc: BaseException) -> ApiError | None:
+    """A 503 for a failure to reach or use the database (PostgreSQL down or restarting, a
+    connection lost, SQLite locked past its busy timeout), which a retry may cure; None for
+    anything else. Clients and workers treat 503 like an unreachable server and retry."""
+    unavailable = isinstance(exc, sqlite3.OperationalError)
+    if not unavailable and type(exc).__module__.startswith("psycopg"):
+        import psycopg
+
+        unavailable = isinstance(exc, psycopg.OperationalError)
+    if not unavailable:
+        return None
+    first = (str(exc).strip().splitlines() or [type(exc).__name__])[0][:300]
+    return ApiError(503, "database_unavailable", f"the server's database is unavailable: {first}")

@@ -21,7 +21,7 @@ from starlette.types import Receive, Scope, Send
 
 from . import _routes as routes
 from ._auth import caller
-from ._errors import ApiError, bad_request
+from ._errors import ApiError, bad_request, database_unavailable
 
 log = logging.getLogger("atfgraph.server")
 
@@ -84,6 +84,9 @@ class FastPath:
             return await route(request, *params)
         except ApiError as exc:
             return routes.error_response(exc.status, exc.code, exc.message)
-        except Exception:
+        except Exception as exc:
+            if (down := database_unavailable(exc)) is not None:
+                log.warning("%s %s: %s", request.method, request.url.path, down.message)
+                return routes.unavailable_response(down)
             log.exception("unhandled error on %s %s", request.method, request.url.path)
             return routes.error_response(500, "internal_error", "the server failed to handle this request")

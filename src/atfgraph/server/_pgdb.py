@@ -190,15 +190,19 @@ class PostgresDatabase(GroupCommitWriter[PgConnection]):
                     self._notes.put(None)
                     break
                 notes.append(item)
-            try:
-                if conn is None or not conn.usable:
-                    conn = _connect(self.url)
-                conn.raw.execute(
-                    "SELECT pg_notify(c, p) FROM unnest(%s::text[], %s::text[]) AS n(c, p)",
-                    ([c for c, _ in notes], [p for _, p in notes]),
-                )
-            except psycopg.Error as exc:  # a lost wake-up only delays the others' next poll
-                log.warning("could not send %d notification(s): %s", len(notes), exc)
+            for attempt in (1, 2):  # a connection found dead is replaced once
+                try:
+                    if conn is None or not conn.usable:
+                        conn = _connect(self.url)
+                    conn.raw.execute(
+                        "SELECT pg_notify(c, p) FROM unnest(%s::text[], %s::text[]) AS n(c, p)",
+                        ([c for c, _ in notes], [p for _, p in notes]),
+                    )
+                    break
+                except psycopg.Error as exc:  # a lost wake-up only delays the others' next poll
+                    if attempt == 2 or conn is None or conn.usable:
+                        log.warning("could not send %d notification(s): %s", len(notes), exc)
+                        break
         if conn is not None:
             conn.close()
 

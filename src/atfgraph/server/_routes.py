@@ -13,7 +13,7 @@ from .._json import dumps
 from .._models import DECISIONS, ApprovalStatus, TraverserStatus
 from ._auth import Principal, caller
 from ._body import Fields, error_info, read_json
-from ._errors import ApiError, bad_request
+from ._errors import RETRY_AFTER_SECONDS, ApiError, bad_request
 from ._hub import Hub, node_key, traverser_key
 from ._store import GraphStore
 
@@ -32,6 +32,13 @@ def error_response(status: int, code: str, message: str) -> Response:
     """The one error shape of the API."""
     body = orjson.dumps({"error": {"code": code, "message": message}})
     return Response(body, status_code=status, media_type="application/json")
+
+
+def unavailable_response(exc: ApiError) -> Response:
+    """A 503 in the one error shape, with Retry-After."""
+    response = error_response(exc.status, exc.code, exc.message)
+    response.headers["Retry-After"] = str(RETRY_AFTER_SECONDS)
+    return response
 
 
 def _doc(properties: dict[str, Any], required: list[str]) -> dict[str, Any]:

@@ -5,14 +5,17 @@ hubs), and when the first server is killed the second serves everything it left.
 
 from __future__ import annotations
 
+import asyncio
 import shutil
 import time
 from pathlib import Path
 
+import httpx
+import psycopg
 from atfg_harness import ServerProcess, WorkerProcess, create_pg_database, drop_pg_database
 from atfg_waits import only_approval, reach
 
-from atfgraph import Client
+from atfgraph import Client, ServerUnavailableError
 
 #: The server re-checks a claim's long poll at least every 5 s on its own; a pick-up faster than
 #: this in every round can only come from the other server's notification.
@@ -63,4 +66,49 @@ async def test_two_servers_on_one_database_wake_each_other_and_survive_one_dying
             worker.kill()
         a.kill()
         b.kill()
+        drop_pg_database(url)
+
+
+async def test_lost_database_connections_are_a_503_then_the_server_reconnects(tmp_path: Path) -> None:
+    """PostgreSQL restarting (here: every connection of the server terminated) is a 503 with
+    Retry-After in the one error shape, never a 500; the server reconnects by itself, and the
+    worker, which retries 503s, finishes the next cycle."""
+    url = create_pg_database()
+    server = ServerProcess(tmp_path, db=url)
+    worker: WorkerProcess | None = None
+    try:
+        server.start()
+        worker = WorkerProcess(server, "atfg_agents:app").start()
+        async with Client(server.url, token=server.token()) as client:
+            handle = await client.submit("tester.pausing", {"key": "before"})
+            await reach(client, handle.id, "waiting", 15)
+            approval_id = str((await only_approval(client, handle.id))["id"])
+            with psycopg.connect(url, autocommit=True) as admin:
+                killed = admin.execute(
+                    "SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity"
+                    " WHERE datname = current_database() AND pid <> pg_backend_pid()"
+                ).fetchone()
+            assert killed is not None and killed[0] >= 3  # writer, readers, listener, pool
+            async with httpx.AsyncClient(base_url=server.url, timeout=10) as http:
+                first = await http.get("/readyz")
+                assert first.status_code == 503, first.text
+                assert first.headers["retry-after"] == "1"
+                assert first.json()["error"]["code"] == "database_unavailable"
+                statuses = [(await http.get("/readyz")).status_code for _ in range(5)]
+                assert statuses[-1] == 200 and 500 not in statuses, statuses
+            for _ in range(50):  # the client's own calls may meet a not yet renewed connection
+                try:
+                    await client.decide_approval(approval_id, "approved")
+                    break
+                except ServerUnavailableError:
+                    await asyncio.sleep(0.1)
+            result = await handle.result(timeout=20)
+            assert result["decision"]["status"] == "approved" and result["attempt"] == 2
+            second = await client.submit("tester.pausing", {"key": "after"})
+            await reach(client, second.id, "waiting", 15)
+        assert "Traceback" not in server.log.read_text(errors="replace")
+    finally:
+        if worker is not None:
+            worker.kill()
+        server.kill()
         drop_pg_database(url)
