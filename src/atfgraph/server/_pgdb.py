@@ -92,8 +92,27 @@ class PgConnection:
         self.raw.close()
 
 
-def _connect(url: str) -> PgConnection:
-    return PgConnection(psycopg.connect(url, autocommit=True, row_factory=_row_factory))
+#: Seconds to wait for a connection to PostgreSQL before the request is a 503.
+CONNECT_TIMEOUT = 10
+#: Reads run on the server's event loop: one that hangs (a network problem) must not stall every
+#: other request for long. Writes may wait this long for a row another server holds.
+READ_TIMEOUT_MS = 10_000
+LOCK_TIMEOUT_MS = 10_000
+
+
+def _connect(url: str, *, options: str = "") -> PgConnection:
+    raw = psycopg.connect(
+        url, autocommit=True, row_factory=_row_factory, connect_timeout=CONNECT_TIMEOUT, options=options
+    )
+    return PgConnection(raw)
+
+
+def _reader(url: str) -> PgConnection:
+    return _connect(url, options=f"-c statement_timeout={READ_TIMEOUT_MS}")
+
+
+def _writer(url: str) -> PgConnection:
+    return _connect(url, options=f"-c lock_timeout={LOCK_TIMEOUT_MS}")
 
 
 class PostgresDatabase(GroupCommitWriter[PgConnection]):
@@ -102,7 +121,7 @@ class PostgresDatabase(GroupCommitWriter[PgConnection]):
     def __init__(self, url: str, *, migrations: Sequence[Migration] = ()) -> None:
         self.url = url
         self.path = redact(url)  # what the server prints as its database
-        self._writer = _connect(url)
+        self._writer = _writer(url)
         apply_postgres_migrations(self._writer.raw, migrations)
         self._local = threading.local()
         self._readers: list[PgConnection] = []
@@ -118,7 +137,7 @@ class PostgresDatabase(GroupCommitWriter[PgConnection]):
     def _writer_connection(self) -> PgConnection:
         if not self._writer.usable:
             log.warning("writer connection to %s lost; reconnecting", self.path)
-            self._writer = _connect(self.url)
+            self._writer = _writer(self.url)
         return self._writer
 
     def _begin(self, conn: PgConnection) -> None:
@@ -144,7 +163,7 @@ class PostgresDatabase(GroupCommitWriter[PgConnection]):
         """This thread's read connection (autocommit; each statement sees the latest commit)."""
         conn: PgConnection | None = getattr(self._local, "conn", None)
         if conn is None or not conn.usable:
-            conn = _connect(self.url)
+            conn = _reader(self.url)
             self._local.conn = conn
             with self._readers_lock:
                 self._readers.append(conn)
