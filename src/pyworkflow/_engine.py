@@ -42,14 +42,17 @@ def encode_input(args: tuple[Any, ...], kwargs: dict[str, Any], module: str) -> 
 
 async def execute_turn(
     store: Store, claim: Claim, state: RunState, runtime: LocalRuntime | None = None
-) -> None:
+) -> bool:
+    """Run one turn and record how it ended. Returns True when the run suspended (a wake-up that
+    arrived during the turn leaves it due again at once), False when it ended (completed, failed,
+    cancelled) or the turn lost its lease: then nothing is left for this turn's owner to claim."""
     fence = claim.fence
     info = _serde.loads(claim.input)
     try:
         defn = resolve(claim.workflow, info.get("module"))
     except WorkflowError as exc:
         await store.fail_run(fence, _serde.encode_error(exc), now=time.time())
-        return
+        return False
     ctx = WorkflowContext(fence.run_id, fence, store, state, runtime)
     token = _workflow.set(ctx)
     try:
@@ -62,7 +65,7 @@ async def execute_turn(
         except SuspensionSignal:
             await store.suspend_run(fence, notified=ctx.notified, delivered=ctx.delivered, now=time.time())
             crashpoint("after_suspended")
-            return
+            return True
         except (LeaseLostError, CancellationError) as exc:
             if isinstance(exc, CancellationError):
                 run = await store.get_run(fence.run_id)
@@ -70,15 +73,16 @@ async def execute_turn(
                     await store.fail_run(fence, _serde.encode_error(exc), now=time.time())
             else:
                 log.warning("run %s: %s; leaving it to its new owner", fence.run_id, exc)
-            return
+            return False
         except Exception as exc:
             await store.fail_run(fence, _serde.encode_error(exc), now=time.time())
-            return
+            return False
         await store.complete_run(fence, data, now=time.time())
     except (LeaseLostError, CancellationError) as exc:
         log.info("run %s: turn ended without recording: %s", fence.run_id, exc)
     finally:
         _workflow.reset(token)
+    return False
 
 
 def _check_determinism(ctx: WorkflowContext) -> None:

@@ -1,20 +1,39 @@
-"""The PostgreSQL store: psycopg 3 async connections, for more than one machine.
+"""The PostgreSQL store: psycopg 3, for more than one machine.
 
-Every transition is one transaction. The hot ones are one statement each (a new run: one
-statement with CTEs; a turn's step result, checkpoint, wait, suspension and end: server-side
-functions from migration 0002), so one round trip and no BEGIN/COMMIT; the others are short
-transactions sent in pipeline mode.
+Every transition is one transaction. Nearly all are one statement each (a new run: one statement
+with CTEs; a turn's step result, checkpoint, wait, suspension and end, a decision, a Celery turn's
+claim, a runtime's tick and the sweeper's expiry: server-side functions from migrations
+0002-0004), and those, with the single-statement reads, go through a **group commit**: two writer
+threads, each with one synchronous connection; a free writer takes every statement submitted
+since a writer last looked and sends them in one pipelined transaction (``BEGIN``, the statements,
+``COMMIT``: one round trip), then releases each caller, on the caller's own event loop, after that
+commit. Many runs' transitions share one round trip, one commit and one fsync, and the client
+spends a small fraction of the Python time a call of its own costs. Durability is unchanged:
+``synchronous_commit`` as the server has it (on by default), and no caller learns the outcome of
+its statement before the transaction holding it has committed. A statement that fails (an error;
+a refusal such as ``lease_lost`` is a result, not an error) rolls its group back, and each
+statement of the group is then run again alone, so one caller's error is never another's. A lost
+connection fails the callers of the group in flight, as it would fail one call (whether it
+committed is unknown, as for any call); the writer reconnects for the next. The few
+multi-statement transitions (a failed step, a cancellation, a release, a checkpoint deletion, the
+statement-by-statement claim, heartbeats) keep their own transactions on a small async pool.
 
 A run's ``runs`` row is its lock: each transaction that changes a run takes ``SELECT ... FOR
-UPDATE`` on it first (claims take it with ``SKIP LOCKED``), so transitions of one run serialize,
-the epoch read by a fenced write cannot change before it commits, and transactions never wait on
-each other in a cycle. A transaction that makes a run due sends ``NOTIFY pyworkflow_queue``
-(delivered at commit); :meth:`PostgresStore.subscribe` listens.
+UPDATE`` on it first (claims take it with ``SKIP LOCKED``) and then changes that run's rows, so
+transitions of one run serialize and the epoch read by a fenced write cannot change before it
+commits. Transactions that lock several runs lock them in run id order: a group is sorted by run
+id (reads, which lock nothing, first), the sweeper's expiry goes in run id order, and the
+multi-row lease updates (heartbeat, freeing dead owners' leases), which touch queue rows without
+their runs' locks, lock those rows in run id order too. Statements that may lock several runs in
+another order (a runtime's ``poll``, the expiry) run alone, never in a group. So transactions
+never wait on each other in a cycle. A transaction that makes a run due sends ``NOTIFY
+pyworkflow_queue`` (delivered at commit, once per transaction); :meth:`PostgresStore.subscribe`
+listens.
 
-The pool (``psycopg_pool.AsyncConnectionPool``) and the listener live on a private event loop in
-a daemon thread; the protocol's coroutines run there and are awaited from the caller's loop. So
-one store serves any number of loops (the local runtime's, each Celery worker thread's, a
-test's), and the synchronous ``close()`` can close the pool cleanly.
+The writers are the store's own threads; the async pool and the listener live on a private event
+loop in another daemon thread. The protocol's coroutines await either from the caller's loop, so
+one store serves any number of loops (the local runtime's, each Celery worker's, a test's), and
+the synchronous ``close()`` finishes what was submitted and closes everything cleanly.
 """
 
 from __future__ import annotations
@@ -27,6 +46,7 @@ from collections.abc import Awaitable, Callable, Coroutine, Sequence
 from typing import Any, TypeVar
 
 import psycopg
+from psycopg import pq
 from psycopg_pool import AsyncConnectionPool
 
 from .._errors import (
@@ -59,6 +79,7 @@ from ._rows import RUN_COLUMNS, WAIT_COLUMNS, list_waits_sql, raise_if_resolved,
 
 T = TypeVar("T")
 Conn = psycopg.AsyncConnection[Any]
+Rows = list[tuple[Any, ...]]
 log = logging.getLogger("pyworkflow.store.postgres")
 
 #: The channel a transaction that makes work due notifies (payload empty, so one per commit).
@@ -96,12 +117,6 @@ WITH r AS (
 )
 SELECT pg_notify('pyworkflow_queue', '') WHERE %(notify)s
 """
-# Wake a run: make its row due now, or, if a turn holds it, bump wake_seq so the turn's end keeps it.
-SQL_WAKE = """
-INSERT INTO queue (run_id, available_at, wake_seq) VALUES (%(run)s, %(now)s, 1)
-ON CONFLICT (run_id) DO UPDATE
-SET wake_seq = queue.wake_seq + 1, available_at = LEAST(queue.available_at, EXCLUDED.available_at)
-"""
 SQL_NOTIFY = f"NOTIFY {CHANNEL}"
 SQL_SET_RUN_STATUS = "UPDATE runs SET status = %s, updated_at = %s WHERE id = %s"
 SQL_FINISH_RUN = """
@@ -122,15 +137,6 @@ ORDER BY q.available_at
 LIMIT %(limit)s
 FOR UPDATE OF q, r SKIP LOCKED
 """
-# One run's claimable row, after its run lock is held (claim_run).
-SQL_CLAIMABLE_ONE = """
-SELECT q.run_id, q.epoch, q.wake_seq, q.lease_owner, q.crashes, r.workflow, r.input, r.status
-FROM queue q JOIN runs r ON r.id = q.run_id
-WHERE q.run_id = %(run)s AND q.available_at <= %(now)s
-  AND (q.lease_expires_at IS NULL OR q.lease_expires_at < %(now)s)
-FOR UPDATE OF q
-"""
-SQL_LOCK_RUN_ONLY = "SELECT status FROM runs WHERE id = %s FOR UPDATE"
 # Runs a claim would take: unleased rows that became due between %(after)s and %(due)s, and rows
 # whose lease ran out.
 SQL_READY_IDS = """
@@ -146,8 +152,18 @@ LIMIT 1
 SQL_LEASE = """
 UPDATE queue SET epoch = epoch + 1, lease_owner = %s, lease_expires_at = %s, crashes = %s WHERE run_id = %s
 """
-SQL_HEARTBEAT = "UPDATE queue SET lease_expires_at = %s WHERE lease_owner = %s"
-SQL_EXPIRE_LEASES = "UPDATE queue SET lease_expires_at = %s WHERE lease_owner = ANY(%s)"
+# Several queue rows at once: locked in run id order first (the order groups lock runs in), so a
+# heartbeat never waits in a cycle with a group that holds some of the same runs.
+SQL_HEARTBEAT = """
+UPDATE queue SET lease_expires_at = %(expires)s
+WHERE run_id IN (SELECT run_id FROM queue WHERE lease_owner = %(owner)s ORDER BY run_id FOR UPDATE)
+  AND lease_owner = %(owner)s
+"""
+SQL_EXPIRE_LEASES = """
+UPDATE queue SET lease_expires_at = %(expires)s
+WHERE run_id IN (SELECT run_id FROM queue WHERE lease_owner = ANY(%(owners)s) ORDER BY run_id FOR UPDATE)
+  AND lease_owner = ANY(%(owners)s)
+"""
 SQL_LEASE_OWNERS = """
 SELECT DISTINCT lease_owner FROM queue WHERE lease_owner IS NOT NULL AND lease_expires_at >= %s
 """
@@ -180,14 +196,6 @@ INSERT INTO waits (id, run_id, wait_key, kind, name, step_key, token_digest, sta
 VALUES (%s, %s, %s, %s, %s, %s, %s, 'pending', %s, %s, %s)
 """
 SQL_INSERT_WAIT_TOKEN = "INSERT INTO wait_tokens (token_digest, wait_id) VALUES (%s, %s)"
-# The single transition out of 'pending': whoever updates the row first wins.
-SQL_RESOLVE_WAIT = """
-UPDATE waits SET status = %s, payload = %s, resolved_at = %s WHERE id = %s AND status = 'pending'
-"""
-SQL_DUE_WAITS = """
-SELECT id, run_id, wait_key FROM waits
-WHERE status = 'pending' AND expires_at IS NOT NULL AND expires_at <= %s ORDER BY expires_at LIMIT %s
-"""
 SQL_CANCEL_WAITS = """
 UPDATE waits SET status = 'cancelled', resolved_at = %s WHERE run_id = %s AND status = 'pending'
 """
@@ -225,6 +233,13 @@ SELECT c_run, c_epoch, c_wake_seq, c_workflow, c_input, c_resumed, c_next_due
 FROM pyworkflow_poll(%s::text, %s::integer, %s::double precision, %s::double precision, %s::integer)
 """
 SQL_FN_CREATE_WAIT = "SELECT pyworkflow_create_wait(%s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s)"
+SQL_FN_EXPIRE_DUE_WAITS = "SELECT pyworkflow_expire_due_waits(%s::double precision, %s::integer)"
+# A decision and a Celery turn's claim (migration 0004).
+SQL_FN_RESOLVE_WAIT = "SELECT pyworkflow_resolve_wait(%s, %s, %s, %s)"
+SQL_FN_CLAIM_RUN = """
+SELECT c_run, c_epoch, c_wake_seq, c_workflow, c_input, c_resumed
+FROM pyworkflow_claim_run(%s::text, %s::text, %s::double precision, %s::double precision, %s::integer)
+"""
 
 _CRASHED = (
     b'{"type":"pyworkflow.WorkerCrashed","message":"the worker running this run died %d times;'
@@ -259,10 +274,6 @@ async def _affected(conn: Conn, sql: str, params: Any) -> int:
     return len(await cur.fetchall())
 
 
-async def _wake(conn: Conn, run_id: str, now: float) -> None:
-    await conn.execute(SQL_WAKE, {"run": run_id, "now": now})
-
-
 async def _insert_wait(conn: Conn, run_id: str, wait: NewWait, now: float) -> WaitRecord:
     await conn.execute(
         SQL_INSERT_WAIT,
@@ -274,23 +285,6 @@ async def _insert_wait(conn: Conn, run_id: str, wait: NewWait, now: float) -> Wa
         wait.id, run_id, wait.wait_key, wait.kind, wait.name, wait.step_key, WaitStatus.PENDING, False, now,
         wait.expires_at, None, None, wait.payload_schema,
     )  # fmt: skip
-
-
-async def _find_wait(conn: Conn, *, token_digest: bytes | None, wait_id: str | None) -> WaitRecord | None:
-    if token_digest is not None:
-        cur = await conn.execute(SQL_WAIT_BY_TOKEN, {"digest": token_digest})
-    else:
-        cur = await conn.execute(SQL_WAIT_BY_ID, (wait_id,))
-    row = await cur.fetchone()
-    return wait_from_row(row) if row else None
-
-
-async def _expire(conn: Conn, wait_id: str, run_id: str, wait_key: str, now: float) -> bool:
-    if await _affected(conn, SQL_RESOLVE_WAIT, (str(WaitStatus.EXPIRED), None, now, wait_id)):
-        await _event(conn, run_id, now, "wait_expired", wait_key)
-        await _wake(conn, run_id, now)
-        return True
-    return False
 
 
 async def _claim_row(
@@ -317,14 +311,221 @@ async def _claim_row(
     return Claim(Fence(run_id, epoch + 1, wake_seq), workflow, input_, resumed=not fresh)
 
 
+class _Op:
+    """One statement submitted to the group commit, and where its caller waits."""
+
+    __slots__ = ("done", "error", "future", "key", "loop", "params", "rows", "sql")
+
+    def __init__(
+        self,
+        sql: str,
+        params: Any,
+        key: str | None,
+        loop: asyncio.AbstractEventLoop,
+        future: asyncio.Future[Rows],
+    ) -> None:
+        self.sql = sql
+        self.params = params
+        self.key = key  # the run it locks ("" for a read); None: it runs alone, not in a group
+        self.loop = loop
+        self.future = future
+        self.rows: Rows = []
+        self.error: BaseException | None = None
+        self.done = False  # executed (successfully or not)
+
+
+def _settle(ops: list[_Op]) -> None:
+    """On a caller's loop: hand each statement's outcome to its caller (gone callers are skipped)."""
+    for op in ops:
+        if op.future.done():
+            continue
+        if op.error is not None:
+            op.future.set_exception(op.error)
+        else:
+            op.future.set_result(op.rows)
+
+
+def _key(op: _Op) -> str:
+    return op.key or ""
+
+
+def _rows_of(cur: psycopg.Cursor[Any]) -> Rows:
+    res = cur.pgresult
+    return cur.fetchall() if res is not None and res.status == pq.ExecStatus.TUPLES_OK else []
+
+
+class _GroupCommit:
+    """The group commit: a queue of submitted statements and ``writers`` threads, each with one
+    synchronous connection in autocommit mode.
+
+    A free writer takes every statement submitted since a writer last looked (up to
+    :attr:`MAX_GROUP`), sorts the ones that belong in a group by the run they lock and sends them
+    in pipeline mode inside one transaction, so the whole group costs one round trip and one
+    commit. Only after the commit (or the rollback) are the callers released, each on its own
+    loop, one wake-up per loop and group. Statements marked to run alone (``key`` None) each get
+    a transaction of their own. With two writers, one group executes while the other commits."""
+
+    MAX_GROUP = 512
+
+    def __init__(self, url: str, conn: psycopg.Connection[Any] | None = None, *, writers: int = 2) -> None:
+        self.url = url
+        self._cv = threading.Condition(threading.Lock())
+        self._queue: list[_Op] = []
+        self._closing = False
+        self.groups = 0  # groups sent and statements in them (for tests and benchmarks)
+        self.statements = 0
+        self._threads = [
+            threading.Thread(
+                target=self._run, args=(conn if k == 0 else None,), name=f"pyworkflow-postgres-writer-{k}",
+                daemon=True,
+            )
+            for k in range(max(1, writers))
+        ]  # fmt: skip
+        for thread in self._threads:
+            thread.start()
+
+    def submit(self, op: _Op) -> None:
+        with self._cv:
+            if self._closing:
+                raise RuntimeError("store is closed")
+            self._queue.append(op)
+            if len(self._queue) == 1:
+                self._cv.notify()
+
+    def close(self, timeout: float = 30.0) -> None:
+        """Run what was submitted, then stop the threads and close their connections."""
+        with self._cv:
+            self._closing = True
+            self._cv.notify_all()
+        for thread in self._threads:
+            if thread is not threading.current_thread():
+                thread.join(timeout)
+
+    def _run(self, conn: psycopg.Connection[Any] | None) -> None:
+        writer = _Writer(self, conn)
+        try:
+            while True:
+                with self._cv:
+                    while not self._queue and not self._closing:
+                        self._cv.wait()
+                    if not self._queue:
+                        return
+                    ops = self._queue[: self.MAX_GROUP]
+                    del self._queue[: self.MAX_GROUP]
+                    if self._queue:  # more than one group's worth: let another writer start
+                        self._cv.notify()
+                try:
+                    writer.execute(ops)
+                except BaseException as exc:  # never leave a caller waiting
+                    for op in ops:
+                        if not op.done:
+                            op.error = exc
+                    if not isinstance(exc, Exception):
+                        raise
+                    log.exception("group commit failed")
+                finally:
+                    _deliver(ops)
+        finally:
+            writer.close()
+
+
+class _Writer:
+    """One writer thread's connection and how it runs what it took from the queue."""
+
+    def __init__(self, owner: _GroupCommit, conn: psycopg.Connection[Any] | None) -> None:
+        self.owner = owner
+        self.conn = conn
+
+    def close(self) -> None:
+        if self.conn is not None:
+            with contextlib.suppress(Exception):
+                self.conn.close()
+
+    def _connection(self) -> psycopg.Connection[Any]:
+        conn = self.conn
+        if conn is None or conn.closed:
+            self.conn = conn = psycopg.connect(self.owner.url, autocommit=True)
+        return conn
+
+    def execute(self, ops: list[_Op]) -> None:
+        group = sorted((op for op in ops if op.key is not None), key=_key)
+        if len(group) > 1:
+            self._group(group)
+        elif group:
+            self._alone(group[0])
+        for op in ops:
+            if op.key is None:
+                self._alone(op)
+
+    def _group(self, ops: list[_Op]) -> None:
+        try:
+            conn = self._connection()
+        except Exception as exc:
+            for op in ops:
+                op.error, op.done = exc, True
+            return
+        with self.owner._cv:
+            self.owner.groups += 1
+            self.owner.statements += len(ops)
+        try:
+            # Plain BEGIN/COMMIT in the pipeline: the whole group is one message burst and one sync.
+            with conn.pipeline():
+                conn.execute("BEGIN")
+                cursors = [conn.execute(op.sql, op.params) for op in ops]
+                conn.execute("COMMIT")
+            for op, cur in zip(ops, cursors, strict=True):
+                op.rows = _rows_of(cur)
+                op.done = True
+        except Exception as exc:
+            if not conn.closed and conn.info.transaction_status != pq.TransactionStatus.IDLE:
+                with contextlib.suppress(Exception):
+                    conn.execute("ROLLBACK")
+            if conn.closed:
+                # The connection went away: as for a single call, whether it committed is
+                # unknown, and the callers are told so (the next group reconnects).
+                for op in ops:
+                    op.error, op.done = exc, True
+                return
+            # One statement failed and rolled the group back: run each alone, so each caller
+            # gets its own statement's outcome.
+            for op in ops:
+                op.rows = []
+                self._alone(op)
+
+    def _alone(self, op: _Op) -> None:
+        """One statement, its own (implicit) transaction."""
+        try:
+            op.rows = _rows_of(self._connection().execute(op.sql, op.params))
+        except Exception as exc:
+            op.error = exc
+        op.done = True
+
+
+def _deliver(ops: list[_Op]) -> None:
+    """Release the callers of ``ops``: one wake-up per event loop."""
+    by_loop: dict[asyncio.AbstractEventLoop, list[_Op]] = {}
+    for op in ops:
+        by_loop.setdefault(op.loop, []).append(op)
+    for loop, mine in by_loop.items():
+        with contextlib.suppress(RuntimeError):  # the caller's loop is closed: nobody waits
+            loop.call_soon_threadsafe(_settle, mine)
+
+
 class PostgresStore:
-    """:class:`~pyworkflow.store.Store` on PostgreSQL (psycopg 3, ``AsyncConnectionPool``)."""
+    """:class:`~pyworkflow.store.Store` on PostgreSQL (psycopg 3: a group-commit writer for the
+    single-statement transitions and reads, an ``AsyncConnectionPool`` for the others)."""
 
     def __init__(self, url: str, *, min_size: int = 1, max_size: int = 16) -> None:
         self.url = url
         # Migrate first, synchronously: a bad URL or a schema problem fails here, in the caller.
-        with psycopg.connect(url, autocommit=True) as conn:
+        # The connection then becomes the group-commit writer's.
+        conn = psycopg.connect(url, autocommit=True)
+        try:
             apply_postgres_migrations(conn, pyworkflow_migrations())
+        except BaseException:
+            conn.close()
+            raise
+        self._writer = _GroupCommit(url, conn)
         self._closed = False
         self._listeners: list[Callable[[], None]] = []
         self._listener_task: asyncio.Task[None] | None = None
@@ -398,24 +599,36 @@ class PostgresStore:
 
         return await self._on_loop(run())
 
-    async def _call(self, sql: str, params: Any) -> str:
-        """One statement that is a whole transition (a server-side function): autocommit, one round trip."""
-        rows = await self._fetch(sql, params)
+    def _submit(self, sql: str, params: Any, key: str | None) -> asyncio.Future[Rows]:
+        """Hand one statement to the group commit; the future settles after its transaction ended.
+        A caller that is cancelled stops waiting; the statement still runs to its commit."""
+        if self._closed:
+            raise RuntimeError("store is closed")
+        loop = asyncio.get_running_loop()
+        future: asyncio.Future[Rows] = loop.create_future()
+        self._writer.submit(_Op(sql, params, key, loop, future))
+        return future
+
+    async def _call(self, sql: str, params: Any, run_id: str) -> str:
+        """One statement that is a whole transition of ``run_id`` (a server-side function that
+        locks that run first), committed in a group; its outcome."""
+        rows = await self._submit(sql, params, run_id)
         return str(rows[0][0])
 
-    async def _fetch(self, sql: str, params: Any) -> list[tuple[Any, ...]]:
-        async def run() -> list[tuple[Any, ...]]:
-            async with self._pool.connection() as conn:
-                cur = await conn.execute(sql, params)
-                return await cur.fetchall()
+    async def _fetch(self, sql: str, params: Any, run_id: str = "") -> Rows:
+        """One statement's rows: a read (no lock, ``run_id`` empty) or a transition of ``run_id``."""
+        return await self._submit(sql, params, run_id)
 
-        return await self._on_loop(run())
+    async def _alone(self, sql: str, params: Any) -> Rows:
+        """One statement that may lock several runs in any order: its own transaction, never in a group."""
+        return await self._submit(sql, params, None)
 
     def close(self) -> None:
         """Let running transitions finish (up to 10 s), close the pool and stop the store's thread."""
         if self._closed:
             return
         self._closed = True
+        self._writer.close()
 
         async def shutdown() -> None:
             if self._listener_task is not None:
@@ -504,7 +717,7 @@ class PostgresStore:
             "expires": now + lease_ttl if lease_owner else None,
             "notify": not lease_owner,  # a run nobody holds is work for someone
         }
-        await self._fetch(SQL_CREATE_RUN, params)  # one statement: its own transaction
+        await self._fetch(SQL_CREATE_RUN, params, run_id)  # one statement, committed in a group
         if not lease_owner:
             return None
         return Claim(Fence(run_id, epoch, 0), workflow, input, resumed=False)
@@ -582,15 +795,11 @@ class PostgresStore:
         """Lease this run if it is due and nobody holds it (the Celery runtime's turn); else None.
         Not part of :class:`~pyworkflow.store.Store` (yet)."""
 
-        async def tx(conn: Conn) -> Claim | None:
-            await conn.execute(SQL_LOCK_RUN_ONLY, (run_id,))
-            cur = await conn.execute(SQL_CLAIMABLE_ONE, {"run": run_id, "now": now})
-            row = await cur.fetchone()
-            if row is None:
-                return None
-            return await _claim_row(conn, row, owner, now, lease_ttl, max_crashes)
-
-        return await self._tx(tx)
+        rows = await self._fetch(SQL_FN_CLAIM_RUN, (run_id, owner, now, lease_ttl, max_crashes), run_id)
+        if not rows:
+            return None
+        _, epoch, wake_seq, workflow, input_, resumed = rows[0]
+        return Claim(Fence(run_id, epoch, wake_seq), workflow, input_, resumed=resumed)
 
     async def ready_runs(
         self,
@@ -610,13 +819,13 @@ class PostgresStore:
 
     async def heartbeat(self, owner: str, *, lease_expires_at: float) -> int:
         async def tx(conn: Conn) -> int:
-            return await _affected(conn, SQL_HEARTBEAT, (lease_expires_at, owner))
+            return await _affected(conn, SQL_HEARTBEAT, {"expires": lease_expires_at, "owner": owner})
 
         return await self._tx(tx)
 
     async def expire_leases_of(self, owners: Sequence[str], *, now: float) -> int:
         async def tx(conn: Conn) -> int:
-            count = await _affected(conn, SQL_EXPIRE_LEASES, (now - 1, list(owners)))
+            count = await _affected(conn, SQL_EXPIRE_LEASES, {"expires": now - 1, "owners": list(owners)})
             if count:
                 await conn.execute(SQL_NOTIFY)
             return count
@@ -632,7 +841,7 @@ class PostgresStore:
         return float(value) if value is not None else None
 
     async def poll(self, owner: str, *, limit: int, now: float, lease_ttl: float, max_crashes: int) -> Poll:
-        rows = await self._fetch(SQL_FN_POLL, (owner, max(limit, 0), now, lease_ttl, max_crashes))
+        rows = await self._alone(SQL_FN_POLL, (owner, max(limit, 0), now, lease_ttl, max_crashes))
         claims: list[Claim] = []
         due: float | None = None
         for run_id, epoch, wake_seq, workflow, input_, resumed, next_due in rows:
@@ -654,7 +863,9 @@ class PostgresStore:
     # -- turn writes -----------------------------------------------------------------------------
 
     async def complete_step(self, fence: Fence, step_key: str, result: bytes, *, now: float) -> None:
-        outcome = await self._call(SQL_FN_COMPLETE_STEP, (fence.run_id, fence.epoch, step_key, result, now))
+        outcome = await self._call(
+            SQL_FN_COMPLETE_STEP, (fence.run_id, fence.epoch, step_key, result, now), fence.run_id
+        )
         _check_outcome(outcome, fence.run_id, fence.epoch, step_key)
 
     async def fail_step(
@@ -688,7 +899,9 @@ class PostgresStore:
         self, fence: Fence, scope: str, name: str, value: bytes, *, expected_revision: int | None, now: float
     ) -> int:
         outcome = await self._call(
-            SQL_FN_SAVE_CHECKPOINT, (fence.run_id, fence.epoch, scope, name, value, expected_revision, now)
+            SQL_FN_SAVE_CHECKPOINT,
+            (fence.run_id, fence.epoch, scope, name, value, expected_revision, now),
+            fence.run_id,
         )
         if outcome.startswith("conflict:"):
             current = int(outcome.split(":", 1)[1])
@@ -714,6 +927,7 @@ class PostgresStore:
             SQL_FN_CREATE_WAIT,
             (fence.run_id, fence.epoch, wait.id, wait.wait_key, str(wait.kind), wait.name, wait.step_key,
              wait.token_digest, wait.expires_at, wait.payload_schema, now),
+            fence.run_id,
         )  # fmt: skip
         if outcome == "exists":
             rows = await self._fetch(SQL_WAIT_BY_KEY, (fence.run_id, wait.wait_key))
@@ -738,15 +952,20 @@ class PostgresStore:
             SQL_FN_SUSPEND_RUN,
             (fence.run_id, fence.epoch, fence.wake_seq, list(notified), list(delivered),
              list(delivered.values()), now),
+            fence.run_id,
         )  # fmt: skip
         _check_outcome(outcome, fence.run_id, fence.epoch, "")
 
     async def complete_run(self, fence: Fence, result: bytes, *, now: float) -> None:
-        outcome = await self._call(SQL_FN_FINISH_RUN, (fence.run_id, fence.epoch, result, None, now))
+        outcome = await self._call(
+            SQL_FN_FINISH_RUN, (fence.run_id, fence.epoch, result, None, now), fence.run_id
+        )
         _check_outcome(outcome, fence.run_id, fence.epoch, "")
 
     async def fail_run(self, fence: Fence, error: bytes, *, now: float) -> None:
-        outcome = await self._call(SQL_FN_FINISH_RUN, (fence.run_id, fence.epoch, None, error, now))
+        outcome = await self._call(
+            SQL_FN_FINISH_RUN, (fence.run_id, fence.epoch, None, error, now), fence.run_id
+        )
         _check_outcome(outcome, fence.run_id, fence.epoch, "")
 
     # -- decisions -------------------------------------------------------------------------------
@@ -779,49 +998,37 @@ class PostgresStore:
         now: float,
         check: Callable[[WaitRecord], None] | None = None,
     ) -> WaitRecord:
-        async def tx(conn: Conn) -> WaitRecord:
-            wait = await _find_wait(conn, token_digest=token_digest, wait_id=wait_id)
-            if wait is not None:
-                # Lock the run, then read the wait again: a racing decision or expiry has committed.
-                await _lock_run(conn, wait.run_id)
-                wait = await _find_wait(conn, token_digest=None, wait_id=wait.id)
-            if wait is None:
-                raise HookNotFoundError("no hook has this token" if token_digest else f"no hook {wait_id!r}")
+        # Find the wait (no lock), then record the decision with one statement that locks its run
+        # and reads the wait again (migration 0004): a racing decision or expiry that committed
+        # first wins. ``check`` (the payload's schema) sees the wait before anything is written.
+        if token_digest is not None:
+            rows = await self._fetch(SQL_WAIT_BY_TOKEN, {"digest": token_digest})
+        else:
+            rows = await self._fetch(SQL_WAIT_BY_ID, (wait_id,))
+        if not rows:
+            raise HookNotFoundError("no hook has this token" if token_digest else f"no hook {wait_id!r}")
+        wait = wait_from_row(rows[0])
+        raise_if_resolved(wait)
+        if check is not None and (wait.expires_at is None or wait.expires_at > now):
+            check(wait)
+        outcome = await self._call(SQL_FN_RESOLVE_WAIT, (wait.id, wait.run_id, payload, now), wait.run_id)
+        if outcome == "missing":
+            raise HookNotFoundError("no hook has this token" if token_digest else f"no hook {wait_id!r}")
+        if outcome.startswith("resolved:"):
+            wait.status = WaitStatus(outcome.split(":", 1)[1])
             raise_if_resolved(wait)
-            if wait.expires_at is not None and wait.expires_at <= now:
-                # Past its deadline but not swept yet: the deadline wins, and is recorded now.
-                await _expire(conn, wait.id, wait.run_id, wait.wait_key, now)
-                await conn.execute(SQL_NOTIFY)
-                wait.status, wait.resolved_at = WaitStatus.EXPIRED, now
-                return wait
-            if check is not None:
-                check(wait)
-            await conn.execute(SQL_RESOLVE_WAIT, (str(WaitStatus.RECEIVED), payload, now, wait.id))
-            await _event(conn, wait.run_id, now, "wait_received", wait.wait_key)
-            await _wake(conn, wait.run_id, now)
-            await conn.execute(SQL_NOTIFY)
-            wait.status, wait.payload, wait.resolved_at = WaitStatus.RECEIVED, payload, now
-            return wait
-
-        wait = await self._tx(tx)
-        if wait.status == WaitStatus.EXPIRED:
+        if outcome == "expired":
             raise HookExpiredError(f"hook {wait.name!r} expired before the payload arrived", wait_id=wait.id)
+        if outcome != "ok":
+            raise RuntimeError(f"unexpected outcome {outcome!r} of a decision")
+        wait.status, wait.payload, wait.resolved_at = WaitStatus.RECEIVED, payload, now
         return wait
 
     async def expire_due_waits(self, *, now: float, limit: int = 500) -> int:
-        async def tx(conn: Conn) -> int:
-            due = await (await conn.execute(SQL_DUE_WAITS, (now, limit))).fetchall()
-            count = 0
-            # Runs locked in id order, so two sweepers never wait on each other in a cycle.
-            for wait_id, run_id, wait_key in sorted(due, key=lambda r: (r[1], r[0])):
-                await _lock_run(conn, run_id)
-                if await _expire(conn, wait_id, run_id, wait_key, now):
-                    count += 1
-            if count:
-                await conn.execute(SQL_NOTIFY)
-            return count
-
-        return await self._tx(tx)
+        # One statement (migration 0003): runs locked in id order, so two sweepers never wait on
+        # each other in a cycle; it may lock several runs, so it runs alone, not in a group.
+        rows = await self._alone(SQL_FN_EXPIRE_DUE_WAITS, (now, limit))
+        return int(rows[0][0])
 
 
 def _check_outcome(outcome: str, run_id: str, epoch: int, what: str) -> str:

@@ -1,0 +1,157 @@
+"""PostgreSQL only: the group commit. Statements submitted while the writer is busy share one
+transaction; each caller is released only after that transaction committed; one statement's
+error is never another caller's; a lost connection fails only the statements in flight; callers
+on several event loops (threads) share the writer."""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+from collections.abc import Iterator
+
+import psycopg
+import pytest
+
+from pyworkflow.store import open_store
+from pyworkflow.store._postgres import PostgresStore
+
+pytestmark = pytest.mark.postgres
+T0 = 1_700_000_000.0
+
+
+@pytest.fixture
+def pg_store(pg_database: str) -> Iterator[PostgresStore]:
+    store = open_store(pg_database)
+    assert isinstance(store, PostgresStore)
+    try:
+        yield store
+    finally:
+        store.close()
+
+
+def _count_runs(url: str, prefix: str, *, exact: bool = False) -> int:
+    sql = "SELECT count(*) FROM runs WHERE id = %s" if exact else "SELECT count(*) FROM runs WHERE id LIKE %s"
+    with psycopg.connect(url) as conn:
+        row = conn.execute(sql, (prefix if exact else prefix + "%",)).fetchone()
+    assert row is not None
+    return int(row[0])
+
+
+async def _busy_writer(store: PostgresStore, seconds: float) -> asyncio.Future[object]:
+    """Keep every writer busy so that what is submitted next waits and forms one group."""
+    tasks = []
+    for _ in store._writer._threads:
+        tasks.append(asyncio.ensure_future(store._alone("SELECT pg_sleep(%s)", (seconds,))))
+        for _ in range(200):  # taken by one writer before the next is submitted
+            await asyncio.sleep(0.01)
+            if not store._writer._queue:
+                break
+    return asyncio.gather(*tasks)
+
+
+async def test_a_group_commits_before_its_callers_are_released(
+    pg_database: str, pg_store: PostgresStore
+) -> None:
+    busy = await _busy_writer(pg_store, 0.3)
+    groups, statements = pg_store._writer.groups, pg_store._writer.statements
+
+    async def start(i: int) -> int:
+        await pg_store.create_run(f"g{i}", "wf", b"{}", now=T0, lease_owner="w", lease_ttl=30)
+        # Released: the transaction holding it has committed (another connection sees it).
+        return _count_runs(pg_database, f"g{i}", exact=True)
+
+    seen = await asyncio.gather(*(start(i) for i in range(40)))
+    await busy
+    assert seen == [1] * 40
+    # Most of them shared a transaction.
+    assert pg_store._writer.statements - statements == 40
+    assert pg_store._writer.groups - groups < 10
+
+
+async def test_a_failing_statement_is_only_its_callers_error(
+    pg_database: str, pg_store: PostgresStore
+) -> None:
+    await pg_store.create_run("dup", "wf", b"{}", now=T0, lease_owner="w", lease_ttl=30)
+    busy = await _busy_writer(pg_store, 0.3)
+    results = await asyncio.gather(
+        *(
+            pg_store.create_run(f"ok{i}", "wf", b"{}", now=T0, lease_owner="w", lease_ttl=30)
+            for i in range(20)
+        ),
+        pg_store.create_run("dup", "wf", b"{}", now=T0, lease_owner="w", lease_ttl=30),
+        *(
+            pg_store.create_run(f"ok{i}", "wf", b"{}", now=T0, lease_owner="w", lease_ttl=30)
+            for i in range(20, 40)
+        ),
+        return_exceptions=True,
+    )
+    await busy
+    errors = [r for r in results if isinstance(r, BaseException)]
+    assert len(errors) == 1 and isinstance(errors[0], psycopg.errors.UniqueViolation)
+    assert _count_runs(pg_database, "ok") == 40
+    assert len(await pg_store.get_events("ok0")) == 1  # each committed exactly once
+
+
+async def test_a_cancelled_caller_still_commits(pg_database: str, pg_store: PostgresStore) -> None:
+    busy = await _busy_writer(pg_store, 0.3)
+    task = asyncio.ensure_future(
+        pg_store.create_run("c1", "wf", b"{}", now=T0, lease_owner=None, lease_ttl=0)
+    )
+    await asyncio.sleep(0.05)
+    task.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await task
+    await busy
+    assert await pg_store.get_run("c1") is not None  # the statement ran to its commit
+
+
+async def test_a_lost_connection_fails_only_what_was_in_flight(
+    pg_database: str, pg_store: PostgresStore
+) -> None:
+    await pg_store.create_run("before", "wf", b"{}", now=T0, lease_owner=None, lease_ttl=0)
+    with psycopg.connect(pg_database, autocommit=True) as admin:  # every connection of the store
+        admin.execute(
+            "SELECT pg_terminate_backend(pid) FROM pg_stat_activity"
+            " WHERE datname = current_database() AND pid <> pg_backend_pid()"
+        )
+    writers = len(pg_store._writer._threads)
+    outcome: dict[str, object] = {}
+    for i in range(20):  # each writer meets its dead connection at most once, then reconnects
+        try:
+            await pg_store.create_run(f"after{i}", "wf", b"{}", now=T0, lease_owner=None, lease_ttl=0)
+            outcome[f"after{i}"] = "ok"
+        except psycopg.OperationalError as exc:
+            outcome[f"after{i}"] = exc
+    errors = [o for o in outcome.values() if o != "ok"]
+    assert len(errors) <= writers
+    assert await pg_store.get_run("before") is not None
+    for run_id, result in outcome.items():  # what was acknowledged is there, what failed is not
+        assert (await pg_store.get_run(run_id) is not None) == (result == "ok")
+
+
+async def test_callers_on_many_loops_share_the_writer(pg_database: str, pg_store: PostgresStore) -> None:
+    failures: list[BaseException] = []
+
+    def thread(k: int) -> None:
+        async def main() -> None:
+            for i in range(20):
+                claim = await pg_store.create_run(
+                    f"t{k}-{i}", "wf", b"{}", now=T0, lease_owner="w", lease_ttl=30
+                )
+                assert claim is not None
+                await pg_store.complete_step(claim.fence, "s#1", b"1", now=T0)
+                await pg_store.complete_run(claim.fence, b"1", now=T0)
+
+        try:
+            asyncio.run(main())
+        except BaseException as exc:
+            failures.append(exc)
+
+    threads = [threading.Thread(target=thread, args=(k,)) for k in range(4)]
+    for t in threads:
+        t.start()
+    await asyncio.to_thread(lambda: [t.join(60) for t in threads])
+    assert not failures
+    assert _count_runs(pg_database, "t") == 80
+    run = await pg_store.get_run("t3-19")
+    assert run is not None and run.status == "completed"
