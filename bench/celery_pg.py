@@ -1,6 +1,7 @@
 """The HITL workload on PostgreSQL: the local runtime, and Celery with 1 and 2 worker processes.
 
-    .venv/bin/python -m bench.celery_pg [--n 2000] [--only local|celery1|celery2] [--json out.json]
+    .venv/bin/python -m bench.celery_pg [--n 2000] [--only local|celery1|celery2] [--repeat 3]
+                                        [--concurrency 32] [--json out.json]
 
 Phases (as in the core benchmark):
   A  start + suspend: step ``prepare`` (~200-byte result), then a step that saves a ~200-byte
@@ -9,6 +10,10 @@ Phases (as in the core benchmark):
      their result (``prepare`` not re-executed: checked).
   C  plain: N runs of a 3-step workflow without suspension.
 Also: the time from ``resume_hook`` returning to the suspended step running again (p50, p99).
+
+With ``--repeat K`` each configuration runs K times (a new database each time) and the median of
+each figure is printed after the single runs. The 1-minute load average is printed with every
+run: the machine is shared, read the figures with it.
 
 Needs PostgreSQL (``$PYWORKFLOW_TEST_PG``, default postgres@127.0.0.1:5432) and, for Celery,
 Redis (``$CELERY_BROKER_URL``, default redis://127.0.0.1:6379/0). Each configuration gets a new
@@ -22,6 +27,7 @@ import asyncio
 import json
 import os
 import secrets
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -194,6 +200,9 @@ async def bench(config: str, n: int, concurrency: int) -> dict[str, float]:
     url = _new_database()
     workdir = tempfile.mkdtemp(prefix="pwbench-")
     os.environ["BENCH_DIR"] = workdir
+    for fd in mod._out.values():  # files of a previous run (--repeat) are in its own folder
+        os.close(fd)
+    mod._out.clear()
     queue = f"pwbench-{secrets.token_hex(4)}"
     workers: list[subprocess.Popen[bytes]] = []
     try:
@@ -212,7 +221,11 @@ async def bench(config: str, n: int, concurrency: int) -> dict[str, float]:
             await pyworkflow.wait_for_run(warm, timeout=60)
             with psycopg.connect(url, autocommit=True) as conn:
                 conn.execute("DELETE FROM runs WHERE id = %s", (warm,))
-        return await run_phases(url, n, mod)
+        figures = await run_phases(url, n, mod)
+        writer = getattr(pyworkflow.get_store(), "_writer", None)  # this process's group commit
+        if writer is not None and writer.groups:
+            figures["driver_statements_per_group"] = writer.statements / writer.groups
+        return figures
     finally:
         await pyworkflow.shutdown()
         for w in workers:
@@ -231,23 +244,36 @@ def main() -> None:
     )
     parser.add_argument("--n", type=int, default=2000)
     parser.add_argument("--only", choices=["local", "celery1", "celery2"], action="append")
-    parser.add_argument("--concurrency", type=int, default=16, help="turns per Celery worker process")
+    parser.add_argument("--concurrency", type=int, default=32, help="turns per Celery worker process")
+    parser.add_argument("--repeat", type=int, default=1, help="runs per configuration; medians printed")
     parser.add_argument("--json", type=Path, help="also write the figures here")
     args = parser.parse_args()
     figures: dict[str, dict[str, float]] = {}
-    for config in args.only or ["local", "celery1", "celery2"]:
-        figures[config] = asyncio.run(bench(config, args.n, args.concurrency))
-        f = figures[config]
-        print(
-            f"{config:8} N={args.n}  A {f['A_runs_per_s']:7.0f} runs/s  B {f['B_runs_per_s']:7.0f} runs/s"
-            f"  C {f['C_runs_per_s']:7.0f} runs/s"
-            f"  resume->running p50 {f['resume_to_running_p50_ms']:6.1f} ms"
-            f"  p99 {f['resume_to_running_p99_ms']:6.1f} ms",
-            flush=True,
-        )
+    runs: dict[str, list[dict[str, float]]] = {}
+    for _ in range(max(1, args.repeat)):
+        for config in args.only or ["local", "celery1", "celery2"]:
+            f = asyncio.run(bench(config, args.n, args.concurrency))
+            f["load_1min"] = os.getloadavg()[0]
+            runs.setdefault(config, []).append(f)
+            _print(config, args.n, f)
+    for config, results in runs.items():
+        figures[config] = {k: statistics.median(r[k] for r in results) for k in results[0]}
+        if len(results) > 1:
+            _print(f"{config} median of {len(results)}", args.n, figures[config])
     if args.json:
         args.json.parent.mkdir(parents=True, exist_ok=True)
-        args.json.write_text(json.dumps({"n": args.n, "figures": figures}, indent=2))
+        args.json.write_text(json.dumps({"n": args.n, "figures": figures, "runs": runs}, indent=2))
+
+
+def _print(label: str, n: int, f: dict[str, float]) -> None:
+    print(
+        f"{label:8} N={n}  A {f['A_runs_per_s']:7.0f} runs/s  B {f['B_runs_per_s']:7.0f} runs/s"
+        f"  C {f['C_runs_per_s']:7.0f} runs/s"
+        f"  resume->running p50 {f['resume_to_running_p50_ms']:6.1f} ms"
+        f"  p99 {f['resume_to_running_p99_ms']:6.1f} ms  load {f['load_1min']:.2f}"
+        f"  statements/group {f.get('driver_statements_per_group', 0):.0f}",
+        flush=True,
+    )
 
 
 if __name__ == "__main__":

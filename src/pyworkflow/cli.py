@@ -88,7 +88,14 @@ def main() -> None:
 
 @main.command()
 @common
-@click.option("--concurrency", "-c", type=int, default=8, show_default=True, help="Turns run at once.")
+@click.option(
+    "--concurrency",
+    "-c",
+    type=click.IntRange(min=1, max=1024),
+    default=None,
+    help="Turns run at once [default: 32 threads (they only wait for the shared loop), one prefork "
+    "child per CPU, 1 for solo].",
+)
 @click.option(
     "--pool", type=click.Choice(["threads", "prefork", "solo"]), default="threads", show_default=True
 )
@@ -104,7 +111,7 @@ def worker(
     max_crashes: int,
     sweep_interval: float,
     imports: tuple[str, ...],
-    concurrency: int,
+    concurrency: int | None,
     pool: str,
     sweeper: bool,
     loglevel: str,

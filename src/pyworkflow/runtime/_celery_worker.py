@@ -1,8 +1,11 @@
 """The worker side of the Celery runtime: the turn task, the lease heartbeat and the sweeper.
 
-One :class:`Worker` per process (prefork children each get their own, after the fork). Turns run
-on a per-thread event loop; the store does its I/O on its own loop, so any Celery pool works
-(``threads`` is the default of ``pyworkflow worker``; ``prefork`` and ``solo`` work too).
+One :class:`Worker` per process (prefork children each get their own, after the fork). The turns
+of a process run on one event loop in a thread of their own (as the local runtime's turns share
+its loop); the pool thread that took the message waits for its turn to end, so Celery's
+concurrency bounds the turns in flight and acks-late still acknowledges after the turn. The store
+does its I/O on its own threads, so any Celery pool works (``threads`` is the default of
+``pyworkflow worker``; ``prefork`` and ``solo`` work too).
 """
 
 from __future__ import annotations
@@ -55,20 +58,29 @@ class Worker:
         self.turns = 0
         self._active = 0
         self._lock = threading.Lock()
-        self._local = threading.local()
         self._stop = threading.Event()
+        # Every turn of this process runs on one event loop in its own thread; the pool's threads
+        # only wait for their turn to end (see ``run``).
+        self._turn_loop = asyncio.new_event_loop()
+        self._turn_thread = threading.Thread(
+            target=self._turn_loop.run_forever, name="pyworkflow-turns", daemon=True
+        )
+        self._turn_thread.start()
         self._beat = threading.Thread(target=self._heartbeat, name="pyworkflow-heartbeat", daemon=True)
         self._beat.start()
 
-    def _loop(self) -> asyncio.AbstractEventLoop:
-        loop: asyncio.AbstractEventLoop | None = getattr(self._local, "loop", None)
-        if loop is None or loop.is_closed():
-            loop = self._local.loop = asyncio.new_event_loop()
-        return loop
-
     def run(self, run_id: str) -> int:
-        """The turn task: run the turns ``run_id`` is due for; return how many ran (0: not due)."""
-        return self._loop().run_until_complete(self._turns(run_id))
+        """The turn task: run the turns ``run_id`` is due for; return how many ran (0: not due).
+
+        The turns run on the process's turn loop, like the local runtime's turns share its loop,
+        and the calling pool thread blocks until they end (so Celery's concurrency still bounds
+        the turns in flight, and acks-late still acknowledges only after the turn). One loop
+        instead of one per pool thread: the store wakes one loop per group commit, not one per
+        thread, and the threads do not compete for the GIL while they wait. As everywhere in
+        asyncio, a step must not block the loop (use ``asyncio.to_thread`` for blocking calls)."""
+        if self._stop.is_set():
+            raise RuntimeError("the pyworkflow worker is closed")
+        return asyncio.run_coroutine_threadsafe(self._turns(run_id), self._turn_loop).result()
 
     async def _turns(self, run_id: str) -> int:
         s = self.settings
@@ -84,7 +96,7 @@ class Worker:
                 self._active += 1
             try:
                 state = await self.store.load_state(run_id) if claim.resumed else RunState()
-                await execute_turn(self.store, claim, state)
+                suspended = await execute_turn(self.store, claim, state)
             except Exception:
                 # Not the workflow's failure (execute_turn records those) but ours, e.g. the
                 # database went away: give the lease back rather than heartbeat it forever; the
@@ -98,6 +110,8 @@ class Worker:
                     self._active -= 1
                     self.turns += 1
             ran += 1
+            if not suspended:  # finished, or another worker holds it now: nothing left to claim
+                return ran
         dispatch([run_id], s.celery)  # still due: let another message continue it
         return ran
 
@@ -116,6 +130,8 @@ class Worker:
 
     def close(self) -> None:
         self._stop.set()
+        self._turn_loop.call_soon_threadsafe(self._turn_loop.stop)
+        self._turn_thread.join(timeout=10)
         self.store.close()
 
 
@@ -242,13 +258,17 @@ def build_app(settings: WorkerSettings) -> Celery:
 def run_worker(
     settings: WorkerSettings,
     *,
-    concurrency: int = 8,
+    concurrency: int | None = None,
     pool: str = "threads",
     sweeper: bool = True,
     loglevel: str = "INFO",
     hostname: str | None = None,
 ) -> None:
-    """Run a Celery worker for pyworkflow turns in this process (blocks until shutdown)."""
+    """Run a Celery worker for pyworkflow turns in this process (blocks until shutdown).
+    ``concurrency`` defaults by pool: threads only wait for the process's turn loop, so 32 of them
+    keep the database busy; prefork children each run a loop, one per CPU; solo runs one."""
+    if concurrency is None:
+        concurrency = default_concurrency(pool)
     app = build_app(settings)
     sweep = Sweeper(settings) if sweeper else None
     if sweep is not None:
@@ -270,6 +290,14 @@ def run_worker(
             sweep.stop()
         if _worker is not None and _worker.pid == os.getpid():
             _worker.close()
+
+
+def default_concurrency(pool: str) -> int:
+    if pool == "solo":
+        return 1
+    if pool == "prefork":
+        return os.cpu_count() or 1
+    return 32
 
 
 def run_sweeper(settings: WorkerSettings) -> None:
