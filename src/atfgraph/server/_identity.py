@@ -215,6 +215,14 @@ class Identity:
             return None
         return Principal(row[0], row[1], Role(row[2]))
 
+    def principal_of(self, token_id: str) -> Principal | None:
+        """The live principal of a token known by its id (a console session, which verified the
+        whole token when it was opened); None when it is unknown or revoked."""
+        row = self._token_row(token_id)
+        if row is None or row[4] is not None:
+            return None
+        return Principal(row[0], row[1], Role(row[2]))
+
     def _token_row(self, token_id: str) -> Any:
         if self.cache_seconds <= 0:
             return self.db.reader().execute(SQL_TOKEN_BY_ID, (token_id,)).fetchone()

@@ -6,6 +6,7 @@ hubs), and when the first server is killed the second serves everything it left.
 from __future__ import annotations
 
 import asyncio
+import re
 import shutil
 import time
 from pathlib import Path
@@ -56,7 +57,18 @@ async def test_two_servers_on_one_database_wake_each_other_and_survive_one_dying
             handle = await client.submit("tester.pausing", {"key": "after-a"})
             await reach(client, handle.id, "waiting", 15)
             approval_id = str((await only_approval(client, handle.id))["id"])
+        # A reviewer signs in to the console on a; the session is in the database.
+        async with httpx.AsyncClient(base_url=a.url, timeout=10) as console:
+            login = await console.get("/login")
+            nonce = re.search(r'name="csrf" value="([^"]+)"', login.text)
+            assert nonce is not None
+            signed = await console.post("/login", data={"csrf": nonce.group(1), "token": a.token()})
+            assert signed.status_code == 303
+            cookie = console.cookies["atfg_console"]
         a.kill()
+        async with httpx.AsyncClient(base_url=b.url, timeout=10, cookies={"atfg_console": cookie}) as console:
+            page = await console.get("/inbox")  # b knows a's session
+            assert page.status_code == 200 and approval_id in page.text, page.headers.get("location")
         async with Client(b.url, token=a.token()) as other:
             await other.decide_approval(approval_id, "rejected", {"why": "a is gone"})
             result = await other.handle(handle.id).result(timeout=15)

@@ -1,14 +1,16 @@
 """The review console over plain HTTP (no browser): redirects, headers, sessions that end when
-their token is revoked, and how a form's response text becomes the decision's response."""
+their token is revoked and survive a restart, and how a form's response text becomes the
+decision's response."""
 
 from __future__ import annotations
 
 import contextlib
+import hashlib
 import re
 from collections.abc import Iterator
 
 import httpx
-from atfg_harness import ServerProcess
+from atfg_harness import ServerProcess, database_dump
 
 from atfgraph import Client
 
@@ -82,6 +84,31 @@ def test_revoking_a_token_ends_the_console_sessions_opened_with_it(server: Serve
         r = httpx.post(f"{server.url}/api/v2/tokens/{token_id}/revoke", headers=server.headers(), timeout=10)
         assert r.status_code == 200, r.text
         r = http.get("/")
+        assert (r.status_code, r.headers["location"]) == (303, "/login")
+
+
+def test_a_session_survives_a_restart_and_the_database_holds_only_its_digest(server: ServerProcess) -> None:
+    """Sessions live in the database: a server killed with SIGKILL and started again knows the
+    cookie; the database holds the session id's SHA-256 digest, never the id or the token. Sign
+    out ends it for good."""
+    token, _ = create_token(server, "sam", "reviewer")
+    with signed_in(server, token) as http:
+        cookie = http.cookies["atfg_console"]
+        page = http.get("/")
+        assert page.status_code == 200 and "sam" in page.text
+        server.kill()
+        server.start()
+        again = http.get("/inbox")
+        assert again.status_code == 200 and "sam" in again.text, again.headers.get("location")
+        dump = database_dump(server)
+        assert "atfg_console_sessions" in dump
+        assert cookie not in dump and cookie.encode().hex() not in dump
+        assert token not in dump and token.encode().hex() not in dump
+        assert hashlib.sha256(cookie.encode()).hexdigest() in dump.lower()  # what it does hold (hex)
+        r = http.post("/logout", data={"csrf": hidden_csrf(again.text)})
+        assert (r.status_code, r.headers["location"]) == (303, "/login")
+    with httpx.Client(base_url=server.url, timeout=10, cookies={"atfg_console": cookie}) as replay:
+        r = replay.get("/")
         assert (r.status_code, r.headers["location"]) == (303, "/login")
 
 

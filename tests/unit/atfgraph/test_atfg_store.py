@@ -67,6 +67,7 @@ async def test_tables_are_prefixed_and_hot_queries_use_indexes(store: GraphStore
         "atfg_approvals",
         "atfg_audit",
         "atfg_checkpoints",
+        "atfg_console_sessions",
         "atfg_memory",
         "atfg_steps",
         "atfg_tokens",

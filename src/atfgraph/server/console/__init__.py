@@ -11,15 +11,14 @@ from __future__ import annotations
 from fastapi import FastAPI, Request, Response
 
 from ._pages import ConsoleExit, router
-from ._session import SecurityHeaders, Sessions
+from ._session import SecurityHeaders
 
 __all__ = ["install_console"]
 
 
 def install_console(app: FastAPI) -> None:
-    """Serve the console from ``app``: its routes, its sessions and the security headers
-    (Content-Security-Policy and companions) on every response outside ``/api``."""
-    app.state.console_sessions = Sessions()
+    """Serve the console from ``app``: its routes and the security headers (Content-Security-
+    Policy and companions) on every response outside ``/api``. Sessions live in the database."""
     app.include_router(router)
 
     async def console_exit(request: Request, exc: Exception) -> Response:

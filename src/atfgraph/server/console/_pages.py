@@ -118,8 +118,7 @@ def _identity(request: Request) -> Identity:
 
 
 def sessions_of(request: Request) -> Sessions:
-    sessions: Sessions = request.app.state.console_sessions
-    return sessions
+    return Sessions(_store(request).db)
 
 
 def render(
@@ -127,7 +126,7 @@ def render(
 ) -> HTMLResponse:
     body = _env.get_template(template).render(
         auth=auth,
-        flashes=auth.session.take_flashes() if auth and auth.session else [],
+        flashes=auth.session.flashes if auth and auth.session else [],
         csrf=auth.session.csrf if auth and auth.session else "",
         path=request.url.path,
         **context,
@@ -162,16 +161,18 @@ def _bearer(request: Request) -> str | None:
     return token.strip() if scheme.lower() == "bearer" else None
 
 
-def _authenticate(request: Request) -> Auth | None:
-    """The signed-in principal: the session cookie's (its token re-verified, so a revoked token
-    ends the session) or, for scripts, a bearer token's."""
+async def _authenticate(request: Request) -> Auth | None:
+    """The signed-in principal: the session cookie's (its token re-verified by id, so a revoked
+    token ends the session) or, for scripts, a bearer token's. A page view (GET) takes the
+    session's messages for the page it shows."""
     sessions = sessions_of(request)
     session = sessions.get(request.cookies.get(SESSION_COOKIE))
     if session is not None:
-        principal = _identity(request).verify(session.token)
+        principal = _identity(request).principal_of(session.token_id)
         if principal is None:
-            sessions.close(session.id)
+            await sessions.close(session)
             return None
+        await sessions.touch(session, take_flashes=request.method == "GET")
         return Auth(principal, session)
     raw = _bearer(request)
     if raw:
@@ -181,9 +182,9 @@ def _authenticate(request: Request) -> Auth | None:
     return None
 
 
-def _reader(request: Request) -> Auth:
+async def _reader(request: Request) -> Auth:
     """A page view: signed-in principals who may read; everyone else goes to the sign-in page."""
-    auth = _authenticate(request)
+    auth = await _authenticate(request)
     if auth is None:
         raise ConsoleExit(_redirect("/login"))
     if not auth.principal.can(Permission.READ):
@@ -211,7 +212,7 @@ async def _writer(
     """A form POST: a live session with its CSRF token (or a bearer token), and the permission.
     Refusals are 403 pages; refusals of decisions are audited as denied."""
     identity = _identity(request)
-    auth = _authenticate(request)
+    auth = await _authenticate(request)
     if auth is None:
         await identity.audit(None, action, target=target, outcome="denied", detail="console: not signed in")
         raise ConsoleExit(error_page(request, 403, "Not signed in", "Sign in before submitting this form."))
@@ -294,9 +295,9 @@ def _back(form: FormData, default: str) -> str:
     return default
 
 
-def _flash(auth: Auth, kind: str, text: str) -> None:
+async def _flash(request: Request, auth: Auth, kind: str, text: str) -> None:
     if auth.session is not None:
-        auth.session.flash(kind, text)
+        await sessions_of(request).flash(auth.session, kind, text)
 
 
 # -- sign-in ----------------------------------------------------------------------------------
@@ -304,7 +305,7 @@ def _flash(auth: Auth, kind: str, text: str) -> None:
 
 @router.get("/login")
 async def login_page(request: Request) -> Response:
-    if _authenticate(request) is not None:
+    if await _authenticate(request) is not None:
         return _redirect("/")
     nonce = request.cookies.get(LOGIN_COOKIE) or ""
     if len(nonce) < 20 or len(nonce) > 100:
@@ -336,7 +337,7 @@ async def login(request: Request) -> Response:
     if not principal.can(Permission.READ):
         await identity.audit(principal, "console.signin", target=None, outcome="denied", detail="worker-only")
         return error_page(request, 403, "Sign-in refused", _WORKER_REFUSED)
-    session = sessions_of(request).open(raw, principal)
+    session = await sessions_of(request).open(principal.id)
     await identity.audit(principal, "console.signin", target=None, outcome="allowed")
     response = _redirect("/")
     _set_cookie(request, response, SESSION_COOKIE, session.id, None)
@@ -347,13 +348,13 @@ async def login(request: Request) -> Response:
 @router.post("/logout")
 async def logout(request: Request) -> Response:
     form = await _form(request)
-    auth = _authenticate(request)
+    auth = await _authenticate(request)
     if auth is not None and auth.session is not None:
         if not same_secret(auth.session.csrf, form.get("csrf")):
             return error_page(
                 request, 403, "Form refused", "The form's CSRF token is missing or stale.", auth
             )
-        sessions_of(request).close(auth.session.id)
+        await sessions_of(request).close(auth.session)
     response = _redirect("/login")
     response.delete_cookie(SESSION_COOKIE, path="/", httponly=True, samesite="strict")
     return response
@@ -364,7 +365,7 @@ async def logout(request: Request) -> Response:
 
 @router.get("/")
 async def policies(request: Request) -> Response:
-    auth = _reader(request)
+    auth = await _reader(request)
     store = _store(request)
     return render(
         request,
@@ -377,7 +378,7 @@ async def policies(request: Request) -> Response:
 
 @router.get("/inbox")
 async def inbox(request: Request) -> Response:
-    auth = _reader(request)
+    auth = await _reader(request)
     store = _store(request)
     hooks = []
     waits = await store.pyworkflow.list_waits(
@@ -422,7 +423,7 @@ def _parse_time(value: str, errors: list[str], label: str) -> float | None:
 
 @router.get("/runs")
 async def runs(request: Request) -> Response:
-    auth = _reader(request)
+    auth = await _reader(request)
     q = request.query_params
     errors: list[str] = []
     status = q.get("status", "")
@@ -439,7 +440,7 @@ async def runs(request: Request) -> Response:
 
 @router.get("/runs/{traverser_id}")
 async def run_detail(request: Request, traverser_id: str) -> Response:
-    auth = _reader(request)
+    auth = await _reader(request)
     try:
         run = _store(request).console_run(traverser_id)
     except ApiError:
@@ -489,7 +490,7 @@ def _timeline(run: dict[str, Any], audit: list[dict[str, Any]]) -> list[tuple[fl
 
 @router.get("/workers")
 async def workers(request: Request) -> Response:
-    auth = _reader(request)
+    auth = await _reader(request)
     store = _store(request)
     now = time.time()
     items = []
@@ -521,7 +522,7 @@ async def decide(request: Request, approval_id: str) -> Response:
     try:
         response = parse_json_field(_text(form, "response"), note_key="note")
     except ValueError as exc:
-        _flash(auth, "error", f"The response was not recorded: {exc}")
+        await _flash(request, auth, "error", f"The response was not recorded: {exc}")
         return _redirect(back)
     body: dict[str, Any] = {"decision": decision}
     if response is not None:
@@ -529,9 +530,11 @@ async def decide(request: Request, approval_id: str) -> Response:
     try:
         await api.decide(_json_request(request, body), approval_id, auth.principal)
     except ApiError as exc:
-        _flash(auth, "error", f"Approval {approval_id} was not decided: {exc.message} ({exc.code})")
+        await _flash(
+            request, auth, "error", f"Approval {approval_id} was not decided: {exc.message} ({exc.code})"
+        )
         return _redirect(back)
-    _flash(auth, "ok", f"Approval {approval_id} {decision} by {auth.principal.name}.")
+    await _flash(request, auth, "ok", f"Approval {approval_id} {decision} by {auth.principal.name}.")
     return _redirect(back)
 
 
@@ -543,12 +546,12 @@ async def resume(request: Request, hook_id: str) -> Response:
     try:
         payload = parse_json_field(_text(form, "payload"), note_key=None)
     except ValueError as exc:
-        _flash(auth, "error", f"The hook was not resumed: the payload is {exc}")
+        await _flash(request, auth, "error", f"The hook was not resumed: the payload is {exc}")
         return _redirect(back)
     try:
         await api_admin.resume_hook(_json_request(request, {"payload": payload}), hook_id, auth.principal)
     except ApiError as exc:
-        _flash(auth, "error", f"Hook {hook_id} was not resumed: {exc.message} ({exc.code})")
+        await _flash(request, auth, "error", f"Hook {hook_id} was not resumed: {exc.message} ({exc.code})")
         return _redirect(back)
-    _flash(auth, "ok", f"Hook {hook_id} resumed by {auth.principal.name}; its run continues.")
+    await _flash(request, auth, "ok", f"Hook {hook_id} resumed by {auth.principal.name}; its run continues.")
     return _redirect(back)
