@@ -7,26 +7,14 @@ from __future__ import annotations
 
 import asyncio
 import threading
-from collections.abc import Iterator
 
 import psycopg
 import pytest
 
-from pyworkflow.store import open_store
 from pyworkflow.store._postgres import PostgresStore
 
 pytestmark = pytest.mark.postgres
 T0 = 1_700_000_000.0
-
-
-@pytest.fixture
-def pg_store(pg_database: str) -> Iterator[PostgresStore]:
-    store = open_store(pg_database)
-    assert isinstance(store, PostgresStore)
-    try:
-        yield store
-    finally:
-        store.close()
 
 
 def _count_runs(url: str, prefix: str, *, exact: bool = False) -> int:

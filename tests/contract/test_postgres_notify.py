@@ -6,26 +6,15 @@ from __future__ import annotations
 import asyncio
 import secrets
 import threading
-from collections.abc import Iterator
 
 import pytest
 
 from pyworkflow import HookAlreadyReceivedError
-from pyworkflow.store import NewWait, WaitKind, open_store
+from pyworkflow.store import NewWait, WaitKind
 from pyworkflow.store._postgres import PostgresStore
 
 pytestmark = pytest.mark.postgres
 T0 = 1_700_000_000.0
-
-
-@pytest.fixture
-def pg_store(pg_database: str) -> Iterator[PostgresStore]:
-    store = open_store(pg_database)
-    assert isinstance(store, PostgresStore)
-    try:
-        yield store
-    finally:
-        store.close()
 
 
 async def _woken(event: threading.Event, timeout: float) -> bool:

@@ -5,12 +5,10 @@ SQLite schema, so the two dialects cannot drift apart unnoticed."""
 from __future__ import annotations
 
 import sqlite3
-import subprocess
-import sys
-import time
 from pathlib import Path
 
 import psycopg
+from racing import run_at_once
 
 from atfgraph.server._store import GraphStore
 
@@ -26,18 +24,8 @@ print("ok")
 
 
 def test_racing_servers_build_the_schema_once(pg_database: str) -> None:
-    start = time.time() + 2.0
-    procs = [
-        subprocess.Popen(
-            [sys.executable, "-c", _OPEN_AT, pg_database, str(start)],
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
-            text=True,
-        )
-        for _ in range(4)
-    ]
-    outputs = [p.communicate(timeout=60) for p in procs]
-    assert [p.returncode for p in procs] == [0, 0, 0, 0], [err for _, err in outputs]
+    for code, out, err in run_at_once(_OPEN_AT, pg_database, lead=2.0):
+        assert code == 0 and out.strip() == "ok", err
     with psycopg.connect(pg_database) as conn:
         rows = conn.execute(
             "SELECT component, version, count(*) FROM schema_migrations GROUP BY 1, 2"

@@ -3,14 +3,12 @@ advisory lock; the schema is built once and equals the one a lone migrator build
 
 from __future__ import annotations
 
-import subprocess
-import sys
-import time
 from collections.abc import Iterator
 from typing import Any
 
 import psycopg
 import pytest
+from racing import run_at_once
 
 from pyworkflow.store._postgres import pyworkflow_migrations
 
@@ -59,19 +57,9 @@ def second_database(pg_database: str) -> Iterator[str]:
 
 
 def test_concurrent_migrators_build_the_schema_once(pg_database: str, second_database: str) -> None:
-    start = time.time() + 1.5  # every process is imported and spinning before it opens the store
-    procs = [
-        subprocess.Popen(
-            [sys.executable, "-c", _OPEN_AT, pg_database, str(start)],
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
-            text=True,
-        )
-        for _ in range(4)
-    ]
-    outputs = [p.communicate(timeout=60) for p in procs]
-    for proc, (out, err) in zip(procs, outputs, strict=True):
-        assert proc.returncode == 0 and out.strip() == "ok", err
+    # Every process is imported and spinning before it opens the store.
+    for code, out, err in run_at_once(_OPEN_AT, pg_database):
+        assert code == 0 and out.strip() == "ok", err
     raced = _schema(pg_database)
     expected_versions = [("pyworkflow", m.version, m.name) for m in pyworkflow_migrations()]
     assert raced["versions"] == expected_versions  # each migration recorded exactly once
