@@ -15,6 +15,7 @@ import uvicorn
 
 from ._app import DEFAULT_PORT, Settings, create_app, wrap
 from ._dburl import redact
+from ._store import GraphStore
 
 
 def serve(
@@ -33,6 +34,7 @@ def serve(
         file=sys.stderr,
         flush=True,
     )
+    _check_database(settings)
     app = create_app(settings)
     config = uvicorn.Config(
         wrap(app),
@@ -48,6 +50,19 @@ def serve(
         proxy_headers=False,
     )
     _Server(config, app).run()
+
+
+def _check_database(settings: Settings) -> None:
+    """Open the database once before serving (which also migrates it), so that a wrong path or an
+    unreachable PostgreSQL is one line and exit status 2, not a startup traceback."""
+    try:
+        GraphStore(
+            settings.db_path, lease_seconds=settings.lease_seconds, synchronous=settings.synchronous
+        ).close()
+    except Exception as exc:  # any failure to open it: the message says which
+        first = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
+        print(f"atfgraph: cannot open the database {redact(settings.db_path)}: {first}", file=sys.stderr)
+        raise SystemExit(2) from None
 
 
 class _Server(uvicorn.Server):

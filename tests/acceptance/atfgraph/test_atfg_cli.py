@@ -76,6 +76,24 @@ def test_server_start_commands(tmp_path: Path, how: str) -> None:
     assert f"atfgraph server on {url}" in err.decode()
 
 
+@pytest.mark.parametrize(
+    "db",
+    ["postgresql://postgres:secret@127.0.0.1:1/nowhere", "{tmp}", "/proc/atfg/graph.db"],
+    ids=["unreachable-postgres", "a-directory", "an-uncreatable-path"],
+)
+def test_server_start_with_a_database_it_cannot_open_is_one_line_and_status_2(
+    tmp_path: Path, db: str
+) -> None:
+    argv = [str(Path(sys.executable).parent / "atfg"), "server", "start", "--port", str(free_port())]
+    env = base_env("http://127.0.0.1:1", tmp_path)
+    argv += ["--db", db.format(tmp=tmp_path)]
+    done = subprocess.run(argv, cwd=REPO, env=env, capture_output=True, text=True, timeout=60)
+    assert done.returncode == 2, done.stderr
+    assert "Traceback" not in done.stderr and "secret" not in done.stderr
+    last = done.stderr.strip().splitlines()[-1]
+    assert last.startswith("atfgraph: cannot open the database "), done.stderr
+
+
 def test_home_directory_default(tmp_path: Path) -> None:
     port = free_port()
     url = f"http://127.0.0.1:{port}"
