@@ -49,6 +49,12 @@ async def test_rule1_in_process_worker_keeps_no_task_or_thread_per_waiting_trave
         handles = [await client.submit("tester.pausing", {"key": f"k{i}"}) for i in range(40)]
         for handle in handles:
             await reach(client, handle.id, "waiting")
+        # "waiting" is visible as soon as the pause commits; the worker counts the pause and gives
+        # its permit back when the answer reaches it, a moment later.
+        for _ in range(100):
+            if worker.stats.paused == 40 and worker.permits_in_use == 0:
+                break
+            await asyncio.sleep(0.05)
         assert worker.stats.paused == 40
         assert worker.permits_in_use == 0
         # Only the worker's own loops remain: nothing per waiting traverser.
