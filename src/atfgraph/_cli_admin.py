@@ -158,8 +158,10 @@ def db_migrate(ctx: click.Context, db_path: str | None, sql_only: bool) -> None:
     starts). Safe beside a running server: migrators serialize on the database's write lock
     (SQLite) or an advisory lock (PostgreSQL)."""
     path = db_path or os.environ.get("ATFGRAPH_DB") or _default_db_path()
-    postgres = path.startswith(("postgresql://", "postgres://"))
-    shown = _redact(path) if postgres else path
+    from .server._dburl import is_postgres_url, redact
+
+    postgres = is_postgres_url(path)
+    shown = redact(path)
     migrations = server_migrations("postgres" if postgres else "sqlite")
     if sql_only:
         applied = _applied_postgres(path) if postgres else _applied(path)
@@ -208,8 +210,7 @@ def _migrate_postgres(url: str, migrations: list[Any]) -> list[Any]:
         with psycopg.connect(url, autocommit=True, connect_timeout=10) as conn:
             return apply_postgres_migrations(conn, migrations)
     except psycopg.Error as exc:
-        code = EXIT_UNAVAILABLE if isinstance(exc, psycopg.OperationalError) else EXIT_ERROR
-        raise CliError(f"cannot migrate {_redact(url)}: {_first_line(exc)}", code) from None
+        raise _pg_error("migrate", url, exc, psycopg) from None
 
 
 def _applied_postgres(url: str) -> set[tuple[str, int]]:
@@ -222,12 +223,7 @@ def _applied_postgres(url: str) -> set[tuple[str, int]]:
             rows = conn.execute("SELECT component, version FROM schema_migrations").fetchall()
             return {(str(r[0]), int(r[1])) for r in rows}
     except psycopg.Error as exc:
-        code = EXIT_UNAVAILABLE if isinstance(exc, psycopg.OperationalError) else EXIT_ERROR
-        raise CliError(f"cannot read {_redact(url)}: {_first_line(exc)}", code) from None
-
-
-def _first_line(exc: BaseException) -> str:
-    return (str(exc).strip().splitlines() or [type(exc).__name__])[0]
+        raise _pg_error("read", url, exc, psycopg) from None
 
 
 def _psycopg() -> Any:
@@ -240,10 +236,12 @@ def _psycopg() -> Any:
     return psycopg
 
 
-def _redact(url: str) -> str:
-    from .server._dburl import redact
+def _pg_error(action: str, url: str, exc: BaseException, psycopg: Any) -> CliError:
+    """One line, password masked; an unreachable server is exit status 2 like any other."""
+    from .server._dburl import first_line, redact
 
-    return redact(url)
+    code = EXIT_UNAVAILABLE if isinstance(exc, psycopg.OperationalError) else EXIT_ERROR
+    return CliError(f"cannot {action} {redact(url)}: {first_line(exc)}", code)
 
 
 def server_migrations(dialect: str = "sqlite") -> list[Any]:

@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import sqlite3
 
+from ._dburl import first_line
+
 
 class ApiError(Exception):
     """An expected failure with its HTTP status and stable code; the store raises these too, so a
@@ -47,5 +49,5 @@ def database_unavailable(exc: BaseException) -> ApiError | None:
         unavailable = isinstance(exc, psycopg.OperationalError)
     if not unavailable:
         return None
-    first = (str(exc).strip().splitlines() or [type(exc).__name__])[0][:300]
-    return ApiError(503, "database_unavailable", f"the server's database is unavailable: {first}")
+    reason = first_line(exc)[:300]
+    return ApiError(503, "database_unavailable", f"the server's database is unavailable: {reason}")

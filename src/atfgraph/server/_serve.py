@@ -14,7 +14,7 @@ from typing import Any
 import uvicorn
 
 from ._app import DEFAULT_PORT, Settings, create_app, wrap
-from ._dburl import redact
+from ._dburl import first_line, redact
 from ._store import GraphStore
 
 
@@ -60,8 +60,10 @@ def _check_database(settings: Settings) -> None:
             settings.db_path, lease_seconds=settings.lease_seconds, synchronous=settings.synchronous
         ).close()
     except Exception as exc:  # any failure to open it: the message says which
-        first = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
-        print(f"atfgraph: cannot open the database {redact(settings.db_path)}: {first}", file=sys.stderr)
+        print(
+            f"atfgraph: cannot open the database {redact(settings.db_path)}: {first_line(exc)}",
+            file=sys.stderr,
+        )
         raise SystemExit(2) from None
 
 

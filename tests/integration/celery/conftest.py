@@ -59,26 +59,28 @@ def _cluster(pg_database: str, tmp_path: Path, broker: str, monkeypatch: pytest.
     return Cluster(pg_database, broker, queue, workdir, env)
 
 
-@pytest.fixture
-def redis_cluster(pg_database: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Cluster]:
-    require_service("Redis", "127.0.0.1", 6379)
-    cluster = _cluster(pg_database, tmp_path, REDIS_URL, monkeypatch)
+def _running_cluster(
+    service: str, port: int, broker: str, pg_database: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> Iterator[Cluster]:
+    """A cluster on ``broker`` (failing with one line when its service is down), stopped and its
+    queue purged afterwards."""
+    require_service(service, "127.0.0.1", port)
+    cluster = _cluster(pg_database, tmp_path, broker, monkeypatch)
     try:
         yield cluster
     finally:
         cluster.stop_all()
         _purge(cluster.broker, cluster.queue)
+
+
+@pytest.fixture
+def redis_cluster(pg_database: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Cluster]:
+    yield from _running_cluster("Redis", 6379, REDIS_URL, pg_database, tmp_path, monkeypatch)
 
 
 @pytest.fixture
 def rabbitmq_cluster(pg_database: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Cluster]:
-    require_service("RabbitMQ", "127.0.0.1", 5672)
-    cluster = _cluster(pg_database, tmp_path, RABBITMQ_URL, monkeypatch)
-    try:
-        yield cluster
-    finally:
-        cluster.stop_all()
-        _purge(cluster.broker, cluster.queue)
+    yield from _running_cluster("RabbitMQ", 5672, RABBITMQ_URL, pg_database, tmp_path, monkeypatch)
 
 
 @pytest.fixture
