@@ -5,13 +5,9 @@ from __future__ import annotations
 import time
 from contextvars import ContextVar
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
 
 from ._errors import ConfigurationError
 from .store import Fence, RunState, Store
-
-if TYPE_CHECKING:
-    from .runtime._local import LocalRuntime
 
 
 @dataclass(slots=True)
@@ -22,7 +18,6 @@ class WorkflowContext:
     fence: Fence
     store: Store
     state: RunState
-    runtime: LocalRuntime | None = None
     step_counters: dict[str, int] = field(default_factory=dict)
     wait_counters: dict[str, int] = field(default_factory=dict)
     #: waits whose on_created ran in this turn: marked notified with the suspension

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import logging
 import time
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from . import _serde
 from ._context import WorkflowContext, _workflow
@@ -20,9 +20,6 @@ from ._errors import (
 )
 from ._workflow import resolve
 from .store import Claim, RunState, Store
-
-if TYPE_CHECKING:
-    from .runtime._local import LocalRuntime
 
 log = logging.getLogger("pyworkflow")
 
@@ -40,9 +37,7 @@ def encode_input(args: tuple[Any, ...], kwargs: dict[str, Any], module: str) -> 
     return data
 
 
-async def execute_turn(
-    store: Store, claim: Claim, state: RunState, runtime: LocalRuntime | None = None
-) -> bool:
+async def execute_turn(store: Store, claim: Claim, state: RunState) -> bool:
     """Run one turn and record how it ended. Returns True when the run suspended (a wake-up that
     arrived during the turn leaves it due again at once), False when it ended (completed, failed,
     cancelled) or the turn lost its lease: then nothing is left for this turn's owner to claim."""
@@ -53,7 +48,7 @@ async def execute_turn(
     except WorkflowError as exc:
         await store.fail_run(fence, _serde.encode_error(exc), now=time.time())
         return False
-    ctx = WorkflowContext(fence.run_id, fence, store, state, runtime)
+    ctx = WorkflowContext(fence.run_id, fence, store, state)
     token = _workflow.set(ctx)
     try:
         try:

@@ -147,7 +147,7 @@ class LocalRuntime:
             if state is None:
                 state = await self.store.load_state(run_id) if claim.resumed else RunState()
             self.turns += 1
-            await execute_turn(self.store, claim, state, self)
+            await execute_turn(self.store, claim, state)
         except asyncio.CancelledError:
             try:
                 await asyncio.shield(self.store.release(claim.fence, now=time.time()))
