@@ -20,12 +20,14 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from ._auth import AuthMiddleware
-from ._errors import ApiError, database_unavailable
+from ._errors import ApiError, api_error, database_unavailable
 from ._fastpath import FastPath
 from ._hub import Hub, node_key, traverser_key
 from ._identity import Identity
+from ._refusals import Refusal
 from ._routes import error_response, router, unavailable_response
 from ._routes_admin import router as admin_router
+from ._service import Service
 from ._store import GraphStore
 from .console import install_console
 
@@ -180,6 +182,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         # a round trip there; SQLite reads it from its page cache.
         cache = 2.0 if app.state.store.is_postgres else 0.0
         app.state.identity = Identity(app.state.store.db, cache_seconds=cache)
+        app.state.service = Service(app.state.store, app.state.identity, app.state.hub)
         written = await app.state.identity.bootstrap(settings.home, settings.public_url)
         if written is not None:
             print(
@@ -229,8 +232,11 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         return Response(b'{"status":"ready"}', media_type="application/json")
 
     @app.exception_handler(ApiError)
-    async def apierror_response(request: Request, exc: ApiError) -> Response:
-        return error_response(exc.status, exc.code, exc.message)
+    @app.exception_handler(Refusal)
+    async def apierror_response(request: Request, exc: Exception) -> Response:
+        assert isinstance(exc, ApiError | Refusal)
+        error = api_error(exc)
+        return error_response(error.status, error.code, error.message)
 
     @app.exception_handler(RequestValidationError)
     async def validationerror_response(request: Request, exc: RequestValidationError) -> Response:

@@ -7,11 +7,13 @@ from __future__ import annotations
 import sqlite3
 
 from ._dburl import first_line
+from ._refusals import Conflict, Invalid, LeaseLost, NotFound, Refusal
 
 
 class ApiError(Exception):
-    """An expected failure with its HTTP status and stable code; the store raises these too, so a
-    rejected transition rolls its transaction back and changes nothing."""
+    """An expected failure of a request at the HTTP edge (a malformed body, a forbidden call),
+    with its HTTP status and stable code. The store and the service raise domain refusals
+    (``_refusals``) instead; :func:`api_error` gives each its status."""
 
     def __init__(self, status: int, code: str, message: str) -> None:
         super().__init__(message)
@@ -20,14 +22,16 @@ class ApiError(Exception):
         self.message = message
 
 
-def not_found(kind: str, ident: str) -> ApiError:
-    return ApiError(404, "not_found", f"{kind} {ident!r} not found")
+#: The HTTP status of each kind of refusal.
+_STATUS: dict[type[Refusal], int] = {NotFound: 404, LeaseLost: 409, Conflict: 409, Invalid: 422, Refusal: 409}
 
 
-def lease_lost(traverser_id: str) -> ApiError:
-    return ApiError(
-        409, "lease_lost", f"the lease on traverser {traverser_id!r} is not held (stale epoch or expired)"
-    )
+def api_error(exc: Refusal | ApiError) -> ApiError:
+    """The edge's view of a refusal: its status and code in the one error shape."""
+    if isinstance(exc, ApiError):
+        return exc
+    status = next(code for kind, code in _STATUS.items() if isinstance(exc, kind))
+    return ApiError(status, exc.code, exc.message)
 
 
 def bad_request(message: str, code: str = "validation_error") -> ApiError:

@@ -21,7 +21,8 @@ from starlette.types import Receive, Scope, Send
 
 from . import _routes as routes
 from ._auth import caller
-from ._errors import ApiError, bad_request, database_unavailable
+from ._errors import ApiError, api_error, bad_request, database_unavailable
+from ._refusals import Refusal
 
 log = logging.getLogger("atfgraph.server")
 
@@ -47,13 +48,21 @@ async def _decide(request: Request, approval_id: str) -> Response:
     return await routes.decide(request, approval_id, await caller(request))
 
 
+async def _submit(request: Request) -> Response:
+    return await routes.submit(request, await caller(request))
+
+
+async def _request_approval(request: Request) -> Response:
+    return await routes.request_approval(request, await caller(request))
+
+
 _SEGMENT = "([^/]+)"
 _ROUTES: dict[str, list[tuple[re.Pattern[str], Route]]] = {
     "POST": [
         (re.compile(f"/api/v2/workers/{_SEGMENT}/claim"), routes.claim),
         (re.compile(f"/api/v2/traversers/{_SEGMENT}/complete"), routes.complete),
-        (re.compile("/api/v2/approvals"), routes.request_approval),
-        (re.compile("/api/v2/traversers"), routes.submit),
+        (re.compile("/api/v2/approvals"), _request_approval),
+        (re.compile("/api/v2/traversers"), _submit),
         (re.compile(f"/api/v2/approvals/{_SEGMENT}/decide"), _decide),
     ],
     "PUT": [(re.compile(f"/api/v2/traversers/{_SEGMENT}/checkpoints/{_SEGMENT}"), routes.put_checkpoint)],
@@ -82,8 +91,9 @@ class FastPath:
     async def _call(route: Route, request: Request, params: tuple[Any, ...]) -> Response:
         try:
             return await route(request, *params)
-        except ApiError as exc:
-            return routes.error_response(exc.status, exc.code, exc.message)
+        except (ApiError, Refusal) as exc:
+            error = api_error(exc)
+            return routes.error_response(error.status, error.code, error.message)
         except Exception as exc:
             if (down := database_unavailable(exc)) is not None:
                 log.warning("%s %s: %s", request.method, request.url.path, down.message)

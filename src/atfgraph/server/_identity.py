@@ -22,7 +22,7 @@ import os
 import re
 import secrets
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from enum import StrEnum
 from pathlib import Path
 from typing import Any
@@ -137,6 +137,38 @@ SQL_LIST_AUDIT_OF = SQL_LIST_AUDIT + " WHERE target = ? ORDER BY id DESC LIMIT ?
 SQL_LIST_AUDIT_ALL = SQL_LIST_AUDIT + " ORDER BY id DESC LIMIT ?"
 
 
+@dataclass(frozen=True, slots=True)
+class AuditEntry:
+    """One row of the audit trail: who did what to which target, and how it ended. A change's
+    entry is written in the transaction of the change (:func:`write_audit`), so the trail never
+    records a change that did not commit, nor misses one that did."""
+
+    principal: Principal | None
+    action: str
+    target: str | None
+    outcome: str
+    detail: Any = None
+
+
+def write_audit(conn: Any, entry: AuditEntry, now: float) -> None:
+    """Append ``entry`` on ``conn``, inside the caller's transaction."""
+    who = entry.principal
+    # orjson: details may embed stored JSON as fragments (a decision's response).
+    data = orjson.dumps(entry.detail, default=str) if entry.detail is not None else None
+    conn.execute(
+        SQL_AUDIT,
+        (
+            now,
+            who.name if who else "anonymous",
+            who.role.value if who else "anonymous",
+            entry.action,
+            entry.target,
+            entry.outcome,
+            data,
+        ),
+    )
+
+
 class Identity:
     """Token administration and verification on the server's database."""
 
@@ -154,9 +186,10 @@ class Identity:
     # -- administration -------------------------------------------------------------------------
 
     async def create_token(
-        self, name: str, role: str, *, created_by: Principal | None
+        self, name: str, role: str, *, created_by: Principal | None, audit: AuditEntry | None = None
     ) -> tuple[TokenInfo, str]:
-        """Mint a token; the raw token is returned once and never stored."""
+        """Mint a token; the raw token is returned once and never stored. ``audit`` is recorded
+        with it (its target becomes the new token's id)."""
         if not isinstance(name, str) or not name.strip() or len(name) > MAX_NAME:
             raise IdentityError(f"a token name is 1 to {MAX_NAME} characters")
         if not name.isprintable():
@@ -175,6 +208,8 @@ class Identity:
 
         def tx(conn: Any) -> None:
             conn.execute(SQL_INSERT_TOKEN, (token_id, name.strip(), role_.value, _digest(raw), now, by))
+            if audit is not None:
+                write_audit(conn, replace(audit, target=token_id), now)
 
         await self.db.write(tx)
         return TokenInfo(token_id, name.strip(), role_, now, by, None, None), raw
@@ -183,15 +218,20 @@ class Identity:
         rows = self.db.reader().execute(SQL_LIST_TOKENS).fetchall()
         return [TokenInfo(r[0], r[1], Role(r[2]), r[3], r[4], r[5], r[6]) for r in rows]
 
-    async def revoke(self, token_id: str) -> bool:
-        """Revoke a live token; False if it was already revoked. Unknown ids raise."""
+    async def revoke(self, token_id: str, audit: AuditEntry | None = None) -> bool:
+        """Revoke a live token; False if it was already revoked. Unknown ids raise. ``audit`` is
+        recorded with the revocation (its detail says whether this call revoked it)."""
         if not isinstance(token_id, str) or not re.fullmatch(r"[0-9a-f]{16}", token_id):
             raise IdentityError(f"no token {token_id!r}")
 
         def tx(conn: Any) -> bool:
             if conn.execute(SQL_TOKEN_BY_ID, (token_id,)).fetchone() is None:
                 raise IdentityError(f"no token {token_id!r}")
-            return bool(conn.execute(SQL_REVOKE, (time.time(), token_id)).rowcount == 1)
+            now = time.time()
+            revoked = bool(conn.execute(SQL_REVOKE, (now, token_id)).rowcount == 1)
+            if audit is not None:
+                write_audit(conn, replace(audit, detail={"revoked": revoked}), now)
+            return revoked
 
         try:
             return await self.db.write(tx)
@@ -255,15 +295,10 @@ class Identity:
         outcome: str,
         detail: Any = None,
     ) -> None:
-        name = principal.name if principal else "anonymous"
-        role = principal.role.value if principal else "anonymous"
-        # orjson: details may embed stored JSON as fragments (a decision's response).
-        data = orjson.dumps(detail, default=str) if detail is not None else None
-
-        def tx(conn: Any) -> None:
-            conn.execute(SQL_AUDIT, (time.time(), name, role, action, target, outcome, data))
-
-        await self.db.write(tx)
+        """Record an attempt that changed nothing (a denial, a refusal) in a transaction of its own;
+        a change records its entry in its own transaction instead (:class:`AuditEntry`)."""
+        entry = AuditEntry(principal, action, target, outcome, detail)
+        await self.db.write(lambda conn: write_audit(conn, entry, time.time()))
 
     async def list_audit(self, *, target: str | None = None, limit: int = 100) -> list[dict[str, Any]]:
         reader = self.db.reader()

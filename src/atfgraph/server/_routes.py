@@ -15,6 +15,7 @@ from ._auth import Principal, caller
 from ._body import Fields, error_info, read_json
 from ._errors import RETRY_AFTER_SECONDS, ApiError, bad_request
 from ._hub import Hub, node_key, traverser_key
+from ._service import Service
 from ._store import GraphStore
 
 router = APIRouter(prefix="/api/v2")
@@ -63,6 +64,11 @@ def hub_of(request: Request) -> Hub:
     return hub
 
 
+def service_of(request: Request) -> Service:
+    service: Service = request.app.state.service
+    return service
+
+
 # -- traversers -------------------------------------------------------------------------------
 
 
@@ -81,7 +87,7 @@ def hub_of(request: Request) -> Hub:
         ["target"],
     ),
 )
-async def submit(request: Request) -> Response:
+async def submit(request: Request, who: Annotated[Principal, Depends(caller)]) -> Response:
     """Submit a traverser: run skill ``node.skill`` with ``input`` as keyword arguments. With
     ``wait_for`` and ``wait_seconds`` the answer comes once it reaches one of those statuses
     (as ``GET /traversers/{id}?wait_for=`` would), or after that many seconds. A repeated
@@ -97,10 +103,8 @@ async def submit(request: Request) -> Response:
     wanted = _parse_statuses(f.key("wait_for", required=False))
     wait = f.number("wait_seconds", required=False, maximum=MAX_CLIENT_WAIT) or 0.0
     key = f.key("idempotency_key", required=False)
-    view, created = await store_of(request).submit(target, input_json, max_attempts, key)
+    view, created = await service_of(request).submit(who, target, input_json, max_attempts, key)
     code = 201 if created else 200
-    if created:
-        hub_of(request).notify(node_key(node))
     if not wanted or wait <= 0:
         return ok(view, code)
     # Submit-and-follow: one round trip instead of two for callers that wait anyway.
@@ -172,10 +176,7 @@ async def get_path(request: Request, traverser_id: str) -> Response:
 
 @router.post("/traversers/{traverser_id}/cancel")
 async def cancel(request: Request, traverser_id: str, who: Annotated[Principal, Depends(caller)]) -> Response:
-    view = await store_of(request).cancel(traverser_id)
-    await request.app.state.identity.audit(who, "traverser.cancel", target=traverser_id, outcome="allowed")
-    hub_of(request).notify(traverser_key(traverser_id))
-    return ok(view)
+    return ok(await service_of(request).cancel(who, traverser_id))
 
 
 _LEASED = {"epoch": _INT, "steps": _STEPS}
@@ -272,14 +273,15 @@ async def put_checkpoint(request: Request, traverser_id: str, name: str) -> Resp
         ["traverser_id", "operation_key", "prompt"],
     ),
 )
-async def request_approval(request: Request) -> Response:
+async def request_approval(request: Request, who: Annotated[Principal, Depends(caller)]) -> Response:
     """Find or create the approval (traverser_id, operation_key). With ``pause`` (the default,
     which needs the task lease) a pending approval also closes the lease and parks the traverser."""
     f = Fields(await read_json(request))
     traverser_id = f.key("traverser_id")
     prompt = f.json("prompt")
     assert prompt is not None
-    approval, paused = await store_of(request).request_approval(
+    approval, paused = await service_of(request).request_approval(
+        who,
         traverser_id,
         f.integer("epoch", required=False),
         f.key("operation_key"),
@@ -289,8 +291,6 @@ async def request_approval(request: Request) -> Response:
         f.boolean("pause", True),
         f.steps(),
     )
-    if paused:
-        hub_of(request).notify(traverser_key(traverser_id))
     return ok({"approval": approval, "paused": paused})
 
 
@@ -324,25 +324,7 @@ async def decide(request: Request, approval_id: str, who: Annotated[Principal, D
     decision = f.key("decision")
     if decision not in DECISIONS:
         raise bad_request("body.decision must be 'approved' or 'rejected'")
-    identity = request.app.state.identity
-    try:
-        approval, node = await store_of(request).decide(
-            approval_id, decision, f.json("response", False), who.name
-        )
-    except ApiError as exc:
-        await identity.audit(who, "approval.decide", target=approval_id, outcome="refused", detail=exc.code)
-        raise
-    await identity.audit(
-        who,
-        "approval.decide",
-        target=approval_id,
-        outcome="allowed",
-        detail={"decision": decision, "response": approval.get("response")},
-    )
-    if node is not None:
-        hub_of(request).notify(node_key(node))
-        hub_of(request).notify(traverser_key(approval["traverser_id"]))
-    return ok(approval)
+    return ok(await service_of(request).decide(who, approval_id, decision, f.json("response", False)))
 
 
 # -- workers ----------------------------------------------------------------------------------

@@ -3,20 +3,19 @@ inbox shows them beside approvals). Permissions are enforced by ``_auth.RULES``.
 
 from __future__ import annotations
 
-import time
 from typing import Annotated, Any
 
 from fastapi import APIRouter, Depends, Query, Request, Response
 
-import pyworkflow
-from pyworkflow._waits import validate_payload
-from pyworkflow.store import WaitKind, WaitStatus
+from pyworkflow.store import WaitStatus
 
 from ._auth import Principal, caller
 from ._body import Fields, read_json
-from ._errors import ApiError, bad_request, not_found
-from ._identity import Identity, IdentityError
-from ._routes import _doc, ok, store_of
+from ._errors import ApiError, bad_request
+from ._identity import AuditEntry, Identity, IdentityError
+from ._refusals import NotFound
+from ._routes import _doc, ok, service_of, store_of
+from ._service import HOOK_KINDS
 
 router = APIRouter(prefix="/api/v2")
 
@@ -38,15 +37,13 @@ async def create_token(request: Request, who: Annotated[Principal, Depends(calle
     name, role = f.key("name"), f.key("role")
     identity = identity_of(request)
     try:
-        info, raw = await identity.create_token(name, role, created_by=who)
+        audit = AuditEntry(who, "token.create", None, "allowed", {"name": name, "role": role})
+        info, raw = await identity.create_token(name, role, created_by=who, audit=audit)
     except IdentityError as exc:
         raise bad_request(str(exc)) from None
     except PermissionError as exc:
         await identity.audit(who, "token.create", target=None, outcome="denied", detail={"role": role})
         raise ApiError(403, "forbidden", str(exc)) from None
-    await identity.audit(
-        who, "token.create", target=info.id, outcome="allowed", detail={"name": name, "role": role}
-    )
     return ok({"token": raw, "info": info.as_json()}, 201)
 
 
@@ -61,10 +58,9 @@ async def revoke_token(
 ) -> Response:
     identity = identity_of(request)
     try:
-        revoked = await identity.revoke(token_id)
+        revoked = await identity.revoke(token_id, AuditEntry(who, "token.revoke", token_id, "allowed"))
     except IdentityError:
-        raise not_found("token", token_id) from None
-    await identity.audit(who, "token.revoke", target=token_id, outcome="allowed", detail={"revoked": revoked})
+        raise NotFound.of("token", token_id) from None
     info = next(t for t in await identity.list_tokens() if t.id == token_id)
     return ok({"revoked": revoked, "info": info.as_json()})
 
@@ -98,7 +94,7 @@ def _hook_view(wait: Any) -> dict[str, Any]:
 async def list_hooks(request: Request, limit: Annotated[int, Query(ge=1, le=1000)] = 100) -> Response:
     """Pending pyworkflow hooks and step hooks in this server's database, oldest first."""
     waits = await store_of(request).pyworkflow.list_waits(
-        status=WaitStatus.PENDING, kinds=(WaitKind.HOOK, WaitKind.STEP_HOOK), limit=limit
+        status=WaitStatus.PENDING, kinds=HOOK_KINDS, limit=limit
     )
     return ok({"items": [_hook_view(w) for w in waits]})
 
@@ -108,20 +104,7 @@ async def resume_hook(request: Request, hook_id: str, who: Annotated[Principal, 
     """Deliver ``payload`` to a pending hook (an operator's answer, authorized by role instead of
     the hook's token). The run continues on whatever pyworkflow runtime serves this database."""
     f = Fields(await read_json(request))
-    payload = f.data.get("payload")
-    store = store_of(request).pyworkflow
-    wait = await store.get_wait(hook_id)
-    if wait is None or wait.kind not in (WaitKind.HOOK, WaitKind.STEP_HOOK):
-        raise not_found("hook", hook_id)
-    identity = identity_of(request)
-    try:
-        data = validate_payload(wait, payload)
-        resolved = await store.resolve_wait(wait_id=hook_id, payload=data, now=time.time())
-    except pyworkflow.HookError as exc:
-        await identity.audit(who, "hook.resume", target=hook_id, outcome="refused", detail=str(exc))
-        code = "payload_invalid" if isinstance(exc, pyworkflow.PayloadValidationError) else "hook_not_pending"
-        raise ApiError(422 if code == "payload_invalid" else 409, code, str(exc)) from None
-    await identity.audit(who, "hook.resume", target=hook_id, outcome="allowed", detail={"payload": payload})
+    resolved = await service_of(request).resume_hook(who, hook_id, f.data.get("payload"))
     return ok(
         {
             "run_id": resolved.run_id,

@@ -22,7 +22,7 @@ import sqlite3
 import time
 import uuid
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, TypeVar
 
 from pyworkflow.store._group_commit import GroupCommitWriter
@@ -34,8 +34,8 @@ from pyworkflow.store._sqlite_db import SQLiteDatabase
 from .._json import dumps, fragment, loads
 from .._models import ApprovalStatus, TraverserStatus
 from ._dburl import is_postgres_url
-from ._errors import ApiError, lease_lost, not_found
-from ._identity import identity_migrations
+from ._identity import AuditEntry, identity_migrations, write_audit
+from ._refusals import Conflict, LeaseLost, NotFound
 
 T = TypeVar("T")
 #: A row of either dialect: ``sqlite3.Row`` or the PostgreSQL database's row (both index by
@@ -370,9 +370,9 @@ class GraphStore:
         """The traverser row, locked, if ``epoch`` is its live lease, else the transition is refused."""
         row = _row(conn, SQL_LOCK_TRAVERSER, (traverser_id,))
         if row is None:
-            raise not_found("traverser", traverser_id)
+            raise NotFound.of("traverser", traverser_id)
         if row["status"] != TraverserStatus.RUNNING or row["epoch"] != epoch or row["lease_expires_at"] < now:
-            raise lease_lost(traverser_id)
+            raise LeaseLost.of(traverser_id)
         return row
 
     @staticmethod
@@ -396,10 +396,16 @@ class GraphStore:
     # -- traversers ------------------------------------------------------------------------------
 
     async def submit(
-        self, target: str, input_json: bytes, max_attempts: int, idempotency_key: str | None = None
+        self,
+        target: str,
+        input_json: bytes,
+        max_attempts: int,
+        idempotency_key: str | None = None,
+        audit: AuditEntry | None = None,
     ) -> tuple[dict[str, Any], bool]:
         """Queue a traverser; returns it and whether it was created (False: an earlier submission
-        with the same idempotency key, returned as it is now)."""
+        with the same idempotency key, returned as it is now). ``audit`` is recorded with the
+        creation (its target becomes the new traverser's id)."""
         node_id, _, skill = target.partition(".")
         ident = new_id()
 
@@ -408,10 +414,9 @@ class GraphStore:
             if found is not None and (
                 found["target"] != target or loads(found["input"]) != loads(input_json)
             ):
-                raise ApiError(
-                    409,
-                    "idempotency_conflict",
+                raise Conflict(
                     f"idempotency key {idempotency_key!r} was used for a different submission",
+                    "idempotency_conflict",
                 )
             return found
 
@@ -431,6 +436,8 @@ class GraphStore:
                 return traverser_view(found), False
             row = _row(conn, SQL_GET_TRAVERSER, (ident,))
             assert row is not None
+            if audit is not None:
+                write_audit(conn, replace(audit, target=ident), now)
             return traverser_view(row), True
 
         return await self.db.write(fn)
@@ -438,7 +445,7 @@ class GraphStore:
     def get_traverser(self, traverser_id: str) -> dict[str, Any]:
         row = self._read1(lambda c: _row(c, SQL_GET_TRAVERSER, (traverser_id,)))
         if row is None:
-            raise not_found("traverser", traverser_id)
+            raise NotFound.of("traverser", traverser_id)
         return traverser_view(row)
 
     def list_traversers(self, status: str, limit: int) -> list[dict[str, Any]]:
@@ -450,19 +457,24 @@ class GraphStore:
         def fn(conn: Conn) -> dict[str, Any]:
             row = _row(conn, SQL_GET_TRAVERSER, (traverser_id,))
             if row is None:
-                raise not_found("traverser", traverser_id)
+                raise NotFound.of("traverser", traverser_id)
             steps = [step_view(s) for s in _rows(conn, SQL_STEPS, (traverser_id,))]
             return {"traverser": traverser_view(row), "steps": steps}
 
         return self._read(fn)
 
-    async def cancel(self, traverser_id: str) -> dict[str, Any]:
+    async def cancel(self, traverser_id: str, audit: AuditEntry | None = None) -> dict[str, Any]:
+        """Cancel a traverser that has not finished (its pending approvals leave the inbox); one
+        already finished is returned as it is. ``audit`` is recorded either way."""
+
         def fn(conn: Conn) -> dict[str, Any]:
+            now = time.time()
             row = _row(conn, SQL_LOCK_TRAVERSER, (traverser_id,))
             if row is None:
-                raise not_found("traverser", traverser_id)
+                raise NotFound.of("traverser", traverser_id)
+            if audit is not None:
+                write_audit(conn, audit, now)
             if not TraverserStatus(row["status"]).is_terminal:
-                now = time.time()
                 error = dumps({"code": "cancelled", "message": "cancelled by request"})
                 conn.execute(
                     SQL_FINISH, (TraverserStatus.CANCELLED.value, None, error, now, now, traverser_id)
@@ -504,7 +516,7 @@ class GraphStore:
     def get_worker(self, worker_id: str) -> dict[str, Any]:
         row = self._read1(lambda c: _row(c, SQL_GET_WORKER, (worker_id,)))
         if row is None:
-            raise not_found("worker", worker_id)
+            raise NotFound.of("worker", worker_id)
         return worker_view(row)
 
     async def claim(self, worker_id: str, limit: int) -> list[dict[str, Any]]:
@@ -515,7 +527,7 @@ class GraphStore:
             now = time.time()
             worker = _row(conn, SQL_GET_WORKER, (worker_id,))
             if worker is None:
-                raise not_found("worker", worker_id)
+                raise NotFound.of("worker", worker_id)
             ids = [r[0] for r in conn.execute(SQL_READY, (worker["node_id"], now, worker["version"], limit))]
             tasks: list[dict[str, Any]] = []
             expires = now + self.lease_seconds
@@ -549,7 +561,7 @@ class GraphStore:
         def fn(conn: Conn) -> list[str]:
             now = time.time()
             if conn.execute(SQL_WORKER_SEEN, (now, stats, worker_id)).rowcount == 0:
-                raise not_found("worker", worker_id)
+                raise NotFound.of("worker", worker_id)
             lost: list[str] = []
             for ident, epoch in leases:
                 if conn.execute(SQL_RENEW, (now + self.lease_seconds, ident, epoch, worker_id)).rowcount == 0:
@@ -642,9 +654,9 @@ class GraphStore:
 
         exists, found = self._read(fn)
         if not exists:
-            raise not_found("traverser", traverser_id)
+            raise NotFound.of("traverser", traverser_id)
         if found is None:
-            raise not_found("checkpoint", name)
+            raise NotFound.of("checkpoint", name)
         return {"traverser_id": traverser_id, "name": name, "value": fragment(found[0]), "revision": found[1]}
 
     async def save_memory(
@@ -666,10 +678,8 @@ class GraphStore:
                 conn.execute(SQL_UPSERT_MEMORY, (scope, key, value, revision + 1, now, revision)).rowcount
                 == 0
             ):
-                raise ApiError(
-                    409,
-                    "revision_conflict",
-                    f"memory {scope}/{key!r} was written concurrently; read it again",
+                raise Conflict(
+                    f"memory {scope}/{key!r} was written concurrently; read it again", "revision_conflict"
                 )
             return revision + 1
 
@@ -678,7 +688,7 @@ class GraphStore:
     def get_memory(self, scope: str, key: str) -> dict[str, Any]:
         found = self._read1(lambda c: c.execute(SQL_GET_MEMORY, (scope, key)).fetchone())
         if found is None:
-            raise not_found("memory", f"{scope}/{key}")
+            raise NotFound.of("memory", f"{scope}/{key}")
         return {"scope": scope, "key": key, "value": fragment(found[0]), "revision": found[1]}
 
     # -- approvals -------------------------------------------------------------------------------
@@ -693,9 +703,11 @@ class GraphStore:
         expires_in_seconds: float | None,
         pause: bool,
         steps: Sequence[StepRecord],
+        audit: AuditEntry | None = None,
     ) -> tuple[dict[str, Any], bool]:
         """Find or create the approval (traverser, operation_key). Returns it and whether the
-        traverser is now paused on it (a pending approval requested with ``pause``)."""
+        traverser is now paused on it (a pending approval requested with ``pause``). ``audit``
+        is recorded when the approval is created (its target becomes the approval's id)."""
 
         def fn(conn: Conn) -> tuple[dict[str, Any], bool]:
             now = time.time()
@@ -704,14 +716,12 @@ class GraphStore:
                 self._record_steps(conn, row, steps, now)
             else:
                 if pause:
-                    raise ApiError(
-                        409, "lease_required", "pausing a traverser requires its task lease (epoch)"
-                    )
+                    raise Conflict("pausing a traverser requires its task lease (epoch)", "lease_required")
                 found = _row(conn, SQL_LOCK_TRAVERSER, (traverser_id,))
                 if found is None:
-                    raise not_found("traverser", traverser_id)
+                    raise NotFound.of("traverser", traverser_id)
                 if TraverserStatus(found["status"]).is_terminal:
-                    raise ApiError(409, "invalid_state", f"traverser {traverser_id!r} is {found['status']}")
+                    raise Conflict(f"traverser {traverser_id!r} is {found['status']}", "invalid_state")
             approval = _row(conn, SQL_APPROVAL_BY_KEY, (traverser_id, operation_key))
             if approval is None:
                 ident = new_id()
@@ -722,11 +732,12 @@ class GraphStore:
                 )
                 approval = _row(conn, SQL_GET_APPROVAL, (ident,))
                 assert approval is not None
+                if audit is not None:
+                    write_audit(conn, replace(audit, target=ident), now)
             elif loads(approval["prompt"]) != loads(prompt):
-                raise ApiError(
-                    409,
-                    "approval_conflict",
+                raise Conflict(
                     f"operation key {operation_key!r} was already used with a different prompt",
+                    "approval_conflict",
                 )
             paused = False
             if pause and approval["status"] == ApprovalStatus.PENDING:
@@ -739,7 +750,7 @@ class GraphStore:
     def get_approval(self, approval_id: str) -> dict[str, Any]:
         row = self._read1(lambda c: _row(c, SQL_GET_APPROVAL, (approval_id,)))
         if row is None:
-            raise not_found("approval", approval_id)
+            raise NotFound.of("approval", approval_id)
         return approval_view(row)
 
     def list_approvals(
@@ -758,27 +769,37 @@ class GraphStore:
         return [approval_view(r) for r in self._read1(fn)]
 
     async def decide(
-        self, approval_id: str, decision: str, response: bytes | None, decided_by: str
+        self,
+        approval_id: str,
+        decision: str,
+        response: bytes | None,
+        decided_by: str,
+        audit: AuditEntry | None = None,
     ) -> tuple[dict[str, Any], str | None]:
         """Record a decision and, in the same transaction, queue the continuation of a traverser
-        paused on it. Returns the approval and the node to wake (None when nothing was queued)."""
+        paused on it and record ``audit`` (with the decision and the stored response as its
+        detail). Returns the approval and the node to wake (None when nothing was queued)."""
 
         def fn(conn: Conn) -> tuple[dict[str, Any], str | None]:
             now = time.time()
             row = _row(conn, SQL_LOCK_APPROVAL, (approval_id,))
             if row is None:
-                raise not_found("approval", approval_id)
+                raise NotFound.of("approval", approval_id)
             if row["status"] != ApprovalStatus.PENDING:
-                if row["status"] == decision:
-                    return approval_view(row), None  # the same decision again: idempotent
-                raise ApiError(
-                    409, "approval_decided", f"approval {approval_id!r} is already {row['status']}"
-                )
+                if row["status"] == decision:  # the same decision again: idempotent
+                    view = approval_view(row)
+                    if audit is not None:
+                        write_audit(conn, _decision_audit(audit, decision, view), now)
+                    return view, None
+                raise Conflict(f"approval {approval_id!r} is already {row['status']}", "approval_decided")
             conn.execute(SQL_DECIDE, (decision, decided_by, response, now, approval_id))
             node = self._continue(conn, row["traverser_id"], approval_id, now)
             decided = _row(conn, SQL_GET_APPROVAL, (approval_id,))
             assert decided is not None
-            return approval_view(decided), node
+            view = approval_view(decided)
+            if audit is not None:
+                write_audit(conn, _decision_audit(audit, decision, view), now)
+            return view, node
 
         return await self.db.write(fn)
 
@@ -895,7 +916,7 @@ class GraphStore:
         def fn(conn: Conn) -> dict[str, Any]:
             row = _row(conn, SQL_GET_TRAVERSER, (traverser_id,))
             if row is None:
-                raise not_found("traverser", traverser_id)
+                raise NotFound.of("traverser", traverser_id)
             steps = [
                 {**self._decoded(step_view(s)), "created_at": s["created_at"]}
                 for s in _rows(conn, SQL_STEPS, (traverser_id,))
@@ -928,10 +949,12 @@ class GraphStore:
         return decoded
 
 
+def _decision_audit(audit: AuditEntry, decision: str, view: dict[str, Any]) -> AuditEntry:
+    return replace(audit, detail={"decision": decision, "response": view["response"]})
+
+
 def _check_revision(kind: str, name: str, expected: int | None, current: int) -> None:
     if expected is not None and expected != current:
-        raise ApiError(
-            409,
-            "revision_conflict",
-            f"{kind} {name!r} is at revision {current}, not the expected {expected}",
+        raise Conflict(
+            f"{kind} {name!r} is at revision {current}, not the expected {expected}", "revision_conflict"
         )

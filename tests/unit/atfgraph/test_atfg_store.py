@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from atfgraph._json import dumps
-from atfgraph.server._errors import ApiError
+from atfgraph.server._refusals import Conflict, Refusal
 from atfgraph.server._store import GraphStore
 
 ON_POSTGRES = os.environ.get("PYWORKFLOW_TEST_STORE", "sqlite") in ("postgresql", "postgres")
@@ -113,7 +113,7 @@ async def test_pause_decide_continue(store: GraphStore) -> None:
     view = store.get_traverser(trav["id"])
     assert (view["status"], view["waiting_on"]) == ("waiting", approval["id"])
     # The pause closed the lease: the old epoch can no longer write.
-    with pytest.raises(ApiError) as lost:
+    with pytest.raises(Refusal) as lost:
         await store.save_checkpoint(trav["id"], epoch, "c", b"1", None, [])
     assert lost.value.code == "lease_lost"
 
@@ -150,7 +150,7 @@ async def test_decision_racing_expiry_has_one_winner(store: GraphStore) -> None:
     final = store.get_approval(approval["id"])
     assert final["status"] in ("approved", "expired")
     if final["status"] == "expired":
-        assert isinstance(results[0], ApiError) and results[0].code == "approval_decided"
+        assert isinstance(results[0], Refusal) and results[0].code == "approval_decided"
     view = store.get_traverser(trav["id"])
     assert (view["status"], view["max_attempts"]) == ("queued", 2)  # continued exactly once
 
@@ -162,7 +162,7 @@ async def test_expired_lease_is_retried_then_failed(store: GraphStore) -> None:
     time.sleep(0.25)
     await store.sweep()
     assert store.get_traverser(trav["id"])["status"] == "queued"
-    with pytest.raises(ApiError):  # the old attempt is fenced off
+    with pytest.raises(Refusal):  # the old attempt is fenced off
         await store.complete(trav["id"], first["epoch"], b"1", [])  # type: ignore[arg-type]
     await claim_one(store, worker)
     time.sleep(0.25)
@@ -196,9 +196,9 @@ async def test_checkpoint_compare_and_set(store: GraphStore) -> None:
     assert isinstance(epoch, int)
     assert await store.save_checkpoint(trav["id"], epoch, "c", b"1", 0, []) == 1
     for stale in (0, 2):
-        with pytest.raises(ApiError) as conflict:
+        with pytest.raises(Refusal) as conflict:
             await store.save_checkpoint(trav["id"], epoch, "c", b"2", stale, [])
-        assert (conflict.value.status, conflict.value.code) == (409, "revision_conflict")
+        assert (type(conflict.value), conflict.value.code) == (Conflict, "revision_conflict")
     assert await store.save_checkpoint(trav["id"], epoch, "c", b"3", 1, []) == 2
     assert store.get_checkpoint(trav["id"], "c")["revision"] == 2
 
@@ -210,9 +210,9 @@ async def test_idempotent_submission(store: GraphStore) -> None:
     other, _ = await store.submit("n.skill", b'{"a":1}', 3, None)
     assert other["id"] != first["id"]
     for target, payload in (("n.other", b'{"a":1}'), ("n.skill", b'{"a":2}')):
-        with pytest.raises(ApiError) as conflict:
+        with pytest.raises(Refusal) as conflict:
             await store.submit(target, payload, 3, "key-1")
-        assert (conflict.value.status, conflict.value.code) == (409, "idempotency_conflict")
+        assert (type(conflict.value), conflict.value.code) == (Conflict, "idempotency_conflict")
 
 
 async def test_a_stopping_worker_gives_back_leases_it_never_read(store: GraphStore) -> None:

@@ -9,7 +9,7 @@ from collections.abc import AsyncIterator
 
 import pytest
 
-from atfgraph.server._errors import ApiError
+from atfgraph.server._refusals import Refusal
 from atfgraph.server._pgdb import translate
 from atfgraph.server._store import GraphStore
 
@@ -77,7 +77,7 @@ async def test_racing_decisions_have_one_winner_and_one_continuation(
         won = [o for o in outcomes if not isinstance(o, BaseException)]
         lost = [o for o in outcomes if isinstance(o, BaseException)]
         assert len(won) == 1 and len(lost) == 1, outcomes
-        assert isinstance(lost[0], ApiError) and lost[0].code == "approval_decided"
+        assert isinstance(lost[0], Refusal) and lost[0].code == "approval_decided"
         view = b.get_traverser(trav["id"])
         # One continuation: queued again with exactly one extra attempt.
         assert (view["status"], view["max_attempts"]) == ("queued", 2)
@@ -94,7 +94,7 @@ async def test_racing_submissions_with_one_idempotency_key_make_one_traverser(
     )
     assert len({view["id"] for view, _ in results}) == 1
     assert [created for _, created in results].count(True) == 1
-    with pytest.raises(ApiError) as conflict:
+    with pytest.raises(Refusal) as conflict:
         await b.submit("n.skill", b'{"x": 2}', 1, "same-key")
     assert conflict.value.code == "idempotency_conflict"
 
@@ -117,7 +117,7 @@ async def test_racing_memory_writes_expecting_one_revision_have_one_winner(
         won = [o for o in outcomes if not isinstance(o, BaseException)]
         assert won == [expected + 1], outcomes
         assert all(
-            isinstance(o, ApiError) and o.code == "revision_conflict" for o in outcomes if o not in won
+            isinstance(o, Refusal) and o.code == "revision_conflict" for o in outcomes if o not in won
         )
         assert a.get_memory("scope", key)["revision"] == expected + 1
 

@@ -1,11 +1,11 @@
 """The console's pages and forms: Policies (the landing page), Inbox, Runs, one run, Workers,
 sign-in and sign-out. Plain HTML forms with POST-redirect-GET; no script at all.
 
-Decisions and hook resumptions go through the API's own route functions
-(``_routes.decide``, ``_routes_admin.resume_hook``) with the form's answer as their JSON body, so
-the console records exactly what ``POST /api/v2/approvals/{id}/decide`` and
-``POST /api/v2/hooks/{id}/resume`` record: the same validation, store transition, wake-ups and
-audit entry, with the signed-in principal as ``decided_by``.
+Decisions and hook resumptions call the service functions the API calls (``_service``:
+``decide``, ``resume_hook``), so the console records exactly what
+``POST /api/v2/approvals/{id}/decide`` and ``POST /api/v2/hooks/{id}/resume`` record: the same
+validation, store transition, wake-ups and audit entry, with the signed-in principal as
+``decided_by``.
 """
 
 from __future__ import annotations
@@ -13,7 +13,6 @@ from __future__ import annotations
 import json
 import secrets
 import time
-from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from importlib import resources
@@ -28,12 +27,11 @@ from starlette.datastructures import FormData
 
 from pyworkflow.store import WaitKind, WaitStatus
 
-from ..._json import MAX_BODY_BYTES, MAX_DEPTH, JSONTooDeepError, check_depth
+from ..._json import MAX_BODY_BYTES, MAX_DEPTH, JSONTooDeepError, check_depth, dumps
 from ..._models import TraverserStatus
-from .. import _routes as api
-from .. import _routes_admin as api_admin
-from .._errors import ApiError
 from .._identity import Identity, Permission, Principal, Role
+from .._refusals import NotFound, Refusal
+from .._service import Service
 from .._store import GraphStore
 from ._session import LOGIN_COOKIE, SESSION_COOKIE, Session, Sessions, same_secret
 
@@ -110,6 +108,11 @@ class Auth:
 def _store(request: Request) -> GraphStore:
     store: GraphStore = request.app.state.store
     return store
+
+
+def _service(request: Request) -> Service:
+    service: Service = request.app.state.service
+    return service
 
 
 def _identity(request: Request) -> Identity:
@@ -245,27 +248,6 @@ _WORKER_REFUSED = (
     "This is a worker-only credential. Workers run handlers; they cannot sign in to the console, "
     "decide approvals or resume hooks. Sign in with an owner, administrator or reviewer token."
 )
-
-
-def _json_request(request: Request, body: Mapping[str, Any]) -> Request:
-    """A copy of ``request`` whose body is ``body`` as JSON: how the console calls the API's own
-    route functions instead of repeating what they do."""
-    raw = orjson.dumps(body)
-    scope = dict(request.scope)
-    scope["headers"] = [
-        (b"content-type", b"application/json"),
-        (b"content-length", str(len(raw)).encode()),
-    ]
-    sent = False
-
-    async def receive() -> dict[str, Any]:
-        nonlocal sent
-        if sent:
-            return {"type": "http.disconnect"}
-        sent = True
-        return {"type": "http.request", "body": raw, "more_body": False}
-
-    return Request(scope, receive)
 
 
 def parse_json_field(text: str, *, note_key: str | None) -> Any:
@@ -443,7 +425,7 @@ async def run_detail(request: Request, traverser_id: str) -> Response:
     auth = await _reader(request)
     try:
         run = _store(request).console_run(traverser_id)
-    except ApiError:
+    except NotFound:
         return error_page(request, 404, "Not found", f"There is no traverser {traverser_id!r}.", auth)
     identity = _identity(request)
     audit = await identity.list_audit(target=traverser_id, limit=100)
@@ -524,12 +506,10 @@ async def decide(request: Request, approval_id: str) -> Response:
     except ValueError as exc:
         await _flash(request, auth, "error", f"The response was not recorded: {exc}")
         return _redirect(back)
-    body: dict[str, Any] = {"decision": decision}
-    if response is not None:
-        body["response"] = response
+    stored = None if response is None else dumps(response)
     try:
-        await api.decide(_json_request(request, body), approval_id, auth.principal)
-    except ApiError as exc:
+        await _service(request).decide(auth.principal, approval_id, decision, stored)
+    except Refusal as exc:
         await _flash(
             request, auth, "error", f"Approval {approval_id} was not decided: {exc.message} ({exc.code})"
         )
@@ -549,8 +529,8 @@ async def resume(request: Request, hook_id: str) -> Response:
         await _flash(request, auth, "error", f"The hook was not resumed: the payload is {exc}")
         return _redirect(back)
     try:
-        await api_admin.resume_hook(_json_request(request, {"payload": payload}), hook_id, auth.principal)
-    except ApiError as exc:
+        await _service(request).resume_hook(auth.principal, hook_id, payload)
+    except Refusal as exc:
         await _flash(request, auth, "error", f"Hook {hook_id} was not resumed: {exc.message} ({exc.code})")
         return _redirect(back)
     await _flash(request, auth, "ok", f"Hook {hook_id} resumed by {auth.principal.name}; its run continues.")

@@ -1,0 +1,57 @@
+"""Domain refusals: what the graph store and the service functions raise when a transition is not
+allowed. A refusal rolls its transaction back, so it changed nothing. It carries the stable code
+the API reports (documented in docs/atfgraph.md) but no HTTP status: the edge (``_errors``) maps
+each kind to one::
+
+    Refusal                  a transition was refused; nothing changed
+    ├── NotFound             the traverser, approval, checkpoint, worker, ... does not exist
+    ├── LeaseLost            the caller's lease (epoch) is not the live one, or it ran out
+    ├── Conflict             the current state forbids it: approval_decided, approval_conflict,
+    │                        revision_conflict, idempotency_conflict, invalid_state, lease_required,
+    │                        hook_not_pending
+    └── Invalid              the request is well formed but its content is refused (payload_invalid)
+"""
+
+from __future__ import annotations
+
+
+class Refusal(Exception):
+    """A transition was refused; nothing changed."""
+
+    code = "refused"
+
+    def __init__(self, message: str, code: str | None = None) -> None:
+        super().__init__(message)
+        self.message = message
+        if code is not None:
+            self.code = code
+
+    def __reduce__(self) -> tuple[type[Refusal], tuple[str, str]]:
+        return (type(self), (self.message, self.code))
+
+
+class NotFound(Refusal):
+    code = "not_found"
+
+    @classmethod
+    def of(cls, kind: str, ident: str) -> NotFound:
+        return cls(f"{kind} {ident!r} not found")
+
+
+class LeaseLost(Refusal):
+    code = "lease_lost"
+
+    @classmethod
+    def of(cls, traverser_id: str) -> LeaseLost:
+        return cls(f"the lease on traverser {traverser_id!r} is not held (stale epoch or expired)")
+
+
+class Conflict(Refusal):
+    code = "conflict"
+
+
+class Invalid(Refusal):
+    code = "invalid"
+
+
+__all__ = ["Conflict", "Invalid", "LeaseLost", "NotFound", "Refusal"]

@@ -1,0 +1,137 @@
+"""The server's service functions: each change a person or a program asks for, written once.
+
+Submit, cancel, request an approval, decide, resume a hook: each is one function that performs
+the transition and writes its audit entry in the same transaction (so the trail records exactly
+the changes that committed), then wakes whoever waits for it (workers long-polling the node,
+clients following the traverser). A refused change raises a domain refusal (``_refusals``)
+after recording the refusal in the trail; nothing else changed. The HTTP routes, the fast path
+and the console call these functions and only translate: request -> arguments, result or
+refusal -> response.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Sequence
+from typing import Any
+
+import pyworkflow
+from pyworkflow._waits import validate_payload
+from pyworkflow.store import WaitKind, WaitRecord
+
+from .._models import DECISIONS
+from ._hub import Hub, node_key, traverser_key
+from ._identity import AuditEntry, Identity, Principal
+from ._refusals import Conflict, Invalid, NotFound, Refusal
+from ._store import GraphStore, StepRecord
+
+#: The wait kinds a person may resume through the server (approvals are decided instead).
+HOOK_KINDS = (WaitKind.HOOK, WaitKind.STEP_HOOK)
+
+
+class Service:
+    """The transitions the API, its fast path and the console share."""
+
+    def __init__(self, store: GraphStore, identity: Identity, hub: Hub) -> None:
+        self.store = store
+        self.identity = identity
+        self.hub = hub
+
+    async def submit(
+        self,
+        who: Principal,
+        target: str,
+        input_json: bytes,
+        max_attempts: int,
+        idempotency_key: str | None = None,
+    ) -> tuple[dict[str, Any], bool]:
+        """Queue a traverser (``node.skill``); returns it and whether it was created (False: the
+        earlier submission with this idempotency key)."""
+        audit = AuditEntry(who, "traverser.submit", None, "allowed", {"target": target})
+        view, created = await self.store.submit(target, input_json, max_attempts, idempotency_key, audit)
+        if created:
+            self.hub.notify(node_key(view["node_id"]))
+        return view, created
+
+    async def cancel(self, who: Principal, traverser_id: str) -> dict[str, Any]:
+        """Cancel a traverser that has not finished; one already finished is returned as it is."""
+        audit = AuditEntry(who, "traverser.cancel", traverser_id, "allowed")
+        view = await self.store.cancel(traverser_id, audit)
+        self.hub.notify(traverser_key(traverser_id))
+        return view
+
+    async def request_approval(
+        self,
+        who: Principal,
+        traverser_id: str,
+        epoch: int | None,
+        operation_key: str,
+        prompt: bytes,
+        checkpoint: bytes | None,
+        expires_in_seconds: float | None,
+        pause: bool,
+        steps: Sequence[StepRecord] = (),
+    ) -> tuple[dict[str, Any], bool]:
+        """Find or create the approval (traverser, operation_key); with ``pause`` (under the lease
+        ``epoch``) a pending one also parks the traverser. Returns it and whether it paused."""
+        audit = AuditEntry(
+            who,
+            "approval.request",
+            None,
+            "allowed",
+            {"traverser_id": traverser_id, "operation_key": operation_key},
+        )
+        approval, paused = await self.store.request_approval(
+            traverser_id, epoch, operation_key, prompt, checkpoint, expires_in_seconds, pause, steps, audit
+        )
+        if paused:
+            self.hub.notify(traverser_key(traverser_id))
+        return approval, paused
+
+    async def decide(
+        self, who: Principal, approval_id: str, decision: str, response: bytes | None
+    ) -> dict[str, Any]:
+        """Record ``approved`` or ``rejected`` by ``who``; the paused traverser continues. The same
+        decision again is idempotent; a different one is refused (``approval_decided``)."""
+        if decision not in DECISIONS:
+            raise Invalid("decision must be 'approved' or 'rejected'", "validation_error")
+        audit = AuditEntry(who, "approval.decide", approval_id, "allowed")
+        try:
+            approval, node = await self.store.decide(approval_id, decision, response, who.name, audit)
+        except Refusal as exc:
+            await self._refused(who, "approval.decide", approval_id, exc.code)
+            raise
+        if node is not None:
+            self.hub.notify(node_key(node))
+            self.hub.notify(traverser_key(approval["traverser_id"]))
+        return approval
+
+    async def resume_hook(self, who: Principal, hook_id: str, payload: Any) -> WaitRecord:
+        """Deliver ``payload`` to a pending pyworkflow hook or step hook (authorized by role
+        instead of the hook's token), checked against the hook's payload schema. The run
+        continues on whatever pyworkflow runtime serves this database."""
+        pyworkflow_store = self.store.pyworkflow
+        wait = await pyworkflow_store.get_wait(hook_id)
+        if wait is None or wait.kind not in HOOK_KINDS:
+            raise NotFound.of("hook", hook_id)
+        try:
+            data = validate_payload(wait, payload)
+            resolved: WaitRecord = await pyworkflow_store.resolve_wait(
+                wait_id=hook_id, payload=data, now=time.time()
+            )
+        except pyworkflow.HookError as exc:
+            await self._refused(who, "hook.resume", hook_id, str(exc))
+            if isinstance(exc, pyworkflow.PayloadValidationError):
+                raise Invalid(str(exc), "payload_invalid") from None
+            raise Conflict(str(exc), "hook_not_pending") from None
+        # The hook's wait is pyworkflow's, committed by its store; the entry follows its commit.
+        await self.identity.audit(
+            who, "hook.resume", target=hook_id, outcome="allowed", detail={"payload": payload}
+        )
+        return resolved
+
+    async def _refused(self, who: Principal, action: str, target: str, detail: str) -> None:
+        await self.identity.audit(who, action, target=target, outcome="refused", detail=detail)
+
+
+__all__ = ["HOOK_KINDS", "Service"]

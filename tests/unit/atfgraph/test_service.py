@@ -1,0 +1,153 @@
+"""The service functions (``atfgraph.server._service``): each transition and its audit entry commit
+together or not at all, a refusal changes nothing but is recorded, and whoever waits is woken.
+On a temporary SQLite file, or with ``PYWORKFLOW_TEST_STORE=postgresql`` a new PostgreSQL
+database."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+from collections.abc import AsyncIterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from atfgraph._json import dumps
+from atfgraph.server._hub import Hub, node_key, traverser_key
+from atfgraph.server._identity import Identity, Principal, Role
+from atfgraph.server._refusals import Conflict, Invalid, NotFound
+from atfgraph.server._service import Service
+from atfgraph.server._store import GraphStore
+
+ON_POSTGRES = os.environ.get("PYWORKFLOW_TEST_STORE", "sqlite") in ("postgresql", "postgres")
+ALICE = Principal("t-alice", "alice", Role.REVIEWER)
+OWNER = Principal("t-owner", "olga", Role.OWNER)
+WORKER = Principal("t-worker", "w1", Role.WORKER)
+
+
+@pytest.fixture
+def location(tmp_path: Path, request: pytest.FixtureRequest) -> str:
+    if ON_POSTGRES:
+        return str(request.getfixturevalue("pg_database"))
+    return str(tmp_path / "g.db")
+
+
+@pytest.fixture
+async def service(location: str) -> AsyncIterator[Service]:
+    store = GraphStore(location, lease_seconds=5)
+    yield Service(store, Identity(store.db), Hub())
+    store.close()
+
+
+async def paused(service: Service) -> tuple[dict[str, Any], dict[str, Any]]:
+    """A traverser paused on a pending approval: (traverser, approval)."""
+    store = service.store
+    trav, _ = await service.submit(OWNER, "desk.refund", dumps({"amount": 480}), 3)
+    worker = (await store.register_worker("desk", "1", 1))["id"]
+    task = (await store.claim(worker, 1))[0]
+    approval, was_paused = await service.request_approval(
+        WORKER, trav["id"], task["epoch"], "refund", b'{"question":"ok?"}', None, None, True
+    )
+    assert was_paused and approval["status"] == "pending"
+    return trav, approval
+
+
+def audit_rows(service: Service) -> list[tuple[Any, ...]]:
+    sql = "SELECT principal, action, target, outcome FROM atfg_audit ORDER BY id"
+    return service.store.db.read(lambda c: [tuple(r) for r in c.execute(sql).fetchall()])
+
+
+def break_audit(service: Service) -> None:
+    """Make every audit insert fail from now on (the database refuses the row)."""
+    if ON_POSTGRES:
+        ddl = [
+            "CREATE FUNCTION atfg_test_no_audit() RETURNS trigger LANGUAGE plpgsql AS"
+            " $$ BEGIN RAISE EXCEPTION 'audit refused'; END $$",
+            "CREATE TRIGGER no_audit BEFORE INSERT ON atfg_audit FOR EACH ROW"
+            " EXECUTE FUNCTION atfg_test_no_audit()",
+        ]
+    else:
+        ddl = [
+            "CREATE TRIGGER no_audit BEFORE INSERT ON atfg_audit BEGIN SELECT RAISE(ABORT, 'audit refused'); END"
+        ]
+
+    def tx(conn: Any) -> None:
+        for statement in ddl:
+            conn.execute(statement)
+
+    service.store.db.write_sync(tx)
+
+
+async def test_each_change_commits_its_audit_entry(service: Service) -> None:
+    trav, approval = await paused(service)
+    decided = await service.decide(ALICE, approval["id"], "approved", b'{"note":"fine"}')
+    assert decided["status"] == "approved" and decided["decided_by"] == "alice"
+    cancelled = await service.cancel(OWNER, trav["id"])
+    assert cancelled["status"] == "cancelled"
+    assert audit_rows(service) == [
+        ("olga", "traverser.submit", trav["id"], "allowed"),
+        ("w1", "approval.request", approval["id"], "allowed"),
+        ("alice", "approval.decide", approval["id"], "allowed"),
+        ("olga", "traverser.cancel", trav["id"], "allowed"),
+    ]
+    detail = service.store.db.read(
+        lambda c: c.execute("SELECT detail FROM atfg_audit WHERE action = 'approval.decide'").fetchone()[0]
+    )
+    assert bytes(detail) == b'{"decision":"approved","response":{"note":"fine"}}'
+
+
+async def test_a_change_whose_audit_entry_fails_does_not_commit(service: Service) -> None:
+    trav, approval = await paused(service)
+    break_audit(service)
+    with pytest.raises(Exception, match="audit refused"):
+        await service.decide(ALICE, approval["id"], "approved", None)
+    assert service.store.get_approval(approval["id"])["status"] == "pending"
+    assert service.store.get_traverser(trav["id"])["status"] == "waiting"
+    with pytest.raises(Exception, match="audit refused"):
+        await service.cancel(OWNER, trav["id"])
+    assert service.store.get_traverser(trav["id"])["status"] == "waiting"
+    with pytest.raises(Exception, match="audit refused"):
+        await service.submit(OWNER, "desk.refund", b"{}", 3)
+    assert service.store.list_traversers("queued", 10) == []
+
+
+async def test_refusals_change_nothing_and_are_recorded(service: Service) -> None:
+    _, approval = await paused(service)
+    await service.decide(ALICE, approval["id"], "approved", None)
+    again = await service.decide(ALICE, approval["id"], "approved", None)  # idempotent repeat
+    assert again["status"] == "approved"
+    with pytest.raises(Conflict) as refused:
+        await service.decide(ALICE, approval["id"], "rejected", None)
+    assert refused.value.code == "approval_decided"
+    with pytest.raises(NotFound):
+        await service.decide(ALICE, "nope", "approved", None)
+    with pytest.raises(Invalid):
+        await service.decide(ALICE, approval["id"], "maybe", None)
+    assert service.store.get_approval(approval["id"])["status"] == "approved"
+    outcomes = [(r[1], r[2], r[3]) for r in audit_rows(service) if r[1] == "approval.decide"]
+    assert outcomes == [
+        ("approval.decide", approval["id"], "allowed"),
+        ("approval.decide", approval["id"], "allowed"),
+        ("approval.decide", approval["id"], "refused"),
+        ("approval.decide", "nope", "refused"),
+    ]
+
+
+async def test_a_decision_wakes_the_node_and_the_traverser_followers(service: Service) -> None:
+    trav, approval = await paused(service)
+    hub = service.hub
+    node_waiter = hub.subscribe(node_key("desk"))
+    follower = hub.subscribe(traverser_key(trav["id"]))
+    await service.decide(ALICE, approval["id"], "approved", None)
+    assert await hub.wait(node_waiter, 1.0) and await hub.wait(follower, 1.0)
+    assert service.store.get_traverser(trav["id"])["status"] == "queued"
+
+
+async def test_resume_hook_refuses_what_is_not_a_pending_hook(service: Service) -> None:
+    _, approval = await paused(service)
+    for ident in ("no-such-hook", approval["id"], "x" * 300):
+        with pytest.raises(NotFound):
+            await service.resume_hook(ALICE, ident, {"ok": True})
+    await asyncio.sleep(0)
+    assert [r for r in audit_rows(service) if r[1] == "hook.resume"] == []
