@@ -116,9 +116,7 @@ async def test_racing_memory_writes_expecting_one_revision_have_one_winner(
         )
         won = [o for o in outcomes if not isinstance(o, BaseException)]
         assert won == [expected + 1], outcomes
-        assert all(
-            isinstance(o, Refusal) and o.code == "revision_conflict" for o in outcomes if o not in won
-        )
+        assert all(isinstance(o, Refusal) and o.code == "revision_conflict" for o in outcomes if o not in won)
         assert a.get_memory("scope", key)["revision"] == expected + 1
 
 
