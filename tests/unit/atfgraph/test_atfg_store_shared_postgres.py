@@ -9,8 +9,8 @@ from collections.abc import AsyncIterator
 
 import pytest
 
-from atfgraph.server._refusals import Refusal
 from atfgraph.server._pgdb import translate
+from atfgraph.server._refusals import Refusal
 from atfgraph.server._store import GraphStore
 
 
