@@ -69,7 +69,8 @@ def break_audit(service: Service) -> None:
         ]
     else:
         ddl = [
-            "CREATE TRIGGER no_audit BEFORE INSERT ON atfg_audit BEGIN SELECT RAISE(ABORT, 'audit refused'); END"
+            "CREATE TRIGGER no_audit BEFORE INSERT ON atfg_audit"
+            " BEGIN SELECT RAISE(ABORT, 'audit refused'); END"
         ]
 
     def tx(conn: Any) -> None:
