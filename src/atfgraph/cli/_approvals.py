@@ -11,7 +11,8 @@ from typing import Any
 
 import click
 
-from ._cli_base import (
+from .._transport import q
+from ._base import (
     AliasGroup,
     CliError,
     api,
@@ -25,7 +26,6 @@ from ._cli_base import (
     progress,
     when,
 )
-from ._transport import q
 
 _APPROVAL_STATUSES = ["pending", "approved", "rejected", "expired", "all"]
 

@@ -11,7 +11,9 @@ from typing import Any
 
 import click
 
-from ._cli_base import (
+from .._models import TraverserStatus
+from .._transport import q
+from ._base import (
     EXIT_ERROR,
     EXIT_UNAVAILABLE,
     AliasGroup,
@@ -30,8 +32,6 @@ from ._cli_base import (
     progress,
     when,
 )
-from ._models import TraverserStatus
-from ._transport import q
 
 STATUSES = [s.value for s in TraverserStatus]
 _TERMINAL = {s.value for s in TraverserStatus if s.is_terminal}

@@ -29,8 +29,8 @@ from typing import Any, TypeVar
 import click
 import httpx
 
-from ._credentials import credentials_path, load_token
-from ._transport import DEFAULT_SERVER
+from .._credentials import credentials_path, load_token
+from .._transport import DEFAULT_SERVER
 
 F = TypeVar("F", bound=Callable[..., Any])
 

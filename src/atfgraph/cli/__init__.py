@@ -11,17 +11,19 @@
     atfg db migrate [--sql]
 
 Data goes to stdout, logs and progress to stderr; settings and exit codes are described in
-``_cli_base``. ``python -m atfgraph.cli`` is the same command.
+``_base``. ``python -m atfgraph.cli`` is the same command (``__main__``).
 """
 
 from __future__ import annotations
 
 import click
 
-from ._cli_admin import audit, db, tokens
-from ._cli_approvals import approvals, hooks
-from ._cli_base import AliasGroup, RootGroup, global_options
-from ._cli_runs import checkpoints, ps, runs
+from ._admin import audit, db, tokens
+from ._approvals import approvals, hooks
+from ._base import AliasGroup, RootGroup, global_options
+from ._runs import checkpoints, ps, runs
+
+__all__ = ["main"]
 
 #: The server's port; the server package itself is imported only by ``server start`` (FastAPI).
 DEFAULT_PORT = 7878
@@ -65,14 +67,10 @@ def server() -> None:
 @click.option("--log-level", default="warning", show_default=True)
 def start(host: str, port: int, db: str | None, lease_seconds: float | None, log_level: str) -> None:
     """Start the graph server in the foreground."""
-    from .server import serve
+    from ..server import serve
 
     serve(host, port, db, lease_seconds, log_level)
 
 
 for command in (ps, runs, approvals, checkpoints, tokens, hooks, audit, db):
     main.add_command(command)
-
-
-if __name__ == "__main__":
-    main()

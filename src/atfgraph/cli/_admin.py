@@ -10,7 +10,8 @@ from urllib.parse import quote
 
 import click
 
-from ._cli_base import (
+from .._transport import q
+from ._base import (
     EXIT_ERROR,
     EXIT_UNAVAILABLE,
     EXIT_USAGE,
@@ -27,7 +28,6 @@ from ._cli_base import (
     progress,
     when,
 )
-from ._transport import q
 
 ROLES = ["owner", "administrator", "reviewer", "worker"]
 
@@ -158,7 +158,7 @@ def db_migrate(ctx: click.Context, db_path: str | None, sql_only: bool) -> None:
     starts). Safe beside a running server: migrators serialize on the database's write lock
     (SQLite) or an advisory lock (PostgreSQL)."""
     path = db_path or os.environ.get("ATFGRAPH_DB") or _default_db_path()
-    from .server._dburl import is_postgres_url, redact
+    from ..server._dburl import is_postgres_url, redact
 
     postgres = is_postgres_url(path)
     shown = redact(path)
@@ -238,7 +238,7 @@ def _psycopg() -> Any:
 
 def _pg_error(action: str, url: str, exc: BaseException, psycopg: Any) -> CliError:
     """One line, password masked; an unreachable server is exit status 2 like any other."""
-    from .server._dburl import first_line, redact
+    from ..server._dburl import first_line, redact
 
     code = EXIT_UNAVAILABLE if isinstance(exc, psycopg.OperationalError) else EXIT_ERROR
     return CliError(f"cannot {action} {redact(url)}: {first_line(exc)}", code)
@@ -248,13 +248,13 @@ def server_migrations(dialect: str = "sqlite") -> list[Any]:
     """The server's version tracks, in the order its store applies them: pyworkflow's runs and
     waits (the hooks inbox), atfgraph's graph state, identity."""
     # Imported here: the server package pulls in FastAPI, which only this command needs.
-    from .server._store import server_migrations as store_migrations
+    from ..server._store import server_migrations as store_migrations
 
     return store_migrations(dialect)
 
 
 def _default_db_path() -> str:
-    from .server import default_db_path
+    from ..server import default_db_path
 
     return default_db_path()
 
