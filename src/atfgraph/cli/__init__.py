@@ -18,15 +18,14 @@ from __future__ import annotations
 
 import click
 
-from ._admin import audit, db, tokens
+from ._admin import audit, tokens
 from ._approvals import approvals, hooks
-from ._base import AliasGroup, RootGroup, global_options
+from ._base import RootGroup, global_options
+from ._db import db
 from ._runs import checkpoints, ps, runs
+from ._server import server
 
 __all__ = ["main"]
-
-#: The server's port; the server package itself is imported only by ``server start`` (FastAPI).
-DEFAULT_PORT = 7878
 
 
 @click.group(
@@ -50,27 +49,5 @@ def main() -> None:
     Options --server, --token and -o go before or after the command (the later one wins)."""
 
 
-@main.group("server", cls=AliasGroup)
-def server() -> None:
-    """Run the graph server."""
-
-
-@server.command("start")
-@click.option("--host", default="127.0.0.1", show_default=True, help="Interface to listen on.")
-@click.option("--port", default=DEFAULT_PORT, show_default=True, type=int)
-@click.option(
-    "--db",
-    default=None,
-    help="SQLite file or postgresql:// URL (default: $ATFGRAPH_DB, else $ATFGRAPH_HOME/atfgraph.db).",
-)
-@click.option("--lease-seconds", default=None, type=float, help="Task lease length (default 30).")
-@click.option("--log-level", default="warning", show_default=True)
-def start(host: str, port: int, db: str | None, lease_seconds: float | None, log_level: str) -> None:
-    """Start the graph server in the foreground."""
-    from ..server import serve
-
-    serve(host, port, db, lease_seconds, log_level)
-
-
-for command in (ps, runs, approvals, checkpoints, tokens, hooks, audit, db):
+for command in (ps, runs, approvals, checkpoints, tokens, hooks, audit, server, db):
     main.add_command(command)
