@@ -1,15 +1,16 @@
-"""The ``atfg`` commands' calls to the server's API v2: blocking, every failure a CliError."""
+"""The ``atfg`` commands' calls to the server's API v2, through the SDK's transport (paths below
+/api/v2, bodies, the typed errors of error responses); every failure becomes a CliError."""
 
 from __future__ import annotations
 
 from typing import Any
 
 import click
-import httpx
 
-from ._base import EXIT_AUTH, EXIT_ERROR, EXIT_UNAVAILABLE, EXIT_USAGE, CliError, settings
-
-_API = "/api/v2"
+from .._errors import ServerError, ServerUnavailableError
+from .._http import NoAnswerError
+from .._transport import BlockingTransport
+from ._base import EXIT_AUTH, EXIT_ERROR, EXIT_UNAVAILABLE, CliError, settings
 
 
 class Api:
@@ -17,16 +18,13 @@ class Api:
 
     def __init__(self, server: str, token: str | None, timeout: float = 30.0) -> None:
         self.server = server
-        headers = {"Accept": "application/json"}
-        if token:
-            headers["Authorization"] = f"Bearer {token}"
         try:
-            self._http = httpx.Client(base_url=server + _API, headers=headers, timeout=timeout)
-        except (ValueError, httpx.InvalidURL) as exc:
-            raise CliError(f"bad server URL {server!r}: {exc}", EXIT_USAGE) from None
+            self._transport = BlockingTransport(server, timeout, token=token)
+        except ValueError as exc:  # a malformed server URL or token: nothing to connect to
+            raise self._unreachable(str(exc)) from None
 
     def close(self) -> None:
-        self._http.close()
+        self._transport.close()
 
     def get(self, path: str, params: dict[str, Any] | None = None, timeout: float | None = None) -> Any:
         return self.request("GET", path, params=params, timeout=timeout)
@@ -43,37 +41,33 @@ class Api:
         params: dict[str, Any] | None = None,
         timeout: float | None = None,
     ) -> Any:
-        extra: dict[str, Any] = {} if timeout is None else {"timeout": timeout}
+        """One call; ``timeout`` overrides the client's (long polls)."""
         try:
-            response = self._http.request(method, path, json=body, params=params, **extra)
-        except httpx.TimeoutException:
-            raise CliError(
-                f"the atfgraph server at {self.server} did not answer in time", EXIT_UNAVAILABLE
-            ) from None
-        except httpx.TransportError as exc:
-            reason = str(exc) or type(exc).__name__
-            raise CliError(
-                f"cannot reach the atfgraph server at {self.server}: {reason}", EXIT_UNAVAILABLE
-            ) from None
-        try:
-            data = response.json() if response.content else None
-        except ValueError:
-            data = None
-        if response.status_code >= 400:
-            raise _error(response.status_code, data)
-        return data
+            return self._transport.request(method, path, body, params, read_timeout=timeout)
+        except ServerError as exc:
+            raise _refused(exc) from None
+        except ServerUnavailableError as exc:
+            if isinstance(exc.__cause__, ServerError):
+                # A 503: the server answered, its database did not. The SDK retries that like an
+                # unreachable server; the CLI reports the server's error.
+                raise _refused(exc.__cause__) from None
+            if isinstance(exc, NoAnswerError) and exc.timed_out:
+                raise CliError(
+                    f"the atfgraph server at {self.server} did not answer in time", EXIT_UNAVAILABLE
+                ) from None
+            raise self._unreachable(exc.reason if isinstance(exc, NoAnswerError) else exc.message) from None
+
+    def _unreachable(self, reason: str) -> CliError:
+        return CliError(f"cannot reach the atfgraph server at {self.server}: {reason}", EXIT_UNAVAILABLE)
 
 
-def _error(status: int, data: Any) -> CliError:
-    code, message = "http_error", f"HTTP {status}"
-    if isinstance(data, dict) and isinstance(data.get("error"), dict):
-        code = str(data["error"].get("code", code))
-        message = str(data["error"].get("message", message))
-    if status == 404:
-        return CliError(f"not found: {message.removesuffix(' not found')}", EXIT_ERROR)
-    if status in (401, 403):
-        return CliError(f"{code}: {message}", EXIT_AUTH)
-    return CliError(f"{code}: {message}", EXIT_ERROR)
+def _refused(error: ServerError) -> CliError:
+    """The server's error response (already parsed by the SDK) as one line and an exit code."""
+    if error.status == 404:
+        return CliError(f"not found: {error.message.removesuffix(' not found')}", EXIT_ERROR)
+    if error.status in (401, 403):
+        return CliError(f"{error.code}: {error.message}", EXIT_AUTH)
+    return CliError(f"{error.code}: {error.message}", EXIT_ERROR)
 
 
 def api(ctx: click.Context) -> Api:
