@@ -10,6 +10,7 @@ bodies); it costs a tenth of that.
 from __future__ import annotations
 
 import asyncio
+import os
 import ssl
 from urllib.parse import urlencode, urlsplit
 
@@ -35,11 +36,15 @@ class HttpPool:
     def __init__(
         self, base_url: str, timeout: float = 30.0, max_idle: int = 20, token: str | None = None
     ) -> None:
-        parts = urlsplit(base_url)
-        if parts.scheme not in ("http", "https") or not parts.hostname:
+        try:
+            parts = urlsplit(base_url)
+            port = parts.port  # parsed on access: ValueError when out of range or not a number
+        except ValueError:
+            parts, port = None, None
+        if parts is None or parts.scheme not in ("http", "https") or not parts.hostname:
             raise ValueError(f"server URL must be http(s)://host[:port], not {base_url!r}")
         self.host = parts.hostname
-        self.port = parts.port or (443 if parts.scheme == "https" else 80)
+        self.port = port or (443 if parts.scheme == "https" else 80)
         self.prefix = parts.path.rstrip("/")
         self.ssl = ssl.create_default_context() if parts.scheme == "https" else None
         self.host_header = parts.netloc.encode("ascii")
@@ -59,8 +64,9 @@ class HttpPool:
         params: dict[str, object] | None = None,
         timeout: float | None = None,
     ) -> tuple[int, bytes]:
-        """Send one request; return (status, body). Raises ServerUnavailableError when the
-        server cannot be reached or does not answer within ``timeout`` seconds."""
+        """Send one request; return (status, body). Raises NoAnswerError (a
+        ServerUnavailableError) when the server cannot be reached or does not answer within
+        ``timeout`` seconds."""
         if self._closed:
             raise RuntimeError("the connection pool is closed")
         target = self.prefix + path
@@ -90,11 +96,15 @@ class HttpPool:
                     return await self._exchange(conn, payload, method)
                 except _StaleConnection:
                     conn.close()
-                    raise ServerUnavailableError("the server closed the connection unanswered") from None
+                    reason = "the server closed the connection unanswered"
+                    raise NoAnswerError(reason, reason) from None
         except TimeoutError:
-            raise ServerUnavailableError(f"no answer from {self.host}:{self.port} in time") from None
+            raise NoAnswerError(
+                f"no answer from {self.host}:{self.port} in time", "no answer in time", timed_out=True
+            ) from None
         except (OSError, asyncio.IncompleteReadError, asyncio.LimitOverrunError, ValueError) as exc:
-            raise ServerUnavailableError(f"cannot talk to {self.host}:{self.port}: {exc}") from None
+            reason = _reason(exc)
+            raise NoAnswerError(f"cannot talk to {self.host}:{self.port}: {reason}", reason) from None
 
     async def _connect(self) -> _Connection:
         reader, writer = await asyncio.open_connection(self.host, self.port, ssl=self.ssl, limit=_MAX_HEAD)
@@ -143,6 +153,27 @@ class HttpPool:
         idle, self._idle = self._idle, []
         for conn in idle:
             conn.close()
+
+
+class NoAnswerError(ServerUnavailableError):
+    """ServerUnavailableError as the pool raises it. ``reason``: what went wrong, without the
+    address (``[Errno 111] Connection refused``); ``timed_out``: no answer came in time, so the
+    server may have received the request and acted on it."""
+
+    def __init__(self, message: str, reason: str = "", *, timed_out: bool = False) -> None:
+        super().__init__(message)
+        self.reason = reason or message
+        self.timed_out = timed_out
+
+
+def _reason(exc: BaseException) -> str:
+    # asyncio rewords a failed connect as "[Errno 111] Connect call failed ('host', port)"; the
+    # errno's own words are shorter ("Connection refused"). Not for TLS errors (their errno is
+    # OpenSSL's) nor resolver errors (negative: the words are getaddrinfo's).
+    errno = exc.errno if isinstance(exc, OSError) and not isinstance(exc, ssl.SSLError) else None
+    if errno is not None and errno > 0:
+        return f"[Errno {errno}] {os.strerror(errno)}"
+    return str(exc) or type(exc).__name__
 
 
 class _StaleConnection(Exception):

@@ -28,7 +28,7 @@ from atfg_harness import (
 from atfg_waits import reach
 
 from atfgraph import Client
-from atfgraph._cli_admin import server_migrations
+from atfgraph.cli._db import server_migrations
 
 
 def first_line(stream: IO[str], seconds: float = 30) -> str:

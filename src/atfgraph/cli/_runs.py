@@ -11,27 +11,11 @@ from typing import Any
 
 import click
 
-from ._cli_base import (
-    EXIT_ERROR,
-    EXIT_UNAVAILABLE,
-    AliasGroup,
-    Api,
-    CliError,
-    Column,
-    api,
-    compact,
-    emit_list,
-    emit_record,
-    field,
-    global_options,
-    output_format,
-    pretty,
-    print_table,
-    progress,
-    when,
-)
-from ._models import TraverserStatus
-from ._transport import q
+from .._models import TraverserStatus
+from .._transport import q
+from ._api import Api, api
+from ._base import EXIT_ERROR, EXIT_UNAVAILABLE, AliasGroup, CliError, global_options, output_format
+from ._output import Column, compact, emit_list, emit_record, field, pretty, print_table, progress, when
 
 STATUSES = [s.value for s in TraverserStatus]
 _TERMINAL = {s.value for s in TraverserStatus if s.is_terminal}

@@ -1,4 +1,5 @@
-"""What every ``atfg`` command shares: settings resolution, the HTTP calls, errors, and output.
+"""What every ``atfg`` command shares: settings, options, errors and exit codes, JSON
+arguments, and the command groups with short aliases.
 
 Settings, each flag > environment > config file > default (``$ATFGRAPH_CONFIG``, else
 ``$ATFGRAPH_HOME/config.toml``, keys ``server`` and ``output``)::
@@ -16,27 +17,24 @@ Errors are one line on stderr and an exit code::
 
 from __future__ import annotations
 
-import datetime as dt
 import json
 import os
 import sys
 import tomllib
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TypeVar
 
 import click
-import httpx
 
-from ._credentials import credentials_path, load_token
-from ._transport import DEFAULT_SERVER
+from .._credentials import credentials_path, load_token
+from .._transport import DEFAULT_SERVER
 
 F = TypeVar("F", bound=Callable[..., Any])
 
 OUTPUTS = ("table", "json", "jsonl")
 EXIT_ERROR, EXIT_USAGE, EXIT_UNAVAILABLE, EXIT_AUTH = 1, 2, 2, 3
-_API = "/api/v2"
 _META = "atfgraph.cli."
 
 
@@ -123,6 +121,10 @@ def settings(ctx: click.Context) -> Settings:
     return resolved
 
 
+def output_format(ctx: click.Context) -> str:
+    return settings(ctx).output
+
+
 def _remember(key: str) -> Callable[[click.Context, click.Parameter, Any], Any]:
     # ctx.meta is shared by the whole command chain; a leaf's flag is parsed after the root's, so
     # ``atfg runs list -o json`` and ``atfg -o json runs list`` both work and the leaf's wins.
@@ -167,85 +169,6 @@ def global_options(f: F) -> F:
     return output_option(f)
 
 
-# -- the API -------------------------------------------------------------------------------------
-
-
-class Api:
-    """Blocking calls to one server's API v2; every failure becomes a CliError."""
-
-    def __init__(self, server: str, token: str | None, timeout: float = 30.0) -> None:
-        self.server = server
-        headers = {"Accept": "application/json"}
-        if token:
-            headers["Authorization"] = f"Bearer {token}"
-        try:
-            self._http = httpx.Client(base_url=server + _API, headers=headers, timeout=timeout)
-        except (ValueError, httpx.InvalidURL) as exc:
-            raise CliError(f"bad server URL {server!r}: {exc}", EXIT_USAGE) from None
-
-    def close(self) -> None:
-        self._http.close()
-
-    def get(self, path: str, params: dict[str, Any] | None = None, timeout: float | None = None) -> Any:
-        return self.request("GET", path, params=params, timeout=timeout)
-
-    def post(self, path: str, body: Any) -> Any:
-        return self.request("POST", path, body=body)
-
-    def request(
-        self,
-        method: str,
-        path: str,
-        *,
-        body: Any = None,
-        params: dict[str, Any] | None = None,
-        timeout: float | None = None,
-    ) -> Any:
-        extra: dict[str, Any] = {} if timeout is None else {"timeout": timeout}
-        try:
-            response = self._http.request(method, path, json=body, params=params, **extra)
-        except httpx.TimeoutException:
-            raise CliError(
-                f"the atfgraph server at {self.server} did not answer in time", EXIT_UNAVAILABLE
-            ) from None
-        except httpx.TransportError as exc:
-            reason = str(exc) or type(exc).__name__
-            raise CliError(
-                f"cannot reach the atfgraph server at {self.server}: {reason}", EXIT_UNAVAILABLE
-            ) from None
-        try:
-            data = response.json() if response.content else None
-        except ValueError:
-            data = None
-        if response.status_code >= 400:
-            raise _error(response.status_code, data)
-        return data
-
-
-def _error(status: int, data: Any) -> CliError:
-    code, message = "http_error", f"HTTP {status}"
-    if isinstance(data, dict) and isinstance(data.get("error"), dict):
-        code = str(data["error"].get("code", code))
-        message = str(data["error"].get("message", message))
-    if status == 404:
-        return CliError(f"not found: {message.removesuffix(' not found')}", EXIT_ERROR)
-    if status in (401, 403):
-        return CliError(f"{code}: {message}", EXIT_AUTH)
-    return CliError(f"{code}: {message}", EXIT_ERROR)
-
-
-def api(ctx: click.Context) -> Api:
-    """The command's API client, closed when the command ends."""
-    s = settings(ctx)
-    client = Api(s.server, s.token)
-    ctx.call_on_close(client.close)
-    return client
-
-
-def output_format(ctx: click.Context) -> str:
-    return settings(ctx).output
-
-
 # -- input ---------------------------------------------------------------------------------------
 
 
@@ -261,134 +184,25 @@ def json_argument(option: str, raw: str | None) -> Any:
         except OSError as exc:
             raise CliError(f"{option}: cannot read {name!r}: {exc.strerror or exc}", EXIT_USAGE) from None
     try:
-        return json.loads(text)
+        return json.loads(text, parse_int=_json_int, parse_constant=_json_constant)
     except ValueError as exc:
         where = f" in {raw[1:]!r}" if raw.startswith("@") else ""
         raise CliError(f"{option}: not valid JSON{where}: {exc}", EXIT_USAGE) from None
 
 
-# -- output --------------------------------------------------------------------------------------
+# Bodies are sent with the SDK's encoder (orjson), which writes NaN and Infinity as null and
+# refuses integers beyond 64 bits. NaN and Infinity are not JSON, so they are refused here; larger
+# integers become floats, as the server would read them.
+_JSON_INTS = range(-(2**63), 2**64)
 
 
-def when(ts: Any) -> str:
-    if not isinstance(ts, int | float):
-        return ""
-    return dt.datetime.fromtimestamp(ts, dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+def _json_int(text: str) -> int | float:
+    value = int(text)
+    return value if value in _JSON_INTS else float(text)
 
 
-def compact(value: Any, limit: int = 60) -> str:
-    """A JSON value on one line, cut to ``limit`` characters (strings shown without quotes)."""
-    text = value if isinstance(value, str) else json.dumps(value, ensure_ascii=False)
-    text = " ".join(text.split())
-    return text if len(text) <= limit else text[: limit - 1] + "…"
-
-
-def pretty(value: Any) -> str:
-    return json.dumps(value, indent=2, ensure_ascii=False)
-
-
-#: A table column: header and how to render a cell from the record.
-Column = tuple[str, Callable[[dict[str, Any]], Any]]
-
-
-def field(name: str) -> Callable[[dict[str, Any]], Any]:
-    return lambda item: item.get(name)
-
-
-_STATUS_STYLES = {
-    "succeeded": "green",
-    "approved": "green",
-    "failed": "red",
-    "rejected": "red",
-    "cancelled": "dim",
-    "expired": "dim",
-    "waiting": "yellow",
-    "pending": "yellow",
-    "running": "cyan",
-}
-
-
-def _console(stderr: bool = False) -> Any:
-    from rich.console import Console
-
-    stream = sys.stderr if stderr else sys.stdout
-    # Piped output: no colour, and no wrapping, so every row stays one line for grep and cut.
-    tty = stream.isatty()
-    return Console(file=stream, highlight=False, no_color=not tty, width=None if tty else 100_000)
-
-
-def _cell(value: Any, header: str) -> Any:
-    from rich.text import Text
-
-    if value is None:
-        return Text("")
-    text = value if isinstance(value, str) else str(value)
-    # Text, never markup: ids, prompts and results are user data ("[bold]" must print as is).
-    style = _STATUS_STYLES.get(text, "") if header == "STATUS" else ""
-    return Text(text, style=style)
-
-
-def emit_list(ctx: click.Context, items: Sequence[dict[str, Any]], columns: Sequence[Column]) -> None:
-    fmt = output_format(ctx)
-    if fmt == "json":
-        click.echo(json.dumps(list(items), indent=2, ensure_ascii=False))
-    elif fmt == "jsonl":
-        for item in items:
-            click.echo(json.dumps(item, ensure_ascii=False))
-    else:
-        from rich import box
-        from rich.table import Table
-
-        table = Table(box=box.SIMPLE_HEAD, pad_edge=False, show_edge=False)
-        for header, _ in columns:
-            table.add_column(header, no_wrap=True, overflow="ignore")
-        for item in items:
-            table.add_row(*(_cell(get(item), header) for header, get in columns))
-        _console().print(table)
-
-
-def emit_record(
-    ctx: click.Context,
-    record: dict[str, Any],
-    rows: Iterable[tuple[str, Any]],
-    after: Callable[[], None] | None = None,
-) -> None:
-    """One record: the record as JSON, or a two-column table of ``rows`` (then ``after``)."""
-    fmt = output_format(ctx)
-    if fmt == "json":
-        click.echo(json.dumps(record, indent=2, ensure_ascii=False))
-    elif fmt == "jsonl":
-        click.echo(json.dumps(record, ensure_ascii=False))
-    else:
-        from rich import box
-        from rich.table import Table
-
-        table = Table(box=box.SIMPLE, show_header=False, pad_edge=False, show_edge=False)
-        table.add_column("field", style="bold")
-        table.add_column("value", overflow="fold")
-        for name, value in rows:
-            table.add_row(_cell(name, ""), _cell(value, "STATUS" if name == "status" else ""))
-        _console().print(table)
-        if after is not None:
-            after()
-
-
-def print_table(columns: Sequence[str], rows: Iterable[Sequence[Any]], title: str | None = None) -> None:
-    """A secondary table in ``-o table`` output (a run's path, for instance)."""
-    from rich import box
-    from rich.table import Table
-
-    table = Table(box=box.SIMPLE_HEAD, pad_edge=False, show_edge=False, title=title, title_justify="left")
-    for header in columns:
-        table.add_column(header, no_wrap=True, overflow="ignore")
-    for row in rows:
-        table.add_row(*(_cell(value, header) for header, value in zip(columns, row, strict=True)))
-    _console().print(table)
-
-
-def progress(message: str) -> None:
-    """A progress or log line: stderr, never mixed with the data on stdout."""
-    click.echo(message, err=True)
+def _json_constant(name: str) -> Any:
+    raise ValueError(f"{name} is not a JSON value")
 
 
 # -- command groups with short aliases ---------------------------------------------------------

@@ -11,21 +11,10 @@ from typing import Any
 
 import click
 
-from ._cli_base import (
-    AliasGroup,
-    CliError,
-    api,
-    compact,
-    emit_list,
-    emit_record,
-    field,
-    global_options,
-    json_argument,
-    pretty,
-    progress,
-    when,
-)
-from ._transport import q
+from .._transport import q
+from ._api import api
+from ._base import AliasGroup, CliError, global_options, json_argument
+from ._output import compact, emit_list, emit_record, field, pretty, progress, when
 
 _APPROVAL_STATUSES = ["pending", "approved", "rejected", "expired", "all"]
 

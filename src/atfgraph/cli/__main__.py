@@ -1,0 +1,5 @@
+"""``python -m atfgraph.cli``: the same command as ``atfg``."""
+
+from . import main
+
+main()

@@ -1,0 +1,32 @@
+"""``atfg server start``: the graph server in the foreground."""
+
+from __future__ import annotations
+
+import click
+
+from ._base import AliasGroup
+
+#: The server's port; the server package itself is imported only by ``server start`` (FastAPI).
+DEFAULT_PORT = 7878
+
+
+@click.group("server", cls=AliasGroup)
+def server() -> None:
+    """Run the graph server."""
+
+
+@server.command("start")
+@click.option("--host", default="127.0.0.1", show_default=True, help="Interface to listen on.")
+@click.option("--port", default=DEFAULT_PORT, show_default=True, type=int)
+@click.option(
+    "--db",
+    default=None,
+    help="SQLite file or postgresql:// URL (default: $ATFGRAPH_DB, else $ATFGRAPH_HOME/atfgraph.db).",
+)
+@click.option("--lease-seconds", default=None, type=float, help="Task lease length (default 30).")
+@click.option("--log-level", default="warning", show_default=True)
+def start(host: str, port: int, db: str | None, lease_seconds: float | None, log_level: str) -> None:
+    """Start the graph server in the foreground."""
+    from ..server import serve
+
+    serve(host, port, db, lease_seconds, log_level)
