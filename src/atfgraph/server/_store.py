@@ -26,7 +26,7 @@ from dataclasses import dataclass, replace
 from typing import Any, TypeVar
 
 from pyworkflow import CheckpointConflictError
-from pyworkflow.store import check_revision, write_checkpoint
+from pyworkflow.store import StepStatus, check_revision, write_checkpoint
 from pyworkflow.store._group_commit import GroupCommitWriter
 from pyworkflow.store._migrations import Migration, load_migrations
 from pyworkflow.store._sqlite import SQLiteStore
@@ -125,15 +125,23 @@ SQL_LIST_TRAVERSERS = "SELECT * FROM atfg_traversers WHERE status = ? ORDER BY c
 
 # -- steps, checkpoints, memory ---------------------------------------------------------------
 
-# Record a child step; a step already recorded is never overwritten (replay returns it).
+# A traverser's child steps are its run's step records in the engine's steps table, with their
+# place in its path (seq) and the target they ran; a completed one is replayed, never re-run.
+# Record one; a step already recorded is never overwritten (replay returns it).
 SQL_INSERT_STEP = """
-INSERT INTO atfg_steps
-    (traverser_id, step_key, seq, target, status, attempt, result, error, created_at)
+INSERT INTO steps (run_id, step_key, seq, target, status, attempt, result, error, updated_at)
 VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)
-ON CONFLICT (traverser_id, step_key) DO NOTHING
+ON CONFLICT (run_id, step_key) DO NOTHING
 """
-# A traverser's steps in path order (primary key prefix).
-SQL_STEPS = "SELECT * FROM atfg_steps WHERE traverser_id = ? ORDER BY seq, created_at"
+# A traverser's steps in path order (primary key prefix); a child step is written once, so its
+# updated_at is when it was recorded.
+SQL_STEPS = """
+SELECT step_key, seq, target, status, attempt, result, error, updated_at AS created_at
+FROM steps WHERE run_id = ? ORDER BY seq, updated_at
+"""
+#: A child step's status as the API reports it <-> as the engine records it.
+_STEP_STATUS_OUT = {StepStatus.COMPLETED.value: "succeeded", StepStatus.FAILED.value: "failed"}
+_STEP_STATUS_IN = {"succeeded": StepStatus.COMPLETED.value, "failed": StepStatus.FAILED.value}
 # A traverser's checkpoints are its run's, in the engine's checkpoints table at scope
 # TRAVERSER_SCOPE (pyworkflow's steps use their step keys); written by the kit's
 # compare-and-set rule (``write_checkpoint``).
@@ -260,7 +268,7 @@ def step_view(row: Row) -> dict[str, Any]:
         "key": row["step_key"],
         "seq": row["seq"],
         "target": row["target"],
-        "status": row["status"],
+        "status": _STEP_STATUS_OUT.get(row["status"], row["status"]),
         "attempt": row["attempt"],
         "result": fragment(row["result"]),
         "error": fragment(row["error"]),
@@ -387,7 +395,7 @@ class GraphStore:
                     step.key,
                     step.seq,
                     step.target,
-                    step.status,
+                    _STEP_STATUS_IN[step.status],
                     row["attempt"],
                     step.result,
                     step.error,

@@ -73,6 +73,8 @@ INSERT INTO checkpoints (run_id, scope, name, value, revision, updated_at) VALUE
 ON CONFLICT (run_id, scope, name) DO UPDATE SET
     value = excluded.value, revision = excluded.revision, updated_at = excluded.updated_at
 """
+
+
 def check_revision(what: str, expected: int | None, current: int) -> int:
     """The compare-and-set rule: a write that expects revision ``expected`` (None: any; 0: none
     yet) of something now at ``current`` is refused with ``CheckpointConflictError`` unless they

@@ -68,7 +68,6 @@ async def test_tables_are_prefixed_and_hot_queries_use_indexes(store: GraphStore
         "atfg_audit",
         "atfg_console_sessions",
         "atfg_memory",
-        "atfg_steps",
         "atfg_tokens",
         "atfg_traversers",
         "atfg_workers",
