@@ -62,7 +62,7 @@ CREATE TABLE steps (
     result      BLOB,
     error       BLOB,
     delivered   INTEGER NOT NULL DEFAULT 0,
-    updated_at  REAL    NOT NULL,
+    updated_at  REAL    NOT NULL, seq INTEGER, target TEXT,
     PRIMARY KEY (run_id, step_key)
 ) WITHOUT ROWID;
 

@@ -25,6 +25,8 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 from typing import Any, TypeVar
 
+from pyworkflow import CheckpointConflictError
+from pyworkflow.store import StepStatus, check_revision, write_checkpoint
 from pyworkflow.store._group_commit import GroupCommitWriter
 from pyworkflow.store._migrations import Migration, load_migrations
 from pyworkflow.store._sqlite import SQLiteStore
@@ -123,22 +125,28 @@ SQL_LIST_TRAVERSERS = "SELECT * FROM atfg_traversers WHERE status = ? ORDER BY c
 
 # -- steps, checkpoints, memory ---------------------------------------------------------------
 
-# Record a child step; a step already recorded is never overwritten (replay returns it).
+# A traverser's child steps are its run's step records in the engine's steps table, with their
+# place in its path (seq) and the target they ran; a completed one is replayed, never re-run.
+# Record one; a step already recorded is never overwritten (replay returns it).
 SQL_INSERT_STEP = """
-INSERT INTO atfg_steps
-    (traverser_id, step_key, seq, target, status, attempt, result, error, created_at)
+INSERT INTO steps (run_id, step_key, seq, target, status, attempt, result, error, updated_at)
 VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)
-ON CONFLICT (traverser_id, step_key) DO NOTHING
+ON CONFLICT (run_id, step_key) DO NOTHING
 """
-# A traverser's steps in path order (primary key prefix).
-SQL_STEPS = "SELECT * FROM atfg_steps WHERE traverser_id = ? ORDER BY seq, created_at"
-SQL_CHECKPOINTS = "SELECT name, value, revision FROM atfg_checkpoints WHERE traverser_id = ?"
-SQL_GET_CHECKPOINT = "SELECT value, revision FROM atfg_checkpoints WHERE traverser_id = ? AND name = ?"
-SQL_UPSERT_CHECKPOINT = """
-INSERT INTO atfg_checkpoints (traverser_id, name, value, revision, updated_at) VALUES (?, ?, ?, ?, ?)
-ON CONFLICT (traverser_id, name) DO UPDATE SET value = excluded.value, revision = excluded.revision,
-    updated_at = excluded.updated_at
+# A traverser's steps in path order (primary key prefix); a child step is written once, so its
+# updated_at is when it was recorded.
+SQL_STEPS = """
+SELECT step_key, seq, target, status, attempt, result, error, updated_at AS created_at
+FROM steps WHERE run_id = ? ORDER BY seq, updated_at
 """
+#: A child step's status as the API reports it <-> as the engine records it.
+_STEP_STATUS_OUT = {StepStatus.COMPLETED.value: "succeeded", StepStatus.FAILED.value: "failed"}
+_STEP_STATUS_IN = {"succeeded": StepStatus.COMPLETED.value, "failed": StepStatus.FAILED.value}
+# A traverser's checkpoints are its run's, in the engine's checkpoints table at scope
+# TRAVERSER_SCOPE (pyworkflow's steps use their step keys); written by the kit's
+# compare-and-set rule (``write_checkpoint``).
+SQL_CHECKPOINTS = "SELECT name, value, revision FROM checkpoints WHERE run_id = ? AND scope = ''"
+SQL_GET_CHECKPOINT = "SELECT value, revision FROM checkpoints WHERE run_id = ? AND scope = '' AND name = ?"
 SQL_GET_MEMORY = "SELECT value, revision FROM atfg_memory WHERE scope = ? AND key = ?"
 # Compare-and-set: the update applies only while the stored revision is the one read (the last
 # parameter), so two writers racing on one key (servers sharing PostgreSQL, no lease to lock)
@@ -192,6 +200,8 @@ SQL_WORKER_SEEN = "UPDATE atfg_workers SET last_seen = ?, stats = COALESCE(?, st
 SQL_WORKERS = "SELECT * FROM atfg_workers ORDER BY registered_at DESC LIMIT ?"
 
 _SWEEP_BATCH = 500
+#: The checkpoint scope of a traverser's handler (the run itself, not one of its steps).
+TRAVERSER_SCOPE = ""
 
 
 def _cursor(conn: Conn, sql: str, params: Sequence[Any]) -> Any:
@@ -258,7 +268,7 @@ def step_view(row: Row) -> dict[str, Any]:
         "key": row["step_key"],
         "seq": row["seq"],
         "target": row["target"],
-        "status": row["status"],
+        "status": _STEP_STATUS_OUT.get(row["status"], row["status"]),
         "attempt": row["attempt"],
         "result": fragment(row["result"]),
         "error": fragment(row["error"]),
@@ -385,7 +395,7 @@ class GraphStore:
                     step.key,
                     step.seq,
                     step.target,
-                    step.status,
+                    _STEP_STATUS_IN[step.status],
                     row["attempt"],
                     step.result,
                     step.error,
@@ -639,11 +649,12 @@ class GraphStore:
             now = time.time()
             row = self._leased(conn, traverser_id, epoch, now)
             self._record_steps(conn, row, steps, now)
-            current = conn.execute(SQL_GET_CHECKPOINT, (traverser_id, name)).fetchone()
-            revision = 0 if current is None else int(current[1])
-            _check_revision("checkpoint", name, expected_revision, revision)
-            conn.execute(SQL_UPSERT_CHECKPOINT, (traverser_id, name, value, revision + 1, now))
-            return revision + 1
+            try:
+                return write_checkpoint(
+                    conn, traverser_id, TRAVERSER_SCOPE, name, value, expected_revision, now
+                )
+            except CheckpointConflictError as exc:
+                raise Conflict(str(exc), "revision_conflict") from None
 
         return await self.db.write(fn)
 
@@ -673,7 +684,10 @@ class GraphStore:
                 self._leased(conn, lease[0], lease[1], now)
             current = conn.execute(SQL_GET_MEMORY, (scope, key)).fetchone()
             revision = 0 if current is None else int(current[1])
-            _check_revision("memory", f"{scope}/{key}", expected_revision, revision)
+            try:
+                check_revision(f"memory {f'{scope}/{key}'!r}", expected_revision, revision)
+            except CheckpointConflictError as exc:
+                raise Conflict(str(exc), "revision_conflict") from None
             if (
                 conn.execute(SQL_UPSERT_MEMORY, (scope, key, value, revision + 1, now, revision)).rowcount
                 == 0
@@ -873,7 +887,8 @@ class GraphStore:
     """
     #: A run's checkpoints with the time of their last write (for its timeline).
     SQL_CONSOLE_CHECKPOINTS = """
-    SELECT name, value, revision, updated_at FROM atfg_checkpoints WHERE traverser_id = ? ORDER BY updated_at
+    SELECT name, value, revision, updated_at FROM checkpoints
+    WHERE run_id = ? AND scope = ? ORDER BY updated_at
     """
 
     def console_traversers(
@@ -928,7 +943,7 @@ class GraphStore:
                     "revision": c["revision"],
                     "updated_at": c["updated_at"],
                 }
-                for c in _rows(conn, self.SQL_CONSOLE_CHECKPOINTS, (traverser_id,))
+                for c in _rows(conn, self.SQL_CONSOLE_CHECKPOINTS, (traverser_id, TRAVERSER_SCOPE))
             ]
             approvals = [
                 self._decoded(approval_view(a)) for a in _rows(conn, SQL_APPROVALS_OF, (traverser_id,))
@@ -951,10 +966,3 @@ class GraphStore:
 
 def _decision_audit(audit: AuditEntry, decision: str, view: dict[str, Any]) -> AuditEntry:
     return replace(audit, detail={"decision": decision, "response": view["response"]})
-
-
-def _check_revision(kind: str, name: str, expected: int | None, current: int) -> None:
-    if expected is not None and expected != current:
-        raise Conflict(
-            f"{kind} {name!r} is at revision {current}, not the expected {expected}", "revision_conflict"
-        )

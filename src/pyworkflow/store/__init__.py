@@ -21,6 +21,7 @@ from ._protocol import (
     WaitRecord,
     WaitStatus,
 )
+from ._rows import check_revision, write_checkpoint
 
 __all__ = [
     "CheckpointRecord",
@@ -37,8 +38,10 @@ __all__ = [
     "WaitKind",
     "WaitRecord",
     "WaitStatus",
+    "check_revision",
     "open_store",
     "sqlite_path",
+    "write_checkpoint",
 ]
 
 

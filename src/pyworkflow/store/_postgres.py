@@ -51,7 +51,6 @@ from psycopg_pool import AsyncConnectionPool
 
 from .._errors import (
     CancellationError,
-    CheckpointConflictError,
     HookExpiredError,
     HookNotFoundError,
     LeaseLostError,
@@ -75,7 +74,15 @@ from ._protocol import (
     WaitRecord,
     WaitStatus,
 )
-from ._rows import RUN_COLUMNS, WAIT_COLUMNS, list_waits_sql, raise_if_resolved, run_from_row, wait_from_row
+from ._rows import (
+    RUN_COLUMNS,
+    WAIT_COLUMNS,
+    check_revision,
+    list_waits_sql,
+    raise_if_resolved,
+    run_from_row,
+    wait_from_row,
+)
 
 T = TypeVar("T")
 Conn = psycopg.AsyncConnection[Any]
@@ -903,12 +910,8 @@ class PostgresStore:
             (fence.run_id, fence.epoch, scope, name, value, expected_revision, now),
             fence.run_id,
         )
-        if outcome.startswith("conflict:"):
-            current = int(outcome.split(":", 1)[1])
-            raise CheckpointConflictError(
-                f"checkpoint {name!r} is at revision {current}, not {expected_revision}",
-                current_revision=current,
-            )
+        if outcome.startswith("conflict:"):  # the rule ran server-side; its refusal reads the same
+            check_revision(f"checkpoint {name!r}", expected_revision, int(outcome.split(":", 1)[1]))
         return int(_check_outcome(outcome, fence.run_id, fence.epoch, name or scope))
 
     async def delete_checkpoint(self, fence: Fence, scope: str, name: str, *, now: float) -> bool:

@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from .._errors import HookAlreadyReceivedError, HookCancelledError, HookExpiredError
+from .._errors import CheckpointConflictError, HookAlreadyReceivedError, HookCancelledError, HookExpiredError
 from ._protocol import RunRecord, RunStatus, WaitKind, WaitRecord, WaitStatus
 
 WAIT_COLUMNS = (
@@ -61,3 +61,39 @@ def list_waits_sql(
         params.extend(str(k) for k in kinds)
     where = f"WHERE {' AND '.join(clauses)}" if clauses else ""
     return f"SELECT {WAIT_COLUMNS} FROM waits {where} ORDER BY created_at LIMIT {mark}", params
+
+
+# -- checkpoints: one compare-and-set rule for every face ---------------------------------------
+
+#: A checkpoint's current revision (primary key lookup).
+SQL_CHECKPOINT_REVISION = "SELECT revision FROM checkpoints WHERE run_id = ? AND scope = ? AND name = ?"
+#: Write a checkpoint at the revision the caller checked (see :func:`write_checkpoint`).
+SQL_UPSERT_CHECKPOINT = """
+INSERT INTO checkpoints (run_id, scope, name, value, revision, updated_at) VALUES (?, ?, ?, ?, ?, ?)
+ON CONFLICT (run_id, scope, name) DO UPDATE SET
+    value = excluded.value, revision = excluded.revision, updated_at = excluded.updated_at
+"""
+
+
+def check_revision(what: str, expected: int | None, current: int) -> int:
+    """The compare-and-set rule: a write that expects revision ``expected`` (None: any; 0: none
+    yet) of something now at ``current`` is refused with ``CheckpointConflictError`` unless they
+    match. Returns the revision the write creates."""
+    if expected is not None and expected != current:
+        raise CheckpointConflictError(
+            f"{what} is at revision {current}, not the expected {expected}", current_revision=current
+        )
+    return current + 1
+
+
+def write_checkpoint(
+    conn: Any, run_id: str, scope: str, name: str, value: bytes, expected_revision: int | None, now: float
+) -> int:
+    """Compare-and-set a checkpoint inside the caller's write transaction on a kit database
+    connection (SQLite's, or PostgreSQL's synchronous one, which locks the run first); returns the
+    new revision. PostgreSQL's pipelined store applies the same rule server-side
+    (``pyworkflow_save_checkpoint``, migration 0002)."""
+    row = conn.execute(SQL_CHECKPOINT_REVISION, (run_id, scope, name)).fetchone()
+    revision = check_revision(f"checkpoint {name!r}", expected_revision, row[0] if row else 0)
+    conn.execute(SQL_UPSERT_CHECKPOINT, (run_id, scope, name, value, revision, now))
+    return revision

@@ -9,7 +9,6 @@ from typing import Any
 
 from .._errors import (
     CancellationError,
-    CheckpointConflictError,
     ConfigurationError,
     HookExpiredError,
     HookNotFoundError,
@@ -34,7 +33,15 @@ from ._protocol import (
     WaitRecord,
     WaitStatus,
 )
-from ._rows import RUN_COLUMNS, WAIT_COLUMNS, list_waits_sql, raise_if_resolved, run_from_row, wait_from_row
+from ._rows import (
+    RUN_COLUMNS,
+    WAIT_COLUMNS,
+    list_waits_sql,
+    raise_if_resolved,
+    run_from_row,
+    wait_from_row,
+    write_checkpoint,
+)
 from ._sqlite_db import SQLiteDatabase
 
 
@@ -106,11 +113,6 @@ WHERE steps.status NOT IN ('completed', 'failed')
 SQL_STEP_PROGRESS = """
 INSERT INTO steps (run_id, step_key, status, delivered, updated_at) VALUES (?1, ?2, 'running', ?3, ?4)
 ON CONFLICT (run_id, step_key) DO UPDATE SET delivered = MAX(delivered, ?3), updated_at = ?4
-"""
-SQL_CHECKPOINT_REVISION = "SELECT revision FROM checkpoints WHERE run_id = ? AND scope = ? AND name = ?"
-SQL_UPSERT_CHECKPOINT = """
-INSERT INTO checkpoints (run_id, scope, name, value, revision, updated_at) VALUES (?1, ?2, ?3, ?4, ?5, ?6)
-ON CONFLICT (run_id, scope, name) DO UPDATE SET value = ?4, revision = ?5, updated_at = ?6
 """
 SQL_DELETE_CHECKPOINT = "DELETE FROM checkpoints WHERE run_id = ? AND scope = ? AND name = ?"
 SQL_WAIT_BY_KEY = f"SELECT {WAIT_COLUMNS} FROM waits WHERE run_id = ? AND wait_key = ?"
@@ -384,16 +386,9 @@ class SQLiteStore:
     ) -> int:
         def tx(conn: sqlite3.Connection) -> int:
             _check_fence(conn, fence)
-            row = conn.execute(SQL_CHECKPOINT_REVISION, (fence.run_id, scope, name)).fetchone()
-            current = row[0] if row else 0
-            if expected_revision is not None and expected_revision != current:
-                raise CheckpointConflictError(
-                    f"checkpoint {name!r} is at revision {current}, not {expected_revision}",
-                    current_revision=current,
-                )
-            conn.execute(SQL_UPSERT_CHECKPOINT, (fence.run_id, scope, name, value, current + 1, now))
+            revision = write_checkpoint(conn, fence.run_id, scope, name, value, expected_revision, now)
             _event(conn, fence.run_id, now, "checkpoint_saved", f"{scope}/{name}" if name else scope)
-            return current + 1
+            return revision
 
         return await self.db.write(tx)
 

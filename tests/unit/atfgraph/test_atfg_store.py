@@ -66,10 +66,8 @@ async def test_tables_are_prefixed_and_hot_queries_use_indexes(store: GraphStore
     assert sorted(n for n in names if n.startswith("atfg_")) == [
         "atfg_approvals",
         "atfg_audit",
-        "atfg_checkpoints",
         "atfg_console_sessions",
         "atfg_memory",
-        "atfg_steps",
         "atfg_tokens",
         "atfg_traversers",
         "atfg_workers",
