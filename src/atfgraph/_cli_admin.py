@@ -157,10 +157,15 @@ def db_migrate(ctx: click.Context, db_path: str | None, sql_only: bool) -> None:
     """Apply the server's pending migrations to the database (the server also does this when it
     starts). Safe beside a running server: migrators serialize on the database's write lock
     (SQLite) or an advisory lock (PostgreSQL)."""
-    path = db_path or os.environ.get("ATFGRAPH_DB") or _default_db_path()
-    from .server._dburl import is_postgres_url, redact
+    from pyworkflow import ConfigurationError
 
-    postgres = is_postgres_url(path)
+    from .server._dburl import parse_location, redact
+
+    try:
+        location = parse_location(db_path or os.environ.get("ATFGRAPH_DB") or _default_db_path())
+    except ConfigurationError as exc:
+        raise CliError(f"--db: {exc}", EXIT_USAGE) from None
+    path, postgres = location.location, location.is_postgres
     shown = redact(path)
     migrations = server_migrations("postgres" if postgres else "sqlite")
     if sql_only:

@@ -59,7 +59,8 @@ def server() -> None:
 @click.option(
     "--db",
     default=None,
-    help="SQLite file or postgresql:// URL (default: $ATFGRAPH_DB, else $ATFGRAPH_HOME/atfgraph.db).",
+    help="SQLite file, sqlite:///file.db or postgresql:// URL"
+    " (default: $ATFGRAPH_DB, else $ATFGRAPH_HOME/atfgraph.db).",
 )
 @click.option("--lease-seconds", default=None, type=float, help="Task lease length (default 30).")
 @click.option("--log-level", default="warning", show_default=True)

@@ -33,7 +33,7 @@ from pyworkflow.store._sqlite_db import SQLiteDatabase
 
 from .._json import dumps, fragment, loads
 from .._models import ApprovalStatus, TraverserStatus
-from ._dburl import is_postgres_url
+from ._dburl import parse_location
 from ._errors import ApiError, lease_lost, not_found
 from ._identity import identity_migrations
 
@@ -324,7 +324,9 @@ class GraphStore:
         self.db: GroupCommitWriter[Any]
         #: pyworkflow's store on the same database (the inbox lists its hooks)
         self.pyworkflow: Any
-        if is_postgres_url(location):
+        parsed = parse_location(location)  # a file path, sqlite:///..., or postgresql://...
+        location = parsed.location
+        if parsed.is_postgres:
             # Imported here: psycopg is the postgres extra's, only needed for a URL.
             from pyworkflow.store._postgres import PostgresStore
 

@@ -1,8 +1,7 @@
-"""Storage behind one small protocol; ``open_store(url)`` picks the backend from the URL."""
+"""Storage behind one small protocol; ``open_store(url)`` picks the backend from the URL (one
+grammar for every storage location: :func:`parse_storage_url`)."""
 
 from __future__ import annotations
-
-from urllib.parse import unquote, urlsplit
 
 from .._errors import ConfigurationError
 from ._protocol import (
@@ -21,6 +20,7 @@ from ._protocol import (
     WaitRecord,
     WaitStatus,
 )
+from ._url import StorageURL, parse_storage_url, redact_url
 
 __all__ = [
     "CheckpointRecord",
@@ -33,44 +33,39 @@ __all__ = [
     "RunStatus",
     "StepRecord",
     "StepStatus",
+    "StorageURL",
     "Store",
     "WaitKind",
     "WaitRecord",
     "WaitStatus",
     "open_store",
+    "parse_storage_url",
+    "redact_url",
     "sqlite_path",
 ]
 
 
 def sqlite_path(url: str) -> str:
-    """``sqlite:///relative.db``, ``sqlite:////abs/path.db`` or a bare path -> a file path."""
-    if "://" not in url:
-        return url
-    parts = urlsplit(url)
-    if parts.scheme != "sqlite":
-        raise ConfigurationError(f"not a SQLite URL: {url!r}")
-    path = unquote(url[len("sqlite://") :])
-    if path.startswith("/"):
-        path = path[1:]  # sqlite:///x.db -> x.db ; sqlite:////abs -> /abs
-    if not path:
-        raise ConfigurationError(f"SQLite URL has no path: {url!r}")
-    return path
+    """The SQLite file a storage URL names (``sqlite:///relative.db``, ``sqlite:////abs.db`` or a
+    bare path); ``ConfigurationError`` for anything else (see :func:`parse_storage_url`)."""
+    parsed = parse_storage_url(url)
+    if parsed.path is None:
+        raise ConfigurationError(f"not a SQLite URL: {parsed.redacted()!r}")
+    return parsed.path
 
 
-def open_store(url: str, *, synchronous: str = "FULL") -> Store:
+def open_store(url: str | StorageURL, *, synchronous: str = "FULL") -> Store:
     """Open the store a URL names: ``sqlite:///path.db`` (or a bare path) or ``postgresql://...``."""
-    scheme = url.split("://", 1)[0] if "://" in url else "sqlite"
-    if scheme == "sqlite":
+    parsed = url if isinstance(url, StorageURL) else parse_storage_url(url)
+    if parsed.path is not None:
         from ._sqlite import SQLiteStore
 
-        return SQLiteStore(sqlite_path(url), synchronous=synchronous)
-    if scheme in ("postgresql", "postgres"):
-        try:
-            from ._postgres import PostgresStore  # type: ignore[import-not-found,unused-ignore]
-        except ImportError as exc:  # pragma: no cover - depends on the installed extra
-            raise ConfigurationError(
-                f"PostgreSQL storage needs the postgres extra and its backend: {exc}"
-            ) from exc
-        store: Store = PostgresStore(url)
-        return store
-    raise ConfigurationError(f"unknown storage scheme {scheme!r} in {url!r}; use sqlite:/// or postgresql://")
+        return SQLiteStore(parsed.path, synchronous=synchronous)
+    try:
+        from ._postgres import PostgresStore  # type: ignore[import-not-found,unused-ignore]
+    except ImportError as exc:  # pragma: no cover - depends on the installed extra
+        raise ConfigurationError(
+            f"PostgreSQL storage needs the postgres extra and its backend: {exc}"
+        ) from exc
+    store: Store = PostgresStore(parsed.location)
+    return store
