@@ -3,8 +3,10 @@
 Every transition is one transaction. Nearly all are one statement each (a new run: one statement
 with CTEs; a turn's step result, checkpoint, wait, suspension and end, a decision, a Celery turn's
 claim, a runtime's tick and the sweeper's expiry: server-side functions from migrations
-0002-0004), and those, with the single-statement reads, go through a **group commit**: two writer
-threads, each with one synchronous connection; a free writer takes every statement submitted
+0002-0004), and those, with the single-statement reads, go through a **group commit** (the
+statement jobs of :class:`~pyworkflow.store.GroupCommitWriter`, run by a
+:class:`~pyworkflow.store.PostgresDatabase`): two writer threads, each with one synchronous
+connection; a free writer takes every statement submitted
 since a writer last looked and sends them in one pipelined transaction (``BEGIN``, the statements,
 ``COMMIT``: one round trip), then releases each caller, on the caller's own event loop, after that
 commit. Many runs' transitions share one round trip, one commit and one fsync, and the client
@@ -46,7 +48,6 @@ from collections.abc import Awaitable, Callable, Coroutine, Sequence
 from typing import Any, TypeVar
 
 import psycopg
-from psycopg import pq
 from psycopg_pool import AsyncConnectionPool
 
 from .._errors import (
@@ -58,7 +59,8 @@ from .._errors import (
     StepAlreadyCompletedError,
     WorkflowNotFoundError,
 )
-from ._migrations import Migration, apply_postgres_migrations, load_migrations
+from ._migrations import Migration, load_migrations
+from ._pg_db import PostgresDatabase
 from ._protocol import (
     CheckpointRecord,
     Claim,
@@ -311,221 +313,24 @@ async def _claim_row(
     return Claim(Fence(run_id, epoch + 1, wake_seq), workflow, input_, resumed=not fresh)
 
 
-class _Op:
-    """One statement submitted to the group commit, and where its caller waits."""
-
-    __slots__ = ("done", "error", "future", "key", "loop", "params", "rows", "sql")
-
-    def __init__(
-        self,
-        sql: str,
-        params: Any,
-        key: str | None,
-        loop: asyncio.AbstractEventLoop,
-        future: asyncio.Future[Rows],
-    ) -> None:
-        self.sql = sql
-        self.params = params
-        self.key = key  # the run it locks ("" for a read); None: it runs alone, not in a group
-        self.loop = loop
-        self.future = future
-        self.rows: Rows = []
-        self.error: BaseException | None = None
-        self.done = False  # executed (successfully or not)
-
-
-def _settle(ops: list[_Op]) -> None:
-    """On a caller's loop: hand each statement's outcome to its caller (gone callers are skipped)."""
-    for op in ops:
-        if op.future.done():
-            continue
-        if op.error is not None:
-            op.future.set_exception(op.error)
-        else:
-            op.future.set_result(op.rows)
-
-
-def _key(op: _Op) -> str:
-    return op.key or ""
-
-
-def _rows_of(cur: psycopg.Cursor[Any]) -> Rows:
-    res = cur.pgresult
-    return cur.fetchall() if res is not None and res.status == pq.ExecStatus.TUPLES_OK else []
-
-
-class _GroupCommit:
-    """The group commit: a queue of submitted statements and ``writers`` threads, each with one
-    synchronous connection in autocommit mode.
-
-    A free writer takes every statement submitted since a writer last looked (up to
-    :attr:`MAX_GROUP`), sorts the ones that belong in a group by the run they lock and sends them
-    in pipeline mode inside one transaction, so the whole group costs one round trip and one
-    commit. Only after the commit (or the rollback) are the callers released, each on its own
-    loop, one wake-up per loop and group. Statements marked to run alone (``key`` None) each get
-    a transaction of their own. With two writers, one group executes while the other commits."""
-
-    MAX_GROUP = 512
-
-    def __init__(self, url: str, conn: psycopg.Connection[Any] | None = None, *, writers: int = 2) -> None:
-        self.url = url
-        self._cv = threading.Condition(threading.Lock())
-        self._queue: list[_Op] = []
-        self._closing = False
-        self.groups = 0  # groups sent and statements in them (for tests and benchmarks)
-        self.statements = 0
-        self._threads = [
-            threading.Thread(
-                target=self._run, args=(conn if k == 0 else None,), name=f"pyworkflow-postgres-writer-{k}",
-                daemon=True,
-            )
-            for k in range(max(1, writers))
-        ]  # fmt: skip
-        for thread in self._threads:
-            thread.start()
-
-    def submit(self, op: _Op) -> None:
-        with self._cv:
-            if self._closing:
-                raise RuntimeError("store is closed")
-            self._queue.append(op)
-            if len(self._queue) == 1:
-                self._cv.notify()
-
-    def close(self, timeout: float = 30.0) -> None:
-        """Run what was submitted, then stop the threads and close their connections."""
-        with self._cv:
-            self._closing = True
-            self._cv.notify_all()
-        for thread in self._threads:
-            if thread is not threading.current_thread():
-                thread.join(timeout)
-
-    def _run(self, conn: psycopg.Connection[Any] | None) -> None:
-        writer = _Writer(self, conn)
-        try:
-            while True:
-                with self._cv:
-                    while not self._queue and not self._closing:
-                        self._cv.wait()
-                    if not self._queue:
-                        return
-                    ops = self._queue[: self.MAX_GROUP]
-                    del self._queue[: self.MAX_GROUP]
-                    if self._queue:  # more than one group's worth: let another writer start
-                        self._cv.notify()
-                try:
-                    writer.execute(ops)
-                except BaseException as exc:  # never leave a caller waiting
-                    for op in ops:
-                        if not op.done:
-                            op.error = exc
-                    if not isinstance(exc, Exception):
-                        raise
-                    log.exception("group commit failed")
-                finally:
-                    _deliver(ops)
-        finally:
-            writer.close()
-
-
-class _Writer:
-    """One writer thread's connection and how it runs what it took from the queue."""
-
-    def __init__(self, owner: _GroupCommit, conn: psycopg.Connection[Any] | None) -> None:
-        self.owner = owner
-        self.conn = conn
-
-    def close(self) -> None:
-        if self.conn is not None:
-            with contextlib.suppress(Exception):
-                self.conn.close()
-
-    def _connection(self) -> psycopg.Connection[Any]:
-        conn = self.conn
-        if conn is None or conn.closed:
-            self.conn = conn = psycopg.connect(self.owner.url, autocommit=True)
-        return conn
-
-    def execute(self, ops: list[_Op]) -> None:
-        group = sorted((op for op in ops if op.key is not None), key=_key)
-        if len(group) > 1:
-            self._group(group)
-        elif group:
-            self._alone(group[0])
-        for op in ops:
-            if op.key is None:
-                self._alone(op)
-
-    def _group(self, ops: list[_Op]) -> None:
-        try:
-            conn = self._connection()
-        except Exception as exc:
-            for op in ops:
-                op.error, op.done = exc, True
-            return
-        with self.owner._cv:
-            self.owner.groups += 1
-            self.owner.statements += len(ops)
-        try:
-            # Plain BEGIN/COMMIT in the pipeline: the whole group is one message burst and one sync.
-            with conn.pipeline():
-                conn.execute("BEGIN")
-                cursors = [conn.execute(op.sql, op.params) for op in ops]
-                conn.execute("COMMIT")
-            for op, cur in zip(ops, cursors, strict=True):
-                op.rows = _rows_of(cur)
-                op.done = True
-        except Exception as exc:
-            if not conn.closed and conn.info.transaction_status != pq.TransactionStatus.IDLE:
-                with contextlib.suppress(Exception):
-                    conn.execute("ROLLBACK")
-            if conn.closed:
-                # The connection went away: as for a single call, whether it committed is
-                # unknown, and the callers are told so (the next group reconnects).
-                for op in ops:
-                    op.error, op.done = exc, True
-                return
-            # One statement failed and rolled the group back: run each alone, so each caller
-            # gets its own statement's outcome.
-            for op in ops:
-                op.rows = []
-                self._alone(op)
-
-    def _alone(self, op: _Op) -> None:
-        """One statement, its own (implicit) transaction."""
-        try:
-            op.rows = _rows_of(self._connection().execute(op.sql, op.params))
-        except Exception as exc:
-            op.error = exc
-        op.done = True
-
-
-def _deliver(ops: list[_Op]) -> None:
-    """Release the callers of ``ops``: one wake-up per event loop."""
-    by_loop: dict[asyncio.AbstractEventLoop, list[_Op]] = {}
-    for op in ops:
-        by_loop.setdefault(op.loop, []).append(op)
-    for loop, mine in by_loop.items():
-        with contextlib.suppress(RuntimeError):  # the caller's loop is closed: nobody waits
-            loop.call_soon_threadsafe(_settle, mine)
-
-
 class PostgresStore:
-    """:class:`~pyworkflow.store.Store` on PostgreSQL (psycopg 3: a group-commit writer for the
-    single-statement transitions and reads, an ``AsyncConnectionPool`` for the others)."""
+    """:class:`~pyworkflow.store.Store` on PostgreSQL (psycopg 3: the pipelined group commit of a
+    :class:`~pyworkflow.store.PostgresDatabase` with two writers for the single-statement
+    transitions and reads, an ``AsyncConnectionPool`` for the others)."""
 
     def __init__(self, url: str, *, min_size: int = 1, max_size: int = 16) -> None:
         self.url = url
-        # Migrate first, synchronously: a bad URL or a schema problem fails here, in the caller.
-        # The connection then becomes the group-commit writer's.
-        conn = psycopg.connect(url, autocommit=True)
-        try:
-            apply_postgres_migrations(conn, pyworkflow_migrations())
-        except BaseException:
-            conn.close()
-            raise
-        self._writer = _GroupCommit(url, conn)
+        # Migrate first, synchronously (a bad URL or a schema problem fails here, in the caller) on
+        # the connection that then becomes the first writer's. Writer connections have no lock or
+        # connect timeout of their own: a statement waits for its run's lock like any other.
+        self._writer = PostgresDatabase(
+            url,
+            migrations=pyworkflow_migrations(),
+            writers=2,
+            lock_timeout_ms=None,
+            connect_timeout=None,
+            name="pyworkflow-postgres-writer",
+        )
         self._closed = False
         self._listeners: list[Callable[[], None]] = []
         self._listener_task: asyncio.Task[None] | None = None
@@ -604,10 +409,7 @@ class PostgresStore:
         A caller that is cancelled stops waiting; the statement still runs to its commit."""
         if self._closed:
             raise RuntimeError("store is closed")
-        loop = asyncio.get_running_loop()
-        future: asyncio.Future[Rows] = loop.create_future()
-        self._writer.submit(_Op(sql, params, key, loop, future))
-        return future
+        return self._writer.submit(sql, params, key)
 
     async def _call(self, sql: str, params: Any, run_id: str) -> str:
         """One statement that is a whole transition of ``run_id`` (a server-side function that

@@ -31,7 +31,7 @@ ON_POSTGRES = os.environ.get("PYWORKFLOW_TEST_STORE", "sqlite") in ("postgresql"
 def identity(tmp_path: Path, request: pytest.FixtureRequest) -> Iterator[Identity]:
     db: GroupCommitWriter[Any]
     if ON_POSTGRES:
-        from atfgraph.server._pgdb import PostgresDatabase
+        from pyworkflow.store._pg_db import PostgresDatabase
 
         db = PostgresDatabase(
             request.getfixturevalue("pg_database"), migrations=identity_migrations("postgres")

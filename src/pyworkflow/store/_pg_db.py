@@ -1,0 +1,310 @@
+"""A PostgreSQL database opened by one process, with the same shape as the SQLite one.
+
+:class:`PostgresDatabase` offers what :class:`~pyworkflow.store.SQLiteDatabase` offers (write
+functions through the group-committing writer, ``read`` in one snapshot, ``reader()`` for single
+statements), over synchronous psycopg connections, and, for :class:`~pyworkflow.store.PostgresStore`,
+single statements sent by its writers in pipelined groups (:meth:`GroupCommitWriter.submit`: a
+group's ``BEGIN``, statements and ``COMMIT`` are one round trip; their rows are plain tuples).
+The connections it hands to write functions and readers take SQL as written for SQLite (the graph
+server's store and identity use one set of statements for both dialects):
+
+- ``?`` placeholders become ``%s``;
+- a lock hint written as an SQL comment, ``/*FOR UPDATE*/`` or ``/*FOR UPDATE SKIP LOCKED*/``,
+  becomes the clause (SQLite, which has one writer, reads it as a comment);
+- rows answer both ``row[0]`` and ``row["name"]``, like ``sqlite3.Row``.
+
+Several processes may share one database: every transition locks the rows it reads before it
+changes them (the lock hints), claims and sweeps skip rows another process holds, and each
+process hears the others' wake-ups through LISTEN/NOTIFY (:meth:`PostgresDatabase.listen`).
+
+psycopg is the postgres extra's: import this module only for a PostgreSQL URL.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+import logging
+import queue
+import re
+import threading
+from collections.abc import Callable, Sequence
+from typing import Any, TypeVar
+
+import psycopg
+from psycopg import errors as pg_errors
+from psycopg import pq
+from psycopg.pq import TransactionStatus
+from psycopg.rows import tuple_row
+
+from ._group_commit import GroupCommitWriter, Job, Rows
+from ._migrations import Migration, apply_postgres_migrations
+from ._url import redact_url
+
+T = TypeVar("T")
+log = logging.getLogger("pyworkflow.store.postgres")
+
+_LOCK_HINT = re.compile(r"/\*(FOR UPDATE(?: SKIP LOCKED)?)\*/")
+
+
+@functools.lru_cache(maxsize=512)
+def translate(sql: str) -> str:
+    """SQLite-flavoured SQL to psycopg's: ``%`` escaped, ``?`` to ``%s``, lock hints applied."""
+    return _LOCK_HINT.sub(r"\1", sql.replace("%", "%%").replace("?", "%s"))
+
+
+class _RowBase(tuple[Any, ...]):
+    __slots__ = ()
+    _index: dict[str, int]
+
+    def __getitem__(self, key: Any) -> Any:
+        if isinstance(key, str):
+            return tuple.__getitem__(self, self._index[key])
+        return tuple.__getitem__(self, key)
+
+    def keys(self) -> list[str]:
+        return list(self._index)
+
+
+@functools.lru_cache(maxsize=256)
+def _row_class(names: tuple[str, ...]) -> type[_RowBase]:
+    return type("Row", (_RowBase,), {"__slots__": (), "_index": {n: i for i, n in enumerate(names)}})
+
+
+def _row_factory(cursor: psycopg.Cursor[Any]) -> Callable[[Sequence[Any]], Any]:
+    if cursor.description is None:
+        return tuple
+    cls = _row_class(tuple(c.name for c in cursor.description))
+    return cls
+
+
+class PgConnection:
+    """A synchronous psycopg connection that speaks the store's SQLite-flavoured SQL."""
+
+    __slots__ = ("raw",)
+
+    def __init__(self, raw: psycopg.Connection[Any]) -> None:
+        self.raw = raw
+
+    def execute(self, sql: str, params: Sequence[Any] = ()) -> psycopg.Cursor[Any]:
+        return self.raw.execute(translate(sql), params or None)
+
+    @property
+    def usable(self) -> bool:
+        return not (self.raw.closed or self.raw.broken)
+
+    def close(self) -> None:
+        self.raw.close()
+
+
+#: Seconds to wait for a connection to PostgreSQL before the request is a 503.
+CONNECT_TIMEOUT = 10
+#: Reads run on the server's event loop: one that hangs (a network problem) must not stall every
+#: other request for long. Writes may wait this long for a row another server holds.
+READ_TIMEOUT_MS = 10_000
+LOCK_TIMEOUT_MS = 10_000
+
+
+def _connect(
+    url: str, *, options: str | None = None, connect_timeout: int | None = CONNECT_TIMEOUT
+) -> PgConnection:
+    raw = psycopg.connect(
+        url, autocommit=True, row_factory=_row_factory, connect_timeout=connect_timeout, options=options
+    )
+    return PgConnection(raw)
+
+
+def _reader(url: str) -> PgConnection:
+    return _connect(url, options=f"-c statement_timeout={READ_TIMEOUT_MS}")
+
+
+def _rows_of(cur: psycopg.Cursor[Any]) -> Rows:
+    res = cur.pgresult
+    return cur.fetchall() if res is not None and res.status == pq.ExecStatus.TUPLES_OK else []
+
+
+class PostgresDatabase(GroupCommitWriter[PgConnection]):
+    """One PostgreSQL database opened by one process: ``writers`` writer threads (the first one's
+    connection applies ``migrations`` before anything else runs), per-thread readers, LISTEN/NOTIFY.
+
+    Writer connections wait at most ``lock_timeout_ms`` for a lock and ``connect_timeout`` seconds
+    to connect (None: PostgreSQL's and libpq's defaults)."""
+
+    def __init__(
+        self,
+        url: str,
+        *,
+        migrations: Sequence[Migration] = (),
+        writers: int = 1,
+        lock_timeout_ms: int | None = LOCK_TIMEOUT_MS,
+        connect_timeout: int | None = CONNECT_TIMEOUT,
+        name: str = "pg-writer",
+    ) -> None:
+        self.url = url
+        self.path = redact_url(url)  # what a server prints as its database
+        self._writer_options = None if lock_timeout_ms is None else f"-c lock_timeout={int(lock_timeout_ms)}"
+        self._connect_timeout = connect_timeout
+        conn = self._connect_writer(None)
+        try:
+            apply_postgres_migrations(conn.raw, migrations)
+        except BaseException:
+            conn.close()
+            raise
+        self._local = threading.local()
+        self._readers: list[PgConnection] = []
+        self._readers_lock = threading.Lock()
+        self._listeners: list[threading.Thread] = []
+        self._notes: queue.SimpleQueue[tuple[str, str] | None] = queue.SimpleQueue()
+        self._notifier: threading.Thread | None = None
+        self._stopping = threading.Event()
+        self._start_writer(name, conn=conn, writers=writers)
+
+    # -- the writer's transactions (see GroupCommitWriter) ----------------------------------------
+
+    def _connect_writer(self, lost: PgConnection | None) -> PgConnection:
+        if lost is not None:
+            log.warning("writer connection to %s lost; reconnecting", self.path)
+            with contextlib.suppress(Exception):
+                lost.close()
+        return _connect(self.url, options=self._writer_options, connect_timeout=self._connect_timeout)
+
+    def _usable(self, conn: PgConnection) -> bool:
+        return conn.usable
+
+    def _lost(self, conn: PgConnection) -> bool:
+        return conn.raw.closed
+
+    def _begin(self, conn: PgConnection) -> None:
+        conn.raw.execute("BEGIN")
+
+    def _commit(self, conn: PgConnection) -> None:
+        conn.raw.execute("COMMIT")
+
+    def _rollback(self, conn: PgConnection) -> None:
+        if conn.usable and conn.raw.info.transaction_status != TransactionStatus.IDLE:
+            with contextlib.suppress(psycopg.Error):
+                conn.raw.execute("ROLLBACK")
+
+    def _transient(self, exc: BaseException) -> bool:
+        return isinstance(exc, pg_errors.DeadlockDetected | pg_errors.SerializationFailure)
+
+    def _close_connection(self, conn: PgConnection) -> None:
+        conn.close()
+
+    def _send_group(self, conn: PgConnection, jobs: list[Job]) -> None:
+        # Plain BEGIN/COMMIT in the pipeline: the whole group is one message burst and one sync.
+        raw = conn.raw
+        cursor = raw.cursor
+        with raw.pipeline():
+            raw.execute("BEGIN")
+            cursors = [cursor(row_factory=tuple_row).execute(job.sql, job.params) for job in jobs]  # type: ignore[arg-type]
+            raw.execute("COMMIT")
+        for job, cur in zip(jobs, cursors, strict=True):
+            job.value = _rows_of(cur)
+
+    def _send_one(self, conn: PgConnection, job: Job) -> Rows:
+        return _rows_of(conn.raw.cursor(row_factory=tuple_row).execute(job.sql, job.params))  # type: ignore[arg-type]
+
+    # -- reads ----------------------------------------------------------------------------------
+
+    def reader(self) -> PgConnection:
+        """This thread's read connection (autocommit; each statement sees the latest commit)."""
+        conn: PgConnection | None = getattr(self._local, "conn", None)
+        if conn is None or not conn.usable:
+            conn = _reader(self.url)
+            self._local.conn = conn
+            with self._readers_lock:
+                self._readers.append(conn)
+        return conn
+
+    def read(self, fn: Callable[[PgConnection], T]) -> T:
+        """Run ``fn`` against this thread's reader in one read-only snapshot."""
+        conn = self.reader()
+        conn.raw.execute("BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY")
+        try:
+            return fn(conn)
+        finally:
+            self._rollback(conn)  # nothing to commit: ends the snapshot
+
+    # -- wake-ups between servers ---------------------------------------------------------------
+
+    def notify_later(self, channel: str, payload: str) -> None:
+        """Send ``NOTIFY channel, payload`` soon, from a thread of its own: the notifications
+        queued meanwhile go out in one statement, and the writer's transactions never wait on
+        them. (Called after the transition they announce has committed.)"""
+        if self._notifier is None:
+            with self._readers_lock:
+                if self._notifier is None:
+                    self._notifier = threading.Thread(
+                        target=self._notify_forever, name="pg-notify", daemon=True
+                    )
+                    self._notifier.start()
+        self._notes.put((channel, payload))
+
+    def _notify_forever(self) -> None:
+        conn: PgConnection | None = None
+        while True:
+            first = self._notes.get()
+            if first is None:
+                break
+            notes = [first]
+            while True:
+                try:
+                    item = self._notes.get_nowait()
+                except queue.Empty:
+                    break
+                if item is None:
+                    self._notes.put(None)
+                    break
+                notes.append(item)
+            for attempt in (1, 2):  # a connection found dead is replaced once
+                try:
+                    if conn is None or not conn.usable:
+                        conn = _connect(self.url)
+                    conn.raw.execute(
+                        "SELECT pg_notify(c, p) FROM unnest(%s::text[], %s::text[]) AS n(c, p)",
+                        ([c for c, _ in notes], [p for _, p in notes]),
+                    )
+                    break
+                except psycopg.Error as exc:  # a lost wake-up only delays the others' next poll
+                    if attempt == 2 or conn is None or conn.usable:
+                        log.warning("could not send %d notification(s): %s", len(notes), exc)
+                        break
+        if conn is not None:
+            conn.close()
+
+    def listen(self, channel: str, callback: Callable[[str], None]) -> None:
+        """Call ``callback(payload)`` on a daemon thread for each notification on ``channel``,
+        reconnecting when the connection drops, until :meth:`close`."""
+
+        def run() -> None:
+            while not self._stopping.is_set():
+                try:
+                    with psycopg.connect(self.url, autocommit=True) as conn:
+                        conn.execute(f"LISTEN {channel}")
+                        while not self._stopping.is_set():
+                            for note in conn.notifies(timeout=0.5):
+                                callback(note.payload)
+                except psycopg.Error as exc:
+                    log.warning("listener on %s lost its connection (%s); reconnecting", self.path, exc)
+                    self._stopping.wait(1.0)
+
+        thread = threading.Thread(target=run, name=f"pg-listen:{channel}", daemon=True)
+        thread.start()
+        self._listeners.append(thread)
+
+    # -- lifecycle ------------------------------------------------------------------------------
+
+    def close(self) -> None:
+        self._stopping.set()
+        self._stop_writer()
+        if self._notifier is not None:
+            self._notes.put(None)
+            self._notifier.join(timeout=5)
+        for thread in self._listeners:
+            thread.join(timeout=5)
+        with self._readers_lock:
+            for conn in self._readers:
+                with contextlib.suppress(psycopg.Error):
+                    conn.close()
+            self._readers.clear()
