@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import sqlite3
 from collections.abc import Callable, Sequence
-from typing import Any
 
 from .._errors import (
     CancellationError,
@@ -17,7 +16,8 @@ from .._errors import (
     StepAlreadyCompletedError,
     WorkflowNotFoundError,
 )
-from ._migrations import load_migrations
+from ._migrations import Migration
+from ._migrations import pyworkflow_migrations as _migrations_of
 from ._protocol import (
     CheckpointRecord,
     Claim,
@@ -38,8 +38,9 @@ from ._rows import RUN_COLUMNS, WAIT_COLUMNS, list_waits_sql, raise_if_resolved,
 from ._sqlite_db import SQLiteDatabase
 
 
-def pyworkflow_migrations() -> list[Any]:
-    return load_migrations("pyworkflow.store.migrations", "sqlite", "pyworkflow")
+def pyworkflow_migrations() -> list[Migration]:
+    """pyworkflow's SQLite migrations (also ``pyworkflow.store.pyworkflow_migrations("sqlite")``)."""
+    return _migrations_of("sqlite")
 
 
 # -- SQL, one statement per purpose ------------------------------------------------------------
