@@ -11,7 +11,7 @@ import threading
 import psycopg
 import pytest
 
-from pyworkflow.store._postgres import PostgresStore
+from pyworkflow.store import PostgresStore
 
 pytestmark = pytest.mark.postgres
 T0 = 1_700_000_000.0

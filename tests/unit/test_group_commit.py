@@ -13,9 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from pyworkflow.store._group_commit import GroupCommitWriter
-from pyworkflow.store._migrations import Migration
-from pyworkflow.store._sqlite_db import SQLiteDatabase
+from pyworkflow.store import GroupCommitWriter, Migration, SQLiteDatabase
 
 SCHEMA = [Migration("test", 1, "t", "CREATE TABLE t (k TEXT NOT NULL UNIQUE);")]
 

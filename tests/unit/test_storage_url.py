@@ -12,8 +12,7 @@ from click.testing import CliRunner
 
 import pyworkflow
 from pyworkflow import ConfigurationError
-from pyworkflow.store import StorageURL, open_store, parse_storage_url, redact_url, sqlite_path
-from pyworkflow.store._sqlite import SQLiteStore
+from pyworkflow.store import SQLiteStore, StorageURL, open_store, parse_storage_url, redact_url, sqlite_path
 
 GOOD: list[tuple[str, StorageURL]] = [
     ("sqlite:///relative.db", StorageURL("sqlite", path="relative.db")),

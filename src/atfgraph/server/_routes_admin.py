@@ -9,7 +9,7 @@ from typing import Annotated, Any
 from fastapi import APIRouter, Depends, Query, Request, Response
 
 import pyworkflow
-from pyworkflow._waits import validate_payload
+from pyworkflow import validate_payload
 from pyworkflow.store import WaitKind, WaitStatus
 
 from ._auth import Principal, caller

@@ -1,9 +1,30 @@
-"""Storage behind one small protocol; ``open_store(url)`` picks the backend from the URL (one
-grammar for every storage location: :func:`parse_storage_url`)."""
+"""Storage behind one small protocol, and the kit the stores are built from.
+
+``open_store(url)`` opens the store a storage URL names (see :func:`parse_storage_url` for the one
+grammar: ``sqlite:///relative.db``, ``sqlite:////abs.db``, a bare path, ``postgresql://...``).
+Components that share the database (the atfgraph graph server) build on the same pieces: the
+database classes with their group-commit writer (:class:`SQLiteDatabase`,
+:class:`PostgresDatabase`, both a :class:`GroupCommitWriter`), the numbered migrations
+(:class:`Migration`, :func:`load_migrations`, :func:`apply_migrations`,
+:func:`apply_postgres_migrations`, :func:`pyworkflow_migrations`) and the stores themselves.
+
+``PostgresDatabase`` and ``PostgresStore`` are imported on first use: psycopg is the postgres
+extra's, and nothing else here needs it.
+"""
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING, Any
+
 from .._errors import ConfigurationError
+from ._group_commit import GroupCommitWriter
+from ._migrations import (
+    Migration,
+    apply_migrations,
+    apply_postgres_migrations,
+    load_migrations,
+    pyworkflow_migrations,
+)
 from ._protocol import (
     CheckpointRecord,
     Claim,
@@ -20,17 +41,29 @@ from ._protocol import (
     WaitRecord,
     WaitStatus,
 )
+from ._sqlite import SQLiteStore
+from ._sqlite_db import SQLiteDatabase
 from ._url import StorageURL, parse_storage_url, redact_url
+
+if TYPE_CHECKING:
+    from ._pg_db import PostgresDatabase
+    from ._postgres import PostgresStore
 
 __all__ = [
     "CheckpointRecord",
     "Claim",
     "Event",
     "Fence",
+    "GroupCommitWriter",
+    "Migration",
     "NewWait",
+    "PostgresDatabase",
+    "PostgresStore",
     "RunRecord",
     "RunState",
     "RunStatus",
+    "SQLiteDatabase",
+    "SQLiteStore",
     "StepRecord",
     "StepStatus",
     "StorageURL",
@@ -38,11 +71,28 @@ __all__ = [
     "WaitKind",
     "WaitRecord",
     "WaitStatus",
+    "apply_migrations",
+    "apply_postgres_migrations",
+    "load_migrations",
     "open_store",
     "parse_storage_url",
+    "pyworkflow_migrations",
     "redact_url",
     "sqlite_path",
 ]
+
+
+def __getattr__(name: str) -> Any:
+    """``PostgresDatabase`` and ``PostgresStore``, imported (with psycopg) when first asked for."""
+    if name == "PostgresDatabase":
+        from ._pg_db import PostgresDatabase
+
+        return PostgresDatabase
+    if name == "PostgresStore":
+        from ._postgres import PostgresStore
+
+        return PostgresStore
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 def sqlite_path(url: str) -> str:
@@ -58,11 +108,9 @@ def open_store(url: str | StorageURL, *, synchronous: str = "FULL") -> Store:
     """Open the store a URL names: ``sqlite:///path.db`` (or a bare path) or ``postgresql://...``."""
     parsed = url if isinstance(url, StorageURL) else parse_storage_url(url)
     if parsed.path is not None:
-        from ._sqlite import SQLiteStore
-
         return SQLiteStore(parsed.path, synchronous=synchronous)
     try:
-        from ._postgres import PostgresStore  # type: ignore[import-not-found,unused-ignore]
+        from ._postgres import PostgresStore
     except ImportError as exc:  # pragma: no cover - depends on the installed extra
         raise ConfigurationError(
             f"PostgreSQL storage needs the postgres extra and its backend: {exc}"
