@@ -48,7 +48,7 @@ from ._errors import (
 )
 from ._step import step
 from ._sync import cancel_workflow_sync, get_workflow_run_sync, resume_hook_sync
-from ._waits import STEP_HOOK_TIMEOUT, hook, sleep, step_hook
+from ._waits import STEP_HOOK_TIMEOUT, hook, sleep, step_hook, validate_payload
 from ._workflow import workflow
 from .store import RunStatus, WaitStatus
 
@@ -104,6 +104,7 @@ __all__ = [
     "start",
     "step",
     "step_hook",
+    "validate_payload",
     "wait_for_run",
     "workflow",
 ]

@@ -26,7 +26,7 @@ from .store import (
     WaitRecord,
     WaitStatus,
     open_store,
-    sqlite_path,
+    parse_storage_url,
 )
 
 
@@ -71,8 +71,9 @@ def configure(
 ) -> None:
     """Choose where state lives and how runs execute. Call before the first ``start``.
 
-    ``storage``: ``sqlite:///path.db`` (default: ``$PYWORKFLOW_STORAGE`` or
-    ``~/.pyworkflow/pyworkflow.db``, the folder from ``$PYWORKFLOW_HOME``) or ``postgresql://...``.
+    ``storage``: ``sqlite:///path.db``, ``sqlite:////abs/path.db``, a file path or
+    ``postgresql://...`` (see :func:`pyworkflow.store.parse_storage_url`; default:
+    ``$PYWORKFLOW_STORAGE`` or ``~/.pyworkflow/pyworkflow.db``, the folder from ``$PYWORKFLOW_HOME``).
     ``synchronous``: SQLite's durability level (FULL by default). ``max_crashes``: turns a run may
     lose to dead workers before it is failed."""
     global _settings, _store
@@ -90,10 +91,8 @@ def configure(
     for label, count in (("max_concurrency", max_concurrency), ("max_crashes", max_crashes)):
         if isinstance(count, bool) or not isinstance(count, int) or count < 1:
             raise ConfigurationError(f"{label} must be an int >= 1, not {count!r}")
-    if storage is not None and (not isinstance(storage, str) or not storage.strip()):
-        raise ConfigurationError("storage must be a non-empty URL such as sqlite:///pyworkflow.db")
     if storage is not None:
-        _check_storage_url(storage)
+        parse_storage_url(storage)  # refuse a location open_store cannot open now, not at the first start
     if runtime == "local" and extra:
         raise ConfigurationError(f"unknown option(s) for the local runtime: {', '.join(sorted(extra))}")
     if _runtime is not None and _runtime.running:
@@ -104,17 +103,6 @@ def configure(
         _store.close()
         _store = None
     _settings = new
-
-
-def _check_storage_url(url: str) -> None:
-    """Refuse a URL ``open_store`` cannot open, now rather than at the first ``start``."""
-    scheme = url.split("://", 1)[0] if "://" in url else "sqlite"
-    if scheme not in ("sqlite", "postgresql", "postgres"):
-        raise ConfigurationError(
-            f"unknown storage scheme {scheme!r} in {url!r}; use sqlite:/// or postgresql://"
-        )
-    if scheme == "sqlite":
-        sqlite_path(url)  # raises ConfigurationError when the path is missing
 
 
 def get_store() -> Store:

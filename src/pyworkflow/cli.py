@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING
 
 import click
 
+from ._errors import ConfigurationError
 from .runtime._celery import DEFAULT_QUEUE, DEFAULT_VISIBILITY_TIMEOUT, CeleryOptions
 
 if TYPE_CHECKING:  # the worker module imports Celery; load it only when a command runs
@@ -43,9 +44,24 @@ def _settings(
     )
 
 
+def _storage(value: str) -> str:
+    """Refuse a storage location that is not one (pyworkflow's grammar) before anything starts."""
+    from .store import parse_storage_url
+
+    try:
+        parse_storage_url(value)
+    except ConfigurationError as exc:
+        raise click.BadParameter(str(exc)) from None
+    return value
+
+
 _common = [
     click.option(
-        "--storage", envvar="PYWORKFLOW_STORAGE", required=True, help="postgresql://... [$PYWORKFLOW_STORAGE]"
+        "--storage",
+        envvar="PYWORKFLOW_STORAGE",
+        required=True,
+        callback=lambda _ctx, _param, value: _storage(value),
+        help="postgresql://... [$PYWORKFLOW_STORAGE]",
     ),
     click.option("--broker", envvar="CELERY_BROKER_URL", default=None, help="[$CELERY_BROKER_URL]"),
     click.option("--queue", default=DEFAULT_QUEUE, show_default=True, help="Celery queue of turns."),

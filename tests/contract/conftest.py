@@ -6,8 +6,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from pyworkflow.store import open_store
-from pyworkflow.store._postgres import PostgresStore
+from pyworkflow.store import PostgresStore, open_store
 
 
 @pytest.fixture

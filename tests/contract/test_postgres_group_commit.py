@@ -11,7 +11,7 @@ import threading
 import psycopg
 import pytest
 
-from pyworkflow.store._postgres import PostgresStore
+from pyworkflow.store import Migration, PostgresDatabase, PostgresStore
 
 pytestmark = pytest.mark.postgres
 T0 = 1_700_000_000.0
@@ -143,3 +143,30 @@ async def test_callers_on_many_loops_share_the_writer(pg_database: str, pg_store
     assert _count_runs(pg_database, "t") == 80
     run = await pg_store.get_run("t3-19")
     assert run is not None and run.status == "completed"
+
+
+async def test_write_functions_and_statements_share_the_writer_and_survive_a_lost_connection(
+    pg_database: str,
+) -> None:
+    """The database class the graph server uses: write functions (SQLite-flavoured SQL) and
+    statements (psycopg's, rows as plain tuples) through one writer; a connection lost under a
+    write fails that write, and the next one reconnects."""
+    schema = [Migration("test", 1, "t", "CREATE TABLE t (k text PRIMARY KEY);")]
+    db = PostgresDatabase(pg_database, migrations=schema)
+    try:
+        await db.write(lambda conn: conn.execute("INSERT INTO t (k) VALUES (?)", ("a",)))
+        rows = await db.submit("INSERT INTO t (k) VALUES (%s) RETURNING k, 1", ("s",), key="s")
+        assert rows == [("s", 1)] and type(rows[0]) is tuple
+        with psycopg.connect(pg_database, autocommit=True) as admin:
+            admin.execute(
+                "SELECT pg_terminate_backend(pid) FROM pg_stat_activity"
+                " WHERE datname = current_database() AND pid <> pg_backend_pid()"
+            )
+        with pytest.raises(psycopg.OperationalError):
+            await db.write(lambda conn: conn.execute("INSERT INTO t (k) VALUES (?)", ("lost",)))
+        assert await db.write(lambda conn: conn.execute("INSERT INTO t (k) VALUES (?)", ("b",)).rowcount) == 1
+        assert db.write_sync(lambda conn: conn.execute("SELECT count(*) FROM t").fetchone()[0]) == 3
+    finally:
+        db.close()
+    with psycopg.connect(pg_database) as conn:
+        assert [r[0] for r in conn.execute("SELECT k FROM t ORDER BY k")] == ["a", "b", "s"]

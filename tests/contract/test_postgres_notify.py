@@ -10,8 +10,7 @@ import threading
 import pytest
 
 from pyworkflow import HookAlreadyReceivedError
-from pyworkflow.store import NewWait, WaitKind
-from pyworkflow.store._postgres import PostgresStore
+from pyworkflow.store import NewWait, PostgresStore, WaitKind
 
 pytestmark = pytest.mark.postgres
 T0 = 1_700_000_000.0

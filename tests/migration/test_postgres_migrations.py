@@ -10,7 +10,7 @@ import psycopg
 import pytest
 from racing import run_at_once
 
-from pyworkflow.store._postgres import pyworkflow_migrations
+from pyworkflow.store import pyworkflow_migrations
 
 pytestmark = pytest.mark.postgres
 
@@ -61,7 +61,7 @@ def test_concurrent_migrators_build_the_schema_once(pg_database: str, second_dat
     for code, out, err in run_at_once(_OPEN_AT, pg_database):
         assert code == 0 and out.strip() == "ok", err
     raced = _schema(pg_database)
-    expected_versions = [("pyworkflow", m.version, m.name) for m in pyworkflow_migrations()]
+    expected_versions = [("pyworkflow", m.version, m.name) for m in pyworkflow_migrations("postgres")]
     assert raced["versions"] == expected_versions  # each migration recorded exactly once
     # A lone migrator builds exactly the same schema.
     from pyworkflow.store import open_store
@@ -74,10 +74,11 @@ def test_concurrent_migrators_build_the_schema_once(pg_database: str, second_dat
 
 
 def test_reopening_applies_nothing(pg_database: str) -> None:
-    from pyworkflow.store import open_store
-    from pyworkflow.store._migrations import apply_postgres_migrations
+    from pyworkflow.store import apply_postgres_migrations, open_store
 
     open_store(pg_database).close()
     with psycopg.connect(pg_database, autocommit=True) as conn:
-        assert apply_postgres_migrations(conn, pyworkflow_migrations()) == []
-    assert [v[1] for v in _schema(pg_database)["versions"]] == [m.version for m in pyworkflow_migrations()]
+        assert apply_postgres_migrations(conn, pyworkflow_migrations("postgres")) == []
+    assert [v[1] for v in _schema(pg_database)["versions"]] == [
+        m.version for m in pyworkflow_migrations("postgres")
+    ]

@@ -21,8 +21,7 @@ from pathlib import Path
 
 import pytest
 
-from pyworkflow.store._migrations import apply_migrations
-from pyworkflow.store._sqlite import SQLiteStore, pyworkflow_migrations
+from pyworkflow.store import SQLiteStore, apply_migrations, pyworkflow_migrations
 
 SNAPSHOT = Path(__file__).with_name("sqlite_schema.sql")
 
@@ -56,7 +55,7 @@ def versions(path: Path) -> list[tuple[str, int, str, float]]:
 
 
 def test_migrations_are_numbered_and_present() -> None:
-    migrations = pyworkflow_migrations()
+    migrations = pyworkflow_migrations("sqlite")
     assert migrations, "no migrations found in pyworkflow.store.migrations/sqlite"
     assert [m.version for m in migrations] == list(range(1, len(migrations) + 1))
     assert {m.component for m in migrations} == {"pyworkflow"}
@@ -88,7 +87,7 @@ def test_schema_holds_the_tables_the_store_needs(tmp_path: Path) -> None:
 
 
 def test_upgrading_one_migration_at_a_time_equals_applying_all(tmp_path: Path) -> None:
-    migrations = pyworkflow_migrations()
+    migrations = pyworkflow_migrations("sqlite")
     stepwise = tmp_path / "stepwise.db"
     for n in range(1, len(migrations) + 1):  # one process per released version
         conn = sqlite3.connect(stepwise, isolation_level=None)
@@ -104,12 +103,12 @@ def test_reopening_applies_nothing(tmp_path: Path) -> None:
     path = migrated_file(tmp_path / "twice.db")
     before_versions, before_schema = versions(path), dump_schema(path)
     assert [(c, v) for c, v, _, _ in before_versions] == [
-        ("pyworkflow", m.version) for m in pyworkflow_migrations()
+        ("pyworkflow", m.version) for m in pyworkflow_migrations("sqlite")
     ]
 
     conn = sqlite3.connect(path, isolation_level=None)
     try:
-        assert apply_migrations(conn, pyworkflow_migrations()) == []
+        assert apply_migrations(conn, pyworkflow_migrations("sqlite")) == []
     finally:
         conn.close()
     SQLiteStore(str(path)).close()  # and through the store's own open
@@ -125,9 +124,12 @@ def test_reopening_applies_nothing(tmp_path: Path) -> None:
 
 def test_a_failing_migration_leaves_nothing_behind(tmp_path: Path) -> None:
     """All pending migrations apply in one transaction: a broken one rolls every one back."""
-    from pyworkflow.store._migrations import Migration
+    from pyworkflow.store import Migration
 
-    broken = [*pyworkflow_migrations(), Migration("pyworkflow", 99, "broken", "CREATE TABLE runs (x);")]
+    broken = [
+        *pyworkflow_migrations("sqlite"),
+        Migration("pyworkflow", 99, "broken", "CREATE TABLE runs (x);"),
+    ]
     path = tmp_path / "broken.db"
     conn = sqlite3.connect(path, isolation_level=None)
     try:
@@ -142,7 +144,7 @@ OPENER = """
 import sys, time
 from pathlib import Path
 
-from pyworkflow.store._sqlite import SQLiteStore
+from pyworkflow.store import SQLiteStore
 
 db, go = sys.argv[1], Path(sys.argv[2])
 while not go.exists():
@@ -174,7 +176,9 @@ def test_processes_opening_a_new_file_at_once_all_succeed(tmp_path: Path, proces
         for rc, out, err in outcomes:
             assert (rc, out.strip()) == (0, "opened"), err[-3000:]
         rows = versions(db)
-        assert [(c, v) for c, v, _, _ in rows] == [("pyworkflow", m.version) for m in pyworkflow_migrations()]
+        assert [(c, v) for c, v, _, _ in rows] == [
+            ("pyworkflow", m.version) for m in pyworkflow_migrations("sqlite")
+        ]
         assert dump_schema(db) == SNAPSHOT.read_text(encoding="utf-8")
 
 

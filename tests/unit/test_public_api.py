@@ -9,11 +9,14 @@ from __future__ import annotations
 
 import inspect
 import pickle
+import subprocess
+import sys
 import types
 
 import pytest
 
 import pyworkflow
+import pyworkflow.store
 
 PUBLIC_API = [
     "CancellationError",
@@ -65,8 +68,42 @@ PUBLIC_API = [
     "start",
     "step",
     "step_hook",
+    "validate_payload",
     "wait_for_run",
     "workflow",
+]
+
+#: ``pyworkflow.store``: the store protocol and the storage kit atfgraph builds on.
+STORE_API = [
+    "CheckpointRecord",
+    "Claim",
+    "Event",
+    "Fence",
+    "GroupCommitWriter",
+    "Migration",
+    "NewWait",
+    "PostgresDatabase",
+    "PostgresStore",
+    "RunRecord",
+    "RunState",
+    "RunStatus",
+    "SQLiteDatabase",
+    "SQLiteStore",
+    "StepRecord",
+    "StepStatus",
+    "StorageURL",
+    "Store",
+    "WaitKind",
+    "WaitRecord",
+    "WaitStatus",
+    "apply_migrations",
+    "apply_postgres_migrations",
+    "load_migrations",
+    "open_store",
+    "parse_storage_url",
+    "pyworkflow_migrations",
+    "redact_url",
+    "sqlite_path",
 ]
 
 #: What issue 2 requires of the API, whatever else is added.
@@ -139,6 +176,27 @@ def test_no_public_name_outside_all() -> None:
         if not name.startswith("_") and not isinstance(value, types.ModuleType)
     }
     assert public == set(pyworkflow.__all__) - {"__version__"}
+
+
+def test_store_all_is_pinned_and_sorted() -> None:
+    assert sorted(STORE_API) == STORE_API, "keep the pinned list sorted (plain sorted() order)"
+    assert pyworkflow.store.__all__ == STORE_API
+    for name in STORE_API:  # PostgresDatabase and PostgresStore are imported on first use
+        value = getattr(pyworkflow.store, name)
+        if inspect.isfunction(value) or inspect.isclass(value):
+            assert inspect.getdoc(value), f"pyworkflow.store.{name} has no docstring"
+    with pytest.raises(AttributeError):
+        _ = pyworkflow.store.NoSuchName  # type: ignore[attr-defined]
+
+
+def test_the_store_kit_does_not_import_psycopg_until_asked() -> None:
+    code = (
+        "import sys, pyworkflow.store, atfgraph.server._identity\n"
+        "assert 'psycopg' not in sys.modules, 'psycopg imported'\n"
+        "pyworkflow.store.PostgresDatabase\n"
+        "assert 'psycopg' in sys.modules\n"
+    )
+    subprocess.run([sys.executable, "-c", code], check=True, timeout=60)
 
 
 def test_version_is_a_string() -> None:

@@ -34,10 +34,15 @@ def db_migrate(ctx: click.Context, db_path: str | None, sql_only: bool) -> None:
     """Apply the server's pending migrations to the database (the server also does this when it
     starts). Safe beside a running server: migrators serialize on the database's write lock
     (SQLite) or an advisory lock (PostgreSQL)."""
-    path = db_path or os.environ.get("ATFGRAPH_DB") or _default_db_path()
-    from ..server._dburl import is_postgres_url, redact
+    from pyworkflow import ConfigurationError
 
-    postgres = is_postgres_url(path)
+    from ..server._dburl import parse_location, redact
+
+    try:
+        location = parse_location(db_path or os.environ.get("ATFGRAPH_DB") or _default_db_path())
+    except ConfigurationError as exc:
+        raise CliError(f"--db: {exc}", EXIT_USAGE) from None
+    path, postgres = location.location, location.is_postgres
     shown = redact(path)
     migrations = server_migrations("postgres" if postgres else "sqlite")
     if sql_only:
@@ -70,7 +75,7 @@ def _migrate_sqlite(path: str, migrations: list[Any]) -> list[Any]:
             conn.execute("PRAGMA busy_timeout = 30000")
             conn.execute("PRAGMA journal_mode = WAL")
             conn.execute("PRAGMA foreign_keys = ON")
-            from pyworkflow.store._migrations import apply_migrations
+            from pyworkflow.store import apply_migrations
 
             return apply_migrations(conn, migrations)
         finally:
@@ -81,7 +86,7 @@ def _migrate_sqlite(path: str, migrations: list[Any]) -> list[Any]:
 
 def _migrate_postgres(url: str, migrations: list[Any]) -> list[Any]:
     psycopg = _psycopg()
-    from pyworkflow.store._migrations import apply_postgres_migrations
+    from pyworkflow.store import apply_postgres_migrations
 
     try:
         with psycopg.connect(url, autocommit=True, connect_timeout=10) as conn:

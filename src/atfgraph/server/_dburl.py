@@ -1,13 +1,15 @@
-"""Where the server's database is (a SQLite file path, the default, or a PostgreSQL URL), and how
-to name it and its failures in one line."""
+"""Where the server's database is, in pyworkflow's one grammar of storage locations (a SQLite file
+path, the default, ``sqlite:///...``, or a PostgreSQL URL: :func:`pyworkflow.store.parse_storage_url`),
+and how to name it and its failures in one line."""
 
 from __future__ import annotations
 
-from urllib.parse import urlsplit, urlunsplit
+from pyworkflow.store import StorageURL, parse_storage_url, redact_url
 
 
-def is_postgres_url(location: str) -> bool:
-    return location.startswith(("postgresql://", "postgres://"))
+def parse_location(location: str) -> StorageURL:
+    """The server's database location, parsed; ``ConfigurationError`` says what is wrong with it."""
+    return parse_storage_url(location)
 
 
 def first_line(exc: BaseException) -> str:
@@ -17,10 +19,4 @@ def first_line(exc: BaseException) -> str:
 
 def redact(location: str) -> str:
     """The location without a password (for logs and messages)."""
-    if not is_postgres_url(location):
-        return location
-    parts = urlsplit(location)
-    if parts.password is None:
-        return location
-    netloc = parts.netloc.replace(f":{parts.password}@", ":***@", 1)
-    return urlunsplit((parts.scheme, netloc, parts.path, parts.query, parts.fragment))
+    return redact_url(location)

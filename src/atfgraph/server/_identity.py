@@ -29,8 +29,7 @@ from typing import Any
 
 import orjson
 
-from pyworkflow.store._group_commit import GroupCommitWriter
-from pyworkflow.store._migrations import Migration, load_migrations
+from pyworkflow.store import GroupCommitWriter, Migration, load_migrations
 
 from .._credentials import CREDENTIALS_FILE
 

@@ -13,8 +13,10 @@ from typing import Any
 
 import uvicorn
 
+from pyworkflow import ConfigurationError
+
 from ._app import DEFAULT_PORT, Settings, create_app, wrap
-from ._dburl import first_line, redact
+from ._dburl import first_line, parse_location, redact
 from ._store import GraphStore
 
 
@@ -29,6 +31,11 @@ def serve(
         db_path=db_path, lease_seconds=lease_seconds, public_url=f"http://{host}:{port}"
     )
     logging.basicConfig(level=log_level.upper(), stream=sys.stderr, format="%(asctime)s %(name)s %(message)s")
+    try:  # --db, else $ATFGRAPH_DB, else the default file: pyworkflow's grammar of storage locations
+        parse_location(settings.db_path)
+    except ConfigurationError as exc:
+        print(f"atfgraph: bad database location: {exc}", file=sys.stderr)
+        raise SystemExit(2) from None
     print(
         f"atfgraph server on http://{host}:{port} (db {redact(settings.db_path)})",
         file=sys.stderr,
@@ -92,7 +99,8 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument(
         "--db",
         default=None,
-        help="SQLite file or postgresql:// URL (default: $ATFGRAPH_DB, else $ATFGRAPH_HOME/atfgraph.db)",
+        help="SQLite file, sqlite:///file.db or postgresql:// URL"
+        " (default: $ATFGRAPH_DB, else $ATFGRAPH_HOME/atfgraph.db)",
     )
     parser.add_argument("--lease-seconds", type=float, default=None, help="task lease length (default 30)")
     parser.add_argument("--log-level", default="warning")

@@ -16,7 +16,7 @@ from collections.abc import Sequence
 from typing import Any
 
 import pyworkflow
-from pyworkflow._waits import validate_payload
+from pyworkflow import validate_payload
 from pyworkflow.store import WaitKind, WaitRecord
 
 from .._models import DECISIONS

@@ -5,12 +5,13 @@ writer thread (group commit); reads run on this thread's reader connection as on
 lookup goes through a primary key or an index (see migrations/<dialect>/), so the cost of an
 operation does not grow with history.
 
-One set of statements serves both dialects: they are written for SQLite, and the PostgreSQL
-database (``_pgdb``) translates placeholders and turns the lock hints ``/*FOR UPDATE*/`` and
-``/*FOR UPDATE SKIP LOCKED*/`` into clauses. SQLite has a single writer, so a transition's reads
-and writes never interleave with another's; on PostgreSQL, where several servers may share the
-database, each transition first locks the rows whose state it checks (the traverser, the
-approval), and claims and sweeps skip rows another server holds.
+One set of statements serves both dialects: they are written for SQLite, and the kit's
+PostgreSQL database (``pyworkflow.store.PostgresDatabase``) translates placeholders and turns the
+lock hints ``/*FOR UPDATE*/`` and ``/*FOR UPDATE SKIP LOCKED*/`` into clauses. SQLite has a
+single writer, so a transition's reads and writes never interleave with another's; on
+PostgreSQL, where several servers may share the database, each transition first locks the rows
+whose state it checks (the traverser, the approval), and claims and sweeps skip rows another
+server holds.
 
 A write function may be run twice by the writer (when another job of its batch fails, each job is
 re-run alone), so it touches nothing but the connection it is given.
@@ -26,16 +27,22 @@ from dataclasses import dataclass, replace
 from typing import Any, TypeVar
 
 from pyworkflow import CheckpointConflictError
-from pyworkflow.store import StepStatus, check_revision, write_checkpoint
-from pyworkflow.store._group_commit import GroupCommitWriter
-from pyworkflow.store._migrations import Migration, load_migrations
-from pyworkflow.store._sqlite import SQLiteStore
-from pyworkflow.store._sqlite import pyworkflow_migrations as sqlite_pyworkflow_migrations
-from pyworkflow.store._sqlite_db import SQLiteDatabase
+from pyworkflow import store as kit
+from pyworkflow.store import (
+    GroupCommitWriter,
+    Migration,
+    SQLiteDatabase,
+    SQLiteStore,
+    StepStatus,
+    check_revision,
+    load_migrations,
+    pyworkflow_migrations,
+    write_checkpoint,
+)
 
 from .._json import dumps, fragment, loads
 from .._models import ApprovalStatus, TraverserStatus
-from ._dburl import is_postgres_url
+from ._dburl import parse_location
 from ._identity import AuditEntry, identity_migrations, write_audit
 from ._refusals import Conflict, LeaseLost, NotFound
 
@@ -43,7 +50,7 @@ T = TypeVar("T")
 #: A row of either dialect: ``sqlite3.Row`` or the PostgreSQL database's row (both index by
 #: position and by column name).
 Row = Any
-#: A connection of either dialect (``sqlite3.Connection`` or ``_pgdb.PgConnection``).
+#: A connection of either dialect (``sqlite3.Connection`` or the PostgreSQL database's connection).
 Conn = Any
 
 # -- traversers -------------------------------------------------------------------------------
@@ -311,14 +318,8 @@ def server_migrations(dialect: str) -> list[Migration]:
     """The server's three version tracks, in the order they are applied: pyworkflow's runs and
     waits (so the server's inbox shows pyworkflow hooks beside approvals), atfgraph's graph state,
     and identity."""
-    if dialect == "postgres":
-        from pyworkflow.store._postgres import pyworkflow_migrations as pyworkflow_pg
-
-        pyworkflow = pyworkflow_pg()
-    else:
-        pyworkflow = sqlite_pyworkflow_migrations()
     return [
-        *pyworkflow,
+        *pyworkflow_migrations(dialect),
         *load_migrations("atfgraph.server.migrations", dialect, "atfgraph"),
         *identity_migrations(dialect),
     ]
@@ -334,15 +335,13 @@ class GraphStore:
         self.db: GroupCommitWriter[Any]
         #: pyworkflow's store on the same database (the inbox lists its hooks)
         self.pyworkflow: Any
-        if is_postgres_url(location):
-            # Imported here: psycopg is the postgres extra's, only needed for a URL.
-            from pyworkflow.store._postgres import PostgresStore
-
-            from ._pgdb import PostgresDatabase
-
-            self.db = PostgresDatabase(location, migrations=server_migrations("postgres"))
+        parsed = parse_location(location)  # a file path, sqlite:///..., or postgresql://...
+        location = parsed.location
+        if parsed.is_postgres:
+            # Looked up here: psycopg is the postgres extra's, only imported for a URL.
+            self.db = kit.PostgresDatabase(location, migrations=server_migrations("postgres"))
             try:
-                self.pyworkflow = PostgresStore(location, min_size=1, max_size=4)
+                self.pyworkflow = kit.PostgresStore(location, min_size=1, max_size=4)
             except BaseException:
                 self.db.close()
                 raise

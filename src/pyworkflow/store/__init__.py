@@ -1,10 +1,30 @@
-"""Storage behind one small protocol; ``open_store(url)`` picks the backend from the URL."""
+"""Storage behind one small protocol, and the kit the stores are built from.
+
+``open_store(url)`` opens the store a storage URL names (see :func:`parse_storage_url` for the one
+grammar: ``sqlite:///relative.db``, ``sqlite:////abs.db``, a bare path, ``postgresql://...``).
+Components that share the database (the atfgraph graph server) build on the same pieces: the
+database classes with their group-commit writer (:class:`SQLiteDatabase`,
+:class:`PostgresDatabase`, both a :class:`GroupCommitWriter`), the numbered migrations
+(:class:`Migration`, :func:`load_migrations`, :func:`apply_migrations`,
+:func:`apply_postgres_migrations`, :func:`pyworkflow_migrations`) and the stores themselves.
+
+``PostgresDatabase`` and ``PostgresStore`` are imported on first use: psycopg is the postgres
+extra's, and nothing else here needs it.
+"""
 
 from __future__ import annotations
 
-from urllib.parse import unquote, urlsplit
+from typing import TYPE_CHECKING, Any
 
 from .._errors import ConfigurationError
+from ._group_commit import GroupCommitWriter
+from ._migrations import (
+    Migration,
+    apply_migrations,
+    apply_postgres_migrations,
+    load_migrations,
+    pyworkflow_migrations,
+)
 from ._protocol import (
     CheckpointRecord,
     Claim,
@@ -22,58 +42,81 @@ from ._protocol import (
     WaitStatus,
 )
 from ._rows import check_revision, write_checkpoint
+from ._sqlite import SQLiteStore
+from ._sqlite_db import SQLiteDatabase
+from ._url import StorageURL, parse_storage_url, redact_url
+
+if TYPE_CHECKING:
+    from ._pg_db import PostgresDatabase
+    from ._postgres import PostgresStore
 
 __all__ = [
     "CheckpointRecord",
     "Claim",
     "Event",
     "Fence",
+    "GroupCommitWriter",
+    "Migration",
     "NewWait",
+    "PostgresDatabase",
+    "PostgresStore",
     "RunRecord",
     "RunState",
     "RunStatus",
+    "SQLiteDatabase",
+    "SQLiteStore",
     "StepRecord",
     "StepStatus",
+    "StorageURL",
     "Store",
     "WaitKind",
     "WaitRecord",
     "WaitStatus",
+    "apply_migrations",
+    "apply_postgres_migrations",
     "check_revision",
+    "load_migrations",
     "open_store",
+    "parse_storage_url",
+    "pyworkflow_migrations",
+    "redact_url",
     "sqlite_path",
     "write_checkpoint",
 ]
 
 
+def __getattr__(name: str) -> Any:
+    """``PostgresDatabase`` and ``PostgresStore``, imported (with psycopg) when first asked for."""
+    if name == "PostgresDatabase":
+        from ._pg_db import PostgresDatabase
+
+        return PostgresDatabase
+    if name == "PostgresStore":
+        from ._postgres import PostgresStore
+
+        return PostgresStore
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
 def sqlite_path(url: str) -> str:
-    """``sqlite:///relative.db``, ``sqlite:////abs/path.db`` or a bare path -> a file path."""
-    if "://" not in url:
-        return url
-    parts = urlsplit(url)
-    if parts.scheme != "sqlite":
-        raise ConfigurationError(f"not a SQLite URL: {url!r}")
-    path = unquote(url[len("sqlite://") :])
-    if path.startswith("/"):
-        path = path[1:]  # sqlite:///x.db -> x.db ; sqlite:////abs -> /abs
-    if not path:
-        raise ConfigurationError(f"SQLite URL has no path: {url!r}")
-    return path
+    """The SQLite file a storage URL names (``sqlite:///relative.db``, ``sqlite:////abs.db`` or a
+    bare path); ``ConfigurationError`` for anything else (see :func:`parse_storage_url`)."""
+    parsed = parse_storage_url(url)
+    if parsed.path is None:
+        raise ConfigurationError(f"not a SQLite URL: {parsed.redacted()!r}")
+    return parsed.path
 
 
-def open_store(url: str, *, synchronous: str = "FULL") -> Store:
+def open_store(url: str | StorageURL, *, synchronous: str = "FULL") -> Store:
     """Open the store a URL names: ``sqlite:///path.db`` (or a bare path) or ``postgresql://...``."""
-    scheme = url.split("://", 1)[0] if "://" in url else "sqlite"
-    if scheme == "sqlite":
-        from ._sqlite import SQLiteStore
-
-        return SQLiteStore(sqlite_path(url), synchronous=synchronous)
-    if scheme in ("postgresql", "postgres"):
-        try:
-            from ._postgres import PostgresStore  # type: ignore[import-not-found,unused-ignore]
-        except ImportError as exc:  # pragma: no cover - depends on the installed extra
-            raise ConfigurationError(
-                f"PostgreSQL storage needs the postgres extra and its backend: {exc}"
-            ) from exc
-        store: Store = PostgresStore(url)
-        return store
-    raise ConfigurationError(f"unknown storage scheme {scheme!r} in {url!r}; use sqlite:/// or postgresql://")
+    parsed = url if isinstance(url, StorageURL) else parse_storage_url(url)
+    if parsed.path is not None:
+        return SQLiteStore(parsed.path, synchronous=synchronous)
+    try:
+        from ._postgres import PostgresStore
+    except ImportError as exc:  # pragma: no cover - depends on the installed extra
+        raise ConfigurationError(
+            f"PostgreSQL storage needs the postgres extra and its backend: {exc}"
+        ) from exc
+    store: Store = PostgresStore(parsed.location)
+    return store

@@ -1,14 +1,32 @@
-"""Group commit: one writer thread runs the write transactions of many concurrent callers and
-commits them together, releasing each caller only after the commit that holds its work.
+"""Group commit: writer threads run the write transactions of many concurrent callers and commit
+them together, releasing each caller only after the commit that holds its work.
 
-A commit is a disk flush (SQLite's WAL fsync, PostgreSQL's WAL flush); committing the pending
-transitions of every concurrent caller in one transaction makes the flushes per transition fall
-below one. The database classes built on it (:class:`~pyworkflow.store._sqlite_db.SQLiteDatabase`,
-atfgraph's PostgreSQL database) supply the connection and how to begin, commit and roll back.
+A commit is a disk flush (SQLite's WAL fsync, PostgreSQL's WAL flush); committing the pending work
+of every concurrent caller in one transaction makes the flushes per transition fall below one.
+The database classes built on :class:`GroupCommitWriter` (:class:`~pyworkflow.store.SQLiteDatabase`,
+:class:`~pyworkflow.store.PostgresDatabase`) supply the connections and how to begin, commit and
+roll back.
 
-A write function may be run twice: when one job of a batch raises, the batch is rolled back and
-each job is re-run alone in its own transaction, so only the failing one sees its error. A write
-function therefore touches nothing but the connection it is given.
+A job is one of two kinds:
+
+- a **function** of the writer's connection (:meth:`GroupCommitWriter.write`): the functions a
+  writer takes at once run in one transaction. A function may be run twice: when one of the batch
+  raises, the batch is rolled back and each function is re-run alone in its own transaction (a
+  transient error, a deadlock or serialization failure, up to three times), so only the failing
+  one sees its error. A write function therefore touches nothing but the connection it is given.
+- a single **statement** (:meth:`GroupCommitWriter.submit`) with the run it locks as its ``key``:
+  the statements a writer takes at once are sorted by key (reads, ``""``, first) and sent in one
+  transaction (on PostgreSQL pipelined: ``BEGIN``, the statements, ``COMMIT`` in one round trip),
+  so transactions lock runs in one order and never wait on each other in a cycle. A statement
+  whose key is ``None`` (it may lock several runs in any order) runs alone, in a transaction of
+  its own. A statement that fails rolls its group back, and each statement is then run again
+  alone, so one caller's error is never another's.
+
+Either way, a connection lost in the middle fails the callers of the work in flight (whether it
+committed is unknown, as for any call), and the writer reconnects for the next. A free writer
+takes every job submitted since a writer last looked (up to :data:`MAX_GROUP`); with several
+writers one executes while another commits. Callers are released after the commit (or the
+rollback), each on its own event loop, one wake-up per loop and batch.
 """
 
 from __future__ import annotations
@@ -16,40 +34,86 @@ from __future__ import annotations
 import asyncio
 import concurrent.futures
 import contextlib
-import queue
+import logging
+import operator
 import threading
 from collections.abc import Callable
-from dataclasses import dataclass
 from typing import Any, Generic, TypeVar
 
 T = TypeVar("T")
 C = TypeVar("C")
+#: The rows of one statement.
+Rows = list[tuple[Any, ...]]
 
-_MAX_BATCH = 512
-#: Runs of a job that failed alone with a transient error (see ``_transient``).
+log = logging.getLogger("pyworkflow.store.group_commit")
+
+#: Jobs a writer takes at once.
+MAX_GROUP = 512
+#: Runs of a write function that failed alone with a transient error (see ``_transient``).
 _TRANSIENT_RETRIES = 3
-_STOP = object()
+#: A job's value before it ran.
+_PENDING: Any = object()
+_by_key = operator.attrgetter("key")
 
 
-@dataclass(slots=True)
-class _Job:
-    fn: Callable[[Any], Any]
-    loop: asyncio.AbstractEventLoop | None
-    future: asyncio.Future[Any] | concurrent.futures.Future[Any]
+class Job:
+    """One unit of work for the writer and where its caller waits: a function of the connection
+    (``fn``), or one statement (``sql`` and ``params``; ``key``: the run it locks, ``""`` for a
+    read, ``None`` to run alone). ``loop`` None: ``future`` is a ``concurrent.futures.Future``."""
+
+    __slots__ = ("error", "fn", "future", "key", "loop", "params", "sql", "value")
+
+    def __init__(
+        self,
+        fn: Callable[[Any], Any] | None,
+        sql: str | None,
+        params: Any,
+        key: str | None,
+        loop: asyncio.AbstractEventLoop | None,
+        future: Any,
+    ) -> None:
+        self.fn = fn
+        self.sql = sql
+        self.params = params
+        self.key = key
+        self.loop = loop
+        self.future = future
+        self.value: Any = _PENDING
+        self.error: BaseException | None = None
+
+
+class _Slot(Generic[C]):
+    """One writer thread's connection (None until its first job, and after it was closed)."""
+
+    __slots__ = ("conn",)
+
+    def __init__(self, conn: C | None) -> None:
+        self.conn = conn
 
 
 class GroupCommitWriter(Generic[C]):
-    """The writer thread and its job queue. Subclasses implement the four connection hooks and
-    call :meth:`_start_writer` once their connection is ready."""
+    """The writer threads and their job queue: the base of both database classes. Subclasses
+    implement the connection hooks and call :meth:`_start_writer` once their connection is ready.
+    ``commits`` counts the transactions of write functions committed; ``groups`` and
+    ``statements`` the statement groups sent and the statements in them (benchmarks read them)."""
 
     commits: int
-    _closed: bool
+    groups: int
+    statements: int
 
     # -- the hooks a database supplies ------------------------------------------------------------
 
-    def _writer_connection(self) -> C:
-        """The connection the writer uses for the next batch (may reconnect)."""
+    def _connect_writer(self, lost: C | None) -> C:
+        """A new connection for a writer that has none (``lost``: the one that went away)."""
         raise NotImplementedError
+
+    def _usable(self, conn: C) -> bool:
+        """Whether the writer may run its next job on ``conn`` (False: reconnect)."""
+        return True
+
+    def _lost(self, conn: C) -> bool:
+        """Whether ``conn`` went away during the work that just failed."""
+        return False
 
     def _begin(self, conn: C) -> None:
         raise NotImplementedError
@@ -61,8 +125,27 @@ class GroupCommitWriter(Generic[C]):
         """Roll back whatever transaction is open (none may be)."""
         raise NotImplementedError
 
-    def _close_writer(self) -> None:
+    def _close_connection(self, conn: C) -> None:
         raise NotImplementedError
+
+    def _transient(self, exc: BaseException) -> bool:
+        """Whether a function that failed with ``exc`` alone may succeed if run again (a lost
+        deadlock or serialization race between processes sharing the database)."""
+        return False
+
+    def _send_group(self, conn: C, jobs: list[Job]) -> None:
+        """Run the statements ``jobs`` in one transaction and set each one's ``value`` to its rows,
+        or raise (the caller rolls back). PostgreSQL overrides this with one pipelined round trip."""
+        self._begin(conn)
+        values = [self._send_one(conn, job) for job in jobs]
+        self._commit(conn)
+        for job, value in zip(jobs, values, strict=True):
+            job.value = value
+
+    def _send_one(self, conn: C, job: Job) -> Rows:
+        """Run one statement in a transaction of its own (autocommit); its rows."""
+        rows: Rows = conn.execute(job.sql, job.params).fetchall()  # type: ignore[attr-defined]
+        return rows
 
     def reader(self) -> C:
         """This thread's read connection (each statement sees the latest commit)."""
@@ -73,132 +156,245 @@ class GroupCommitWriter(Generic[C]):
         raise NotImplementedError
 
     def close(self) -> None:
-        """Finish the queued writes, stop the writer and close every connection."""
+        """Finish the queued writes, stop the writers and close every connection."""
         raise NotImplementedError
 
-    def _transient(self, exc: BaseException) -> bool:
-        """Whether a job that failed with ``exc`` alone may succeed if run again (a lost deadlock
-        or serialization race between processes sharing the database)."""
-        return False
+    # -- submitting -------------------------------------------------------------------------------
 
-    # -- the writer -------------------------------------------------------------------------------
+    def _start_writer(self, name: str, *, conn: C | None = None, writers: int = 1) -> None:
+        """Start ``writers`` threads; the first one starts with ``conn``, the others connect when
+        they first have work."""
+        self._cv = threading.Condition(threading.Lock())
+        self._queue: list[Job] = []
+        self._closing = False
+        self.commits = 0
+        self.groups = 0
+        self.statements = 0
+        count = max(1, writers)
+        self._threads = [
+            threading.Thread(
+                target=self._run,
+                args=(_Slot(conn if k == 0 else None),),
+                name=name if count == 1 else f"{name}-{k}",
+                daemon=True,
+            )
+            for k in range(count)
+        ]
+        for thread in self._threads:
+            thread.start()
 
-    def _start_writer(self, name: str) -> None:
-        self._jobs: queue.SimpleQueue[_Job | object] = queue.SimpleQueue()
-        self._closed = False
-        self.commits = 0  # transactions committed by the writer; read by benchmarks
-        self._thread = threading.Thread(target=self._run, name=name, daemon=True)
-        self._thread.start()
+    def _put(self, job: Job) -> None:
+        with self._cv:
+            if self._closing:
+                raise RuntimeError("database is closed")
+            self._queue.append(job)
+            if len(self._queue) == 1:
+                self._cv.notify()
 
     async def write(self, fn: Callable[[C], T]) -> T:
         """Run ``fn`` in a write transaction; return once it is committed (durable)."""
-        if self._closed:
-            raise RuntimeError("database is closed")
         loop = asyncio.get_running_loop()
-        fut: asyncio.Future[T] = loop.create_future()
-        self._jobs.put(_Job(fn, loop, fut))
-        return await fut
+        future: asyncio.Future[T] = loop.create_future()
+        self._put(Job(fn, None, None, None, loop, future))
+        return await future
 
     def write_sync(self, fn: Callable[[C], T]) -> T:
         """Blocking form of :meth:`write`, for code that has no event loop."""
-        if self._closed:
-            raise RuntimeError("database is closed")
-        if threading.current_thread() is self._thread:
+        if threading.current_thread() in self._threads:
             raise RuntimeError("write_sync called from the writer thread")
-        fut: concurrent.futures.Future[T] = concurrent.futures.Future()
-        self._jobs.put(_Job(fn, None, fut))
-        return fut.result()
+        future: concurrent.futures.Future[T] = concurrent.futures.Future()
+        self._put(Job(fn, None, None, None, None, future))
+        return future.result()
 
-    def _run(self) -> None:
-        while True:
-            first = self._jobs.get()
-            if first is _STOP:
-                break
-            batch: list[_Job] = [first]  # type: ignore[list-item]
-            stop = False
-            while len(batch) < _MAX_BATCH:
+    def submit(self, sql: str, params: Any, key: str | None = "") -> asyncio.Future[Rows]:
+        """Hand one statement to the writers (``key``: the run it locks, ``""`` for a read,
+        ``None`` to run alone); the future, on the running loop, settles with its rows after its
+        transaction ended. A caller that stops waiting does not stop the statement."""
+        loop = asyncio.get_running_loop()
+        future: asyncio.Future[Rows] = loop.create_future()
+        job = Job(None, sql, params, key, loop, future)
+        with self._cv:
+            if self._closing:
+                raise RuntimeError("database is closed")
+            self._queue.append(job)
+            if len(self._queue) == 1:
+                self._cv.notify()
+        return future
+
+    def _stop_writer(self, timeout: float = 30.0) -> None:
+        """Let the queued jobs finish, then stop the writers (idempotent)."""
+        with self._cv:
+            if self._closing:
+                return
+            self._closing = True
+            self._cv.notify_all()
+        for thread in self._threads:
+            if thread is not threading.current_thread():
+                thread.join(timeout)
+
+    # -- the writers ------------------------------------------------------------------------------
+
+    def _run(self, slot: _Slot[C]) -> None:
+        cv, queue = self._cv, self._queue
+        try:
+            while True:
+                with cv:
+                    while not queue and not self._closing:
+                        cv.wait()
+                    if not queue:
+                        return
+                    jobs = queue[:MAX_GROUP]
+                    del queue[:MAX_GROUP]
+                    if queue:  # more than one batch's worth: let another writer start
+                        cv.notify()
                 try:
-                    item = self._jobs.get_nowait()
-                except queue.Empty:
-                    break
-                if item is _STOP:
-                    stop = True
-                    break
-                batch.append(item)  # type: ignore[arg-type]
-            try:
-                conn = self._writer_connection()
-            except BaseException as exc:  # the database is unreachable: every job gets the error
-                self._deliver(batch, [(False, exc)] * len(batch))
-            else:
-                self._deliver(batch, self._commit_batch(conn, batch))
-            if stop:
-                break
-        self._close_writer()
+                    self._execute(slot, jobs)
+                except BaseException as exc:  # never leave a caller waiting
+                    for job in jobs:
+                        if job.error is None and job.value is _PENDING:
+                            job.error = exc
+                    if not isinstance(exc, Exception):
+                        raise
+                    log.exception("group commit failed")
+                finally:
+                    _deliver(jobs)
+        finally:
+            if slot.conn is not None:
+                with contextlib.suppress(Exception):
+                    self._close_connection(slot.conn)
+                slot.conn = None
 
-    def _commit_batch(self, conn: C, batch: list[_Job]) -> list[tuple[bool, Any]]:
-        """Commit the whole batch at once; if any job raises, run each job alone so that only the
-        failing one sees its error and the others still commit."""
+    def _connection(self, slot: _Slot[C]) -> C:
+        conn = slot.conn
+        if conn is None or not self._usable(conn):
+            slot.conn = conn = self._connect_writer(conn)
+        return conn
+
+    def _execute(self, slot: _Slot[C], jobs: list[Job]) -> None:
+        group: list[Job] = []
+        alone: list[Job] = []
+        functions: list[Job] = []
+        for job in jobs:
+            if job.fn is not None:
+                functions.append(job)
+            elif job.key is None:
+                alone.append(job)
+            else:
+                group.append(job)
+        if len(group) > 1:
+            group.sort(key=_by_key)
+            self._group(slot, group)
+        elif group:
+            self._alone(slot, group[0])
+        if functions:
+            self._functions(slot, functions)
+        for job in alone:
+            self._alone(slot, job)
+
+    # -- statements
+
+    def _group(self, slot: _Slot[C], jobs: list[Job]) -> None:
+        try:
+            conn = self._connection(slot)
+        except Exception as exc:
+            for job in jobs:
+                job.error = exc
+            return
+        with self._cv:
+            self.groups += 1
+            self.statements += len(jobs)
+        try:
+            self._send_group(conn, jobs)
+        except Exception as exc:
+            self._rollback(conn)
+            if self._lost(conn):
+                for job in jobs:
+                    job.value, job.error = _PENDING, exc
+                return
+            for job in jobs:  # one statement rolled the group back: each alone, its own outcome
+                job.value = _PENDING
+                self._alone(slot, job)
+
+    def _alone(self, slot: _Slot[C], job: Job) -> None:
+        try:
+            job.value = self._send_one(self._connection(slot), job)
+        except Exception as exc:
+            job.error = exc
+
+    # -- write functions
+
+    def _functions(self, slot: _Slot[C], jobs: list[Job]) -> None:
+        try:
+            conn = self._connection(slot)
+        except BaseException as exc:  # the database is unreachable: every job gets the error
+            for job in jobs:
+                job.error = exc
+            return
         try:
             self._begin(conn)
-            results = [(True, job.fn(conn)) for job in batch]
+            for job in jobs:
+                job.value = job.fn(conn)  # type: ignore[misc]
             self._commit(conn)
-            self.commits += 1
-            return results
-        except BaseException:
+            self._count_commit()
+            return
+        except BaseException as exc:
             self._rollback(conn)
-            if len(batch) == 1:
-                return [self._run_alone(conn, batch[0])]
-        return [self._run_alone(conn, job) for job in batch]
+            if self._lost(conn):
+                for job in jobs:
+                    job.value, job.error = _PENDING, exc
+                return
+        for job in jobs:  # run each alone, so that only the failing one sees its error
+            job.value = _PENDING
+            self._function_alone(conn, job)
 
-    def _run_alone(self, conn: C, job: _Job) -> tuple[bool, Any]:
+    def _function_alone(self, conn: C, job: Job) -> None:
         for attempt in range(1, _TRANSIENT_RETRIES + 1):
             try:
                 self._begin(conn)
-                result = job.fn(conn)
+                value = job.fn(conn)  # type: ignore[misc]
                 self._commit(conn)
-                self.commits += 1
-                return (True, result)
+                self._count_commit()
+                job.value = value
+                return
             except BaseException as exc:
                 self._rollback(conn)
                 if attempt == _TRANSIENT_RETRIES or not self._transient(exc):
-                    return (False, exc)
-        raise AssertionError("unreachable")
+                    job.error = exc
+                    return
 
-    @staticmethod
-    def _deliver(batch: list[_Job], outcomes: list[tuple[bool, Any]]) -> None:
-        by_loop: dict[asyncio.AbstractEventLoop, list[tuple[asyncio.Future[Any], bool, Any]]] = {}
-        for job, (ok, value) in zip(batch, outcomes, strict=True):
-            if job.loop is None:
-                cfut = job.future
-                assert isinstance(cfut, concurrent.futures.Future)
-                if ok:
-                    cfut.set_result(value)
-                else:
-                    cfut.set_exception(value)
+    def _count_commit(self) -> None:
+        with self._cv:
+            self.commits += 1
+
+
+def _deliver(jobs: list[Job]) -> None:
+    """Release the callers of ``jobs``: one wake-up per event loop."""
+    by_loop: dict[asyncio.AbstractEventLoop, list[Job]] = {}
+    for job in jobs:
+        loop = job.loop
+        if loop is None:
+            if job.error is not None:
+                job.future.set_exception(job.error)
             else:
-                afut = job.future
-                assert isinstance(afut, asyncio.Future)
-                by_loop.setdefault(job.loop, []).append((afut, ok, value))
-        for loop, items in by_loop.items():
-            # A loop closed while we committed has nobody waiting.
-            with contextlib.suppress(RuntimeError):
-                loop.call_soon_threadsafe(_resolve_all, items)
-
-    def _stop_writer(self) -> None:
-        """Let the queued jobs finish, then stop the writer (idempotent)."""
-        if self._closed:
-            return
-        self._closed = True
-        self._jobs.put(_STOP)
-        if threading.current_thread() is not self._thread:
-            self._thread.join(timeout=30)
-
-
-def _resolve_all(items: list[tuple[asyncio.Future[Any], bool, Any]]) -> None:
-    for fut, ok, value in items:
-        if fut.done():  # the caller was cancelled; its work is committed all the same
+                job.future.set_result(job.value)
             continue
-        if ok:
-            fut.set_result(value)
+        mine = by_loop.get(loop)
+        if mine is None:
+            by_loop[loop] = [job]
         else:
-            fut.set_exception(value)
+            mine.append(job)
+    for loop, mine in by_loop.items():
+        with contextlib.suppress(RuntimeError):  # the caller's loop is closed: nobody waits
+            loop.call_soon_threadsafe(_settle, mine)
+
+
+def _settle(jobs: list[Job]) -> None:
+    """On a caller's loop: hand each job's outcome to its caller (gone callers are skipped)."""
+    for job in jobs:
+        future = job.future
+        if future.done():  # the caller was cancelled; its work is committed all the same
+            continue
+        if job.error is not None:
+            future.set_exception(job.error)
+        else:
+            future.set_result(job.value)

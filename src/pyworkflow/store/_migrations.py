@@ -154,3 +154,11 @@ def apply_postgres_migrations(conn: _PgConnection, migrations: Sequence[Migratio
             )
             done.append(migration)
     return done
+
+
+def pyworkflow_migrations(dialect: str) -> list[Migration]:
+    """pyworkflow's own migrations for ``dialect`` (``"sqlite"`` or ``"postgres"``), to apply
+    before a component's own tracks when it shares the database (as the graph server does)."""
+    if dialect not in ("sqlite", "postgres"):
+        raise ValueError(f"dialect must be 'sqlite' or 'postgres', not {dialect!r}")
+    return load_migrations("pyworkflow.store.migrations", dialect, "pyworkflow")

@@ -3,8 +3,10 @@
 Every transition is one transaction. Nearly all are one statement each (a new run: one statement
 with CTEs; a turn's step result, checkpoint, wait, suspension and end, a decision, a Celery turn's
 claim, a runtime's tick and the sweeper's expiry: server-side functions from migrations
-0002-0004), and those, with the single-statement reads, go through a **group commit**: two writer
-threads, each with one synchronous connection; a free writer takes every statement submitted
+0002-0004), and those, with the single-statement reads, go through a **group commit** (the
+statement jobs of :class:`~pyworkflow.store.GroupCommitWriter`, run by a
+:class:`~pyworkflow.store.PostgresDatabase`): two writer threads, each with one synchronous
+connection; a free writer takes every statement submitted
 since a writer last looked and sends them in one pipelined transaction (``BEGIN``, the statements,
 ``COMMIT``: one round trip), then releases each caller, on the caller's own event loop, after that
 commit. Many runs' transitions share one round trip, one commit and one fsync, and the client
@@ -30,6 +32,7 @@ never wait on each other in a cycle. A transaction that makes a run due sends ``
 pyworkflow_queue`` (delivered at commit, once per transaction); :meth:`PostgresStore.subscribe`
 listens.
 
+The SQL is in :mod:`._pg_sql`, the pieces of the multi-statement transitions in :mod:`._pg_tx`.
 The writers are the store's own threads; the async pool and the listener live on a private event
 loop in another daemon thread. The protocol's coroutines await either from the caller's loop, so
 one store serves any number of loops (the local runtime's, each Celery worker's, a test's), and
@@ -46,18 +49,61 @@ from collections.abc import Awaitable, Callable, Coroutine, Sequence
 from typing import Any, TypeVar
 
 import psycopg
-from psycopg import pq
 from psycopg_pool import AsyncConnectionPool
 
 from .._errors import (
-    CancellationError,
     HookExpiredError,
     HookNotFoundError,
-    LeaseLostError,
-    StepAlreadyCompletedError,
     WorkflowNotFoundError,
 )
-from ._migrations import Migration, apply_postgres_migrations, load_migrations
+from ._group_commit import Rows
+from ._migrations import Migration
+from ._migrations import pyworkflow_migrations as _migrations_of
+from ._pg_db import PostgresDatabase
+from ._pg_sql import (
+    CHANNEL,
+    SQL_ANY_READY,
+    SQL_CANCEL_WAITS,
+    SQL_CLAIMABLE,
+    SQL_CREATE_RUN,
+    SQL_DELETE_CHECKPOINT,
+    SQL_DELETE_QUEUE,
+    SQL_EVENTS,
+    SQL_EXPIRE_LEASES,
+    SQL_FINISH_RUN,
+    SQL_FN_CLAIM_RUN,
+    SQL_FN_COMPLETE_STEP,
+    SQL_FN_CREATE_WAIT,
+    SQL_FN_EXPIRE_DUE_WAITS,
+    SQL_FN_FINISH_RUN,
+    SQL_FN_POLL,
+    SQL_FN_RESOLVE_WAIT,
+    SQL_FN_SAVE_CHECKPOINT,
+    SQL_FN_SUSPEND_RUN,
+    SQL_GET_RUN,
+    SQL_HEARTBEAT,
+    SQL_INSERT_WAIT_TOKEN,
+    SQL_LEASE_OWNERS,
+    SQL_NEXT_DUE,
+    SQL_NOTIFY,
+    SQL_READY_IDS,
+    SQL_STATE,
+    SQL_UNLEASE,
+    SQL_UPSERT_STEP,
+    SQL_WAIT_BY_ID,
+    SQL_WAIT_BY_KEY,
+    SQL_WAIT_BY_TOKEN,
+)
+from ._pg_tx import (
+    _affected,
+    _check_fence,
+    _check_outcome,
+    _claim_row,
+    _event,
+    _insert_wait,
+    _lock_run,
+    _refuse_second_result,
+)
 from ._protocol import (
     CheckpointRecord,
     Claim,
@@ -76,7 +122,6 @@ from ._protocol import (
 )
 from ._rows import (
     RUN_COLUMNS,
-    WAIT_COLUMNS,
     check_revision,
     list_waits_sql,
     raise_if_resolved,
@@ -86,453 +131,32 @@ from ._rows import (
 
 T = TypeVar("T")
 Conn = psycopg.AsyncConnection[Any]
-Rows = list[tuple[Any, ...]]
 log = logging.getLogger("pyworkflow.store.postgres")
-
-#: The channel a transaction that makes work due notifies (payload empty, so one per commit).
-CHANNEL = "pyworkflow_queue"
 
 
 def pyworkflow_migrations() -> list[Migration]:
-    return load_migrations("pyworkflow.store.migrations", "postgres", "pyworkflow")
-
-
-# -- SQL, one statement per purpose ------------------------------------------------------------
-
-# The run's lock, and the fence of a turn in the same round trip (queue row may be gone).
-SQL_LOCK_RUN = """
-SELECT r.status, q.epoch FROM runs r LEFT JOIN queue q ON q.run_id = r.id WHERE r.id = %s FOR UPDATE OF r
-"""
-# Next event number of a run: the primary key makes MAX(seq) one index probe; the run lock held
-# by the caller makes it race-free.
-SQL_APPEND_EVENT = """
-INSERT INTO events (run_id, seq, at, type, key, data)
-VALUES (%(run)s, (SELECT COALESCE(MAX(seq), 0) + 1 FROM events WHERE run_id = %(run)s), %(at)s, %(type)s,
-        %(key)s, %(data)s)
-"""
-# A new run, its queue row (optionally leased at once to the process that starts it) and its
-# first event, in one statement (so one round trip, no BEGIN/COMMIT); NOTIFY when nobody holds it.
-SQL_CREATE_RUN = """
-WITH r AS (
-    INSERT INTO runs (id, workflow, status, input, created_at, updated_at)
-    VALUES (%(run)s, %(workflow)s, %(status)s, %(input)s, %(now)s, %(now)s)
-), q AS (
-    INSERT INTO queue (run_id, available_at, wake_seq, epoch, lease_owner, lease_expires_at)
-    VALUES (%(run)s, %(now)s, 0, %(epoch)s, %(owner)s, %(expires)s)
-), e AS (
-    INSERT INTO events (run_id, seq, at, type) VALUES (%(run)s, 1, %(now)s, 'run_created')
-)
-SELECT pg_notify('pyworkflow_queue', '') WHERE %(notify)s
-"""
-SQL_NOTIFY = f"NOTIFY {CHANNEL}"
-SQL_SET_RUN_STATUS = "UPDATE runs SET status = %s, updated_at = %s WHERE id = %s"
-SQL_FINISH_RUN = """
-UPDATE runs SET status = %s, result = %s, error = %s, updated_at = %s, finished_at = %s WHERE id = %s
-"""
-# Give a lease back (release): the row stays, unleased and due now.
-SQL_UNLEASE = """
-UPDATE queue SET lease_owner = NULL, lease_expires_at = NULL, available_at = %s WHERE run_id = %s
-"""
-SQL_DELETE_QUEUE = "DELETE FROM queue WHERE run_id = %s"
-# Due rows nobody holds (never leased, released, or whose lease ran out), locked with their run;
-# rows another claimer or a transition holds are skipped, not waited for.
-SQL_CLAIMABLE = """
-SELECT q.run_id, q.epoch, q.wake_seq, q.lease_owner, q.crashes, r.workflow, r.input, r.status
-FROM queue q JOIN runs r ON r.id = q.run_id
-WHERE q.available_at <= %(now)s AND (q.lease_expires_at IS NULL OR q.lease_expires_at < %(now)s)
-ORDER BY q.available_at
-LIMIT %(limit)s
-FOR UPDATE OF q, r SKIP LOCKED
-"""
-# Runs a claim would take: unleased rows that became due between %(after)s and %(due)s, and rows
-# whose lease ran out.
-SQL_READY_IDS = """
-SELECT run_id FROM queue
-WHERE (lease_owner IS NULL AND available_at <= %(due)s AND available_at >= %(after)s)
-   OR (lease_owner IS NOT NULL AND lease_expires_at < %(now)s AND available_at <= %(now)s)
-ORDER BY available_at LIMIT %(limit)s
-"""
-SQL_ANY_READY = """
-SELECT 1 FROM queue WHERE available_at <= %(now)s AND (lease_expires_at IS NULL OR lease_expires_at < %(now)s)
-LIMIT 1
-"""
-SQL_LEASE = """
-UPDATE queue SET epoch = epoch + 1, lease_owner = %s, lease_expires_at = %s, crashes = %s WHERE run_id = %s
-"""
-# Several queue rows at once: locked in run id order first (the order groups lock runs in), so a
-# heartbeat never waits in a cycle with a group that holds some of the same runs.
-SQL_HEARTBEAT = """
-UPDATE queue SET lease_expires_at = %(expires)s
-WHERE run_id IN (SELECT run_id FROM queue WHERE lease_owner = %(owner)s ORDER BY run_id FOR UPDATE)
-  AND lease_owner = %(owner)s
-"""
-SQL_EXPIRE_LEASES = """
-UPDATE queue SET lease_expires_at = %(expires)s
-WHERE run_id IN (SELECT run_id FROM queue WHERE lease_owner = ANY(%(owners)s) ORDER BY run_id FOR UPDATE)
-  AND lease_owner = ANY(%(owners)s)
-"""
-SQL_LEASE_OWNERS = """
-SELECT DISTINCT lease_owner FROM queue WHERE lease_owner IS NOT NULL AND lease_expires_at >= %s
-"""
-SQL_NEXT_DUE = """
-SELECT LEAST(
-    (SELECT MIN(COALESCE(lease_expires_at, available_at)) FROM queue),
-    (SELECT MIN(expires_at) FROM waits WHERE status = 'pending' AND expires_at IS NOT NULL))
-"""
-SQL_STEP = "SELECT status FROM steps WHERE run_id = %s AND step_key = %s"
-SQL_UPSERT_STEP = """
-INSERT INTO steps (run_id, step_key, status, attempt, result, error, delivered, updated_at)
-VALUES (%(run)s, %(key)s, %(status)s, %(attempt)s, %(result)s, %(error)s, %(delivered)s, %(now)s)
-ON CONFLICT (run_id, step_key) DO UPDATE SET
-    status = EXCLUDED.status, attempt = EXCLUDED.attempt, result = EXCLUDED.result, error = EXCLUDED.error,
-    delivered = GREATEST(steps.delivered, EXCLUDED.delivered), updated_at = EXCLUDED.updated_at
-"""
-SQL_DELETE_CHECKPOINT = "DELETE FROM checkpoints WHERE run_id = %s AND scope = %s AND name = %s"
-SQL_WAIT_BY_KEY = f"SELECT {WAIT_COLUMNS} FROM waits WHERE run_id = %s AND wait_key = %s"
-SQL_WAIT_BY_ID = f"SELECT {WAIT_COLUMNS} FROM waits WHERE id = %s"
-# A wait by its first token or by one handed out again later (wait_tokens).
-SQL_WAIT_BY_TOKEN = f"""
-SELECT {WAIT_COLUMNS} FROM waits WHERE token_digest = %(digest)s
-UNION ALL
-SELECT {WAIT_COLUMNS} FROM waits WHERE id = (SELECT wait_id FROM wait_tokens WHERE token_digest = %(digest)s)
-LIMIT 1
-"""
-SQL_INSERT_WAIT = """
-INSERT INTO waits (id, run_id, wait_key, kind, name, step_key, token_digest, status, created_at, expires_at,
-                   payload_schema)
-VALUES (%s, %s, %s, %s, %s, %s, %s, 'pending', %s, %s, %s)
-"""
-SQL_INSERT_WAIT_TOKEN = "INSERT INTO wait_tokens (token_digest, wait_id) VALUES (%s, %s)"
-SQL_CANCEL_WAITS = """
-UPDATE waits SET status = 'cancelled', resolved_at = %s WHERE run_id = %s AND status = 'pending'
-"""
-# A run's state in one statement (one snapshot, one round trip): each row is a step (columns
-# 1-6), a wait (7-19) or a checkpoint (20-23), told apart by column 0.
-_STEP_COLUMNS = "step_key, status, attempt, result, error, delivered"
-_CHECKPOINT_COLUMNS = "scope, name, value, revision"
-# Typed NULLs: UNION resolves column types pairwise, left to right.
-_NULLS_STEP = "NULL::text, NULL::text, NULL::integer, NULL::bytea, NULL::bytea, NULL::integer"
-_NULLS_WAIT = (
-    "NULL::text, NULL::text, NULL::text, NULL::text, NULL::text, NULL::text, NULL::text, NULL::boolean,"
-    " NULL::double precision, NULL::double precision, NULL::double precision, NULL::bytea, NULL::bytea"
-)
-_NULLS_CHECKPOINT = "NULL::text, NULL::text, NULL::bytea, NULL::integer"
-SQL_STATE = f"""
-SELECT 1, {_STEP_COLUMNS}, {_NULLS_WAIT}, {_NULLS_CHECKPOINT} FROM steps WHERE run_id = %(run)s
-UNION ALL
-SELECT 2, {_NULLS_STEP}, {WAIT_COLUMNS}, {_NULLS_CHECKPOINT} FROM waits WHERE run_id = %(run)s
-UNION ALL
-SELECT 3, {_NULLS_STEP}, {_NULLS_WAIT}, {_CHECKPOINT_COLUMNS} FROM checkpoints WHERE run_id = %(run)s
-"""
-SQL_GET_RUN = f"SELECT {RUN_COLUMNS} FROM runs WHERE id = %s"
-SQL_EVENTS = """
-SELECT run_id, seq, at, type, key, data FROM events WHERE run_id = %s AND seq > %s ORDER BY seq LIMIT %s
-"""
-
-# The hot turn writes, one statement each (migration 0002): they return 'ok' or why they refused.
-SQL_FN_COMPLETE_STEP = "SELECT pyworkflow_complete_step(%s, %s, %s, %s, %s)"
-SQL_FN_SAVE_CHECKPOINT = "SELECT pyworkflow_save_checkpoint(%s, %s, %s, %s, %s, %s, %s)"
-SQL_FN_SUSPEND_RUN = "SELECT pyworkflow_suspend_run(%s, %s, %s, %s::text[], %s::text[], %s::integer[], %s)"
-SQL_FN_FINISH_RUN = "SELECT pyworkflow_finish_run(%s, %s, %s, %s, %s)"
-# The runtime's tick (migration 0003): claims, then a row with c_run NULL carrying the next due time.
-SQL_FN_POLL = """
-SELECT c_run, c_epoch, c_wake_seq, c_workflow, c_input, c_resumed, c_next_due
-FROM pyworkflow_poll(%s::text, %s::integer, %s::double precision, %s::double precision, %s::integer)
-"""
-SQL_FN_CREATE_WAIT = "SELECT pyworkflow_create_wait(%s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s)"
-SQL_FN_EXPIRE_DUE_WAITS = "SELECT pyworkflow_expire_due_waits(%s::double precision, %s::integer)"
-# A decision and a Celery turn's claim (migration 0004).
-SQL_FN_RESOLVE_WAIT = "SELECT pyworkflow_resolve_wait(%s, %s, %s, %s)"
-SQL_FN_CLAIM_RUN = """
-SELECT c_run, c_epoch, c_wake_seq, c_workflow, c_input, c_resumed
-FROM pyworkflow_claim_run(%s::text, %s::text, %s::double precision, %s::double precision, %s::integer)
-"""
-
-_CRASHED = (
-    b'{"type":"pyworkflow.WorkerCrashed","message":"the worker running this run died %d times;'
-    b' giving up (max_crashes)"}'
-)
-
-
-async def _event(conn: Conn, run_id: str, now: float, type_: str, key: str | None = None,
-                 data: bytes | None = None) -> None:  # fmt: skip
-    await conn.execute(SQL_APPEND_EVENT, {"run": run_id, "at": now, "type": type_, "key": key, "data": data})
-
-
-async def _lock_run(conn: Conn, run_id: str) -> tuple[RunStatus, int | None] | None:
-    """Take the run's lock; return its status and its queue row's epoch (None: no queue row)."""
-    cur = await conn.execute(SQL_LOCK_RUN, (run_id,))
-    row = await cur.fetchone()
-    return (RunStatus(row[0]), row[1]) if row is not None else None
-
-
-async def _check_fence(conn: Conn, fence: Fence) -> None:
-    locked = await _lock_run(conn, fence.run_id)
-    if locked is None or locked[1] != fence.epoch:
-        if locked is not None and locked[0] == RunStatus.CANCELLED:
-            raise CancellationError(f"run {fence.run_id} was cancelled")
-        raise LeaseLostError(f"run {fence.run_id}: lease epoch {fence.epoch} is no longer current")
-
-
-async def _affected(conn: Conn, sql: str, params: Any) -> int:
-    """Rows a DML statement changed. Transactions run in pipeline mode, where ``rowcount`` is not
-    known before a sync: the statement returns a row per change instead (``RETURNING 1``)."""
-    cur = await conn.execute(sql + " RETURNING 1", params)
-    return len(await cur.fetchall())
-
-
-async def _insert_wait(conn: Conn, run_id: str, wait: NewWait, now: float) -> WaitRecord:
-    await conn.execute(
-        SQL_INSERT_WAIT,
-        (wait.id, run_id, wait.wait_key, str(wait.kind), wait.name, wait.step_key, wait.token_digest, now,
-         wait.expires_at, wait.payload_schema),
-    )  # fmt: skip
-    await _event(conn, run_id, now, "wait_created", wait.wait_key)
-    return WaitRecord(
-        wait.id, run_id, wait.wait_key, wait.kind, wait.name, wait.step_key, WaitStatus.PENDING, False, now,
-        wait.expires_at, None, None, wait.payload_schema,
-    )  # fmt: skip
-
-
-async def _claim_row(
-    conn: Conn, row: Sequence[Any], owner: str, now: float, lease_ttl: float, max_crashes: int
-) -> Claim | None:
-    """Lease one locked claimable row, or fail its run when its workers died too often."""
-    run_id, epoch, wake_seq, previous_owner, crashes, workflow, input_, status = row
-    if RunStatus(status).is_terminal:
-        await conn.execute(SQL_DELETE_QUEUE, (run_id,))
-        return None
-    if previous_owner is not None:  # a turn that never ended: its worker died
-        crashes += 1
-        if crashes > max_crashes:
-            error = _CRASHED % crashes
-            await conn.execute(SQL_FINISH_RUN, (str(RunStatus.FAILED), None, error, now, now, run_id))
-            await conn.execute(SQL_CANCEL_WAITS, (now, run_id))
-            await conn.execute(SQL_DELETE_QUEUE, (run_id,))
-            await _event(conn, run_id, now, "run_failed", None, error)
-            return None
-    await conn.execute(SQL_LEASE, (owner, now + lease_ttl, crashes, run_id))
-    await conn.execute(SQL_SET_RUN_STATUS, (str(RunStatus.RUNNING), now, run_id))
-    await _event(conn, run_id, now, "run_resumed" if previous_owner is None else "run_recovered")
-    fresh = status == RunStatus.PENDING
-    return Claim(Fence(run_id, epoch + 1, wake_seq), workflow, input_, resumed=not fresh)
-
-
-class _Op:
-    """One statement submitted to the group commit, and where its caller waits."""
-
-    __slots__ = ("done", "error", "future", "key", "loop", "params", "rows", "sql")
-
-    def __init__(
-        self,
-        sql: str,
-        params: Any,
-        key: str | None,
-        loop: asyncio.AbstractEventLoop,
-        future: asyncio.Future[Rows],
-    ) -> None:
-        self.sql = sql
-        self.params = params
-        self.key = key  # the run it locks ("" for a read); None: it runs alone, not in a group
-        self.loop = loop
-        self.future = future
-        self.rows: Rows = []
-        self.error: BaseException | None = None
-        self.done = False  # executed (successfully or not)
-
-
-def _settle(ops: list[_Op]) -> None:
-    """On a caller's loop: hand each statement's outcome to its caller (gone callers are skipped)."""
-    for op in ops:
-        if op.future.done():
-            continue
-        if op.error is not None:
-            op.future.set_exception(op.error)
-        else:
-            op.future.set_result(op.rows)
-
-
-def _key(op: _Op) -> str:
-    return op.key or ""
-
-
-def _rows_of(cur: psycopg.Cursor[Any]) -> Rows:
-    res = cur.pgresult
-    return cur.fetchall() if res is not None and res.status == pq.ExecStatus.TUPLES_OK else []
-
-
-class _GroupCommit:
-    """The group commit: a queue of submitted statements and ``writers`` threads, each with one
-    synchronous connection in autocommit mode.
-
-    A free writer takes every statement submitted since a writer last looked (up to
-    :attr:`MAX_GROUP`), sorts the ones that belong in a group by the run they lock and sends them
-    in pipeline mode inside one transaction, so the whole group costs one round trip and one
-    commit. Only after the commit (or the rollback) are the callers released, each on its own
-    loop, one wake-up per loop and group. Statements marked to run alone (``key`` None) each get
-    a transaction of their own. With two writers, one group executes while the other commits."""
-
-    MAX_GROUP = 512
-
-    def __init__(self, url: str, conn: psycopg.Connection[Any] | None = None, *, writers: int = 2) -> None:
-        self.url = url
-        self._cv = threading.Condition(threading.Lock())
-        self._queue: list[_Op] = []
-        self._closing = False
-        self.groups = 0  # groups sent and statements in them (for tests and benchmarks)
-        self.statements = 0
-        self._threads = [
-            threading.Thread(
-                target=self._run, args=(conn if k == 0 else None,), name=f"pyworkflow-postgres-writer-{k}",
-                daemon=True,
-            )
-            for k in range(max(1, writers))
-        ]  # fmt: skip
-        for thread in self._threads:
-            thread.start()
-
-    def submit(self, op: _Op) -> None:
-        with self._cv:
-            if self._closing:
-                raise RuntimeError("store is closed")
-            self._queue.append(op)
-            if len(self._queue) == 1:
-                self._cv.notify()
-
-    def close(self, timeout: float = 30.0) -> None:
-        """Run what was submitted, then stop the threads and close their connections."""
-        with self._cv:
-            self._closing = True
-            self._cv.notify_all()
-        for thread in self._threads:
-            if thread is not threading.current_thread():
-                thread.join(timeout)
-
-    def _run(self, conn: psycopg.Connection[Any] | None) -> None:
-        writer = _Writer(self, conn)
-        try:
-            while True:
-                with self._cv:
-                    while not self._queue and not self._closing:
-                        self._cv.wait()
-                    if not self._queue:
-                        return
-                    ops = self._queue[: self.MAX_GROUP]
-                    del self._queue[: self.MAX_GROUP]
-                    if self._queue:  # more than one group's worth: let another writer start
-                        self._cv.notify()
-                try:
-                    writer.execute(ops)
-                except BaseException as exc:  # never leave a caller waiting
-                    for op in ops:
-                        if not op.done:
-                            op.error = exc
-                    if not isinstance(exc, Exception):
-                        raise
-                    log.exception("group commit failed")
-                finally:
-                    _deliver(ops)
-        finally:
-            writer.close()
-
-
-class _Writer:
-    """One writer thread's connection and how it runs what it took from the queue."""
-
-    def __init__(self, owner: _GroupCommit, conn: psycopg.Connection[Any] | None) -> None:
-        self.owner = owner
-        self.conn = conn
-
-    def close(self) -> None:
-        if self.conn is not None:
-            with contextlib.suppress(Exception):
-                self.conn.close()
-
-    def _connection(self) -> psycopg.Connection[Any]:
-        conn = self.conn
-        if conn is None or conn.closed:
-            self.conn = conn = psycopg.connect(self.owner.url, autocommit=True)
-        return conn
-
-    def execute(self, ops: list[_Op]) -> None:
-        group = sorted((op for op in ops if op.key is not None), key=_key)
-        if len(group) > 1:
-            self._group(group)
-        elif group:
-            self._alone(group[0])
-        for op in ops:
-            if op.key is None:
-                self._alone(op)
-
-    def _group(self, ops: list[_Op]) -> None:
-        try:
-            conn = self._connection()
-        except Exception as exc:
-            for op in ops:
-                op.error, op.done = exc, True
-            return
-        with self.owner._cv:
-            self.owner.groups += 1
-            self.owner.statements += len(ops)
-        try:
-            # Plain BEGIN/COMMIT in the pipeline: the whole group is one message burst and one sync.
-            with conn.pipeline():
-                conn.execute("BEGIN")
-                cursors = [conn.execute(op.sql, op.params) for op in ops]
-                conn.execute("COMMIT")
-            for op, cur in zip(ops, cursors, strict=True):
-                op.rows = _rows_of(cur)
-                op.done = True
-        except Exception as exc:
-            if not conn.closed and conn.info.transaction_status != pq.TransactionStatus.IDLE:
-                with contextlib.suppress(Exception):
-                    conn.execute("ROLLBACK")
-            if conn.closed:
-                # The connection went away: as for a single call, whether it committed is
-                # unknown, and the callers are told so (the next group reconnects).
-                for op in ops:
-                    op.error, op.done = exc, True
-                return
-            # One statement failed and rolled the group back: run each alone, so each caller
-            # gets its own statement's outcome.
-            for op in ops:
-                op.rows = []
-                self._alone(op)
-
-    def _alone(self, op: _Op) -> None:
-        """One statement, its own (implicit) transaction."""
-        try:
-            op.rows = _rows_of(self._connection().execute(op.sql, op.params))
-        except Exception as exc:
-            op.error = exc
-        op.done = True
-
-
-def _deliver(ops: list[_Op]) -> None:
-    """Release the callers of ``ops``: one wake-up per event loop."""
-    by_loop: dict[asyncio.AbstractEventLoop, list[_Op]] = {}
-    for op in ops:
-        by_loop.setdefault(op.loop, []).append(op)
-    for loop, mine in by_loop.items():
-        with contextlib.suppress(RuntimeError):  # the caller's loop is closed: nobody waits
-            loop.call_soon_threadsafe(_settle, mine)
+    """pyworkflow's PostgreSQL migrations (also ``pyworkflow.store.pyworkflow_migrations("postgres")``)."""
+    return _migrations_of("postgres")
 
 
 class PostgresStore:
-    """:class:`~pyworkflow.store.Store` on PostgreSQL (psycopg 3: a group-commit writer for the
-    single-statement transitions and reads, an ``AsyncConnectionPool`` for the others)."""
+    """:class:`~pyworkflow.store.Store` on PostgreSQL (psycopg 3: the pipelined group commit of a
+    :class:`~pyworkflow.store.PostgresDatabase` with two writers for the single-statement
+    transitions and reads, an ``AsyncConnectionPool`` for the others)."""
 
     def __init__(self, url: str, *, min_size: int = 1, max_size: int = 16) -> None:
         self.url = url
-        # Migrate first, synchronously: a bad URL or a schema problem fails here, in the caller.
-        # The connection then becomes the group-commit writer's.
-        conn = psycopg.connect(url, autocommit=True)
-        try:
-            apply_postgres_migrations(conn, pyworkflow_migrations())
-        except BaseException:
-            conn.close()
-            raise
-        self._writer = _GroupCommit(url, conn)
+        # Migrate first, synchronously (a bad URL or a schema problem fails here, in the caller) on
+        # the connection that then becomes the first writer's. Writer connections have no lock or
+        # connect timeout of their own: a statement waits for its run's lock like any other.
+        self._writer = PostgresDatabase(
+            url,
+            migrations=pyworkflow_migrations(),
+            writers=2,
+            lock_timeout_ms=None,
+            connect_timeout=None,
+            name="pyworkflow-postgres-writer",
+        )
         self._closed = False
         self._listeners: list[Callable[[], None]] = []
         self._listener_task: asyncio.Task[None] | None = None
@@ -611,10 +235,7 @@ class PostgresStore:
         A caller that is cancelled stops waiting; the statement still runs to its commit."""
         if self._closed:
             raise RuntimeError("store is closed")
-        loop = asyncio.get_running_loop()
-        future: asyncio.Future[Rows] = loop.create_future()
-        self._writer.submit(_Op(sql, params, key, loop, future))
-        return future
+        return self._writer.submit(sql, params, key)
 
     async def _call(self, sql: str, params: Any, run_id: str) -> str:
         """One statement that is a whole transition of ``run_id`` (a server-side function that
@@ -1032,22 +653,3 @@ class PostgresStore:
         # each other in a cycle; it may lock several runs, so it runs alone, not in a group.
         rows = await self._alone(SQL_FN_EXPIRE_DUE_WAITS, (now, limit))
         return int(rows[0][0])
-
-
-def _check_outcome(outcome: str, run_id: str, epoch: int, what: str) -> str:
-    """Raise the error a server-side turn write reported; return its value (after ``ok:``)."""
-    if outcome == "ok" or outcome.startswith("ok:"):
-        return outcome[3:]
-    if outcome == "cancelled":
-        raise CancellationError(f"run {run_id} was cancelled")
-    if outcome == "lease_lost":
-        raise LeaseLostError(f"run {run_id}: lease epoch {epoch} is no longer current")
-    if outcome == "has_result":
-        raise StepAlreadyCompletedError(f"step {what!r} of run {run_id} already has a result")
-    raise RuntimeError(f"unexpected outcome {outcome!r} of a turn write")
-
-
-async def _refuse_second_result(conn: Conn, run_id: str, step_key: str) -> None:
-    row = await (await conn.execute(SQL_STEP, (run_id, step_key))).fetchone()
-    if row is not None and row[0] in (StepStatus.COMPLETED, StepStatus.FAILED):
-        raise StepAlreadyCompletedError(f"step {step_key!r} of run {run_id} already has a result")

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import sqlite3
 from collections.abc import Callable, Sequence
-from typing import Any
 
 from .._errors import (
     CancellationError,
@@ -16,7 +15,8 @@ from .._errors import (
     StepAlreadyCompletedError,
     WorkflowNotFoundError,
 )
-from ._migrations import load_migrations
+from ._migrations import Migration
+from ._migrations import pyworkflow_migrations as _migrations_of
 from ._protocol import (
     CheckpointRecord,
     Claim,
@@ -45,8 +45,9 @@ from ._rows import (
 from ._sqlite_db import SQLiteDatabase
 
 
-def pyworkflow_migrations() -> list[Any]:
-    return load_migrations("pyworkflow.store.migrations", "sqlite", "pyworkflow")
+def pyworkflow_migrations() -> list[Migration]:
+    """pyworkflow's SQLite migrations (also ``pyworkflow.store.pyworkflow_migrations("sqlite")``)."""
+    return _migrations_of("sqlite")
 
 
 # -- SQL, one statement per purpose ------------------------------------------------------------

@@ -79,17 +79,21 @@ class SQLiteDatabase(GroupCommitWriter[sqlite3.Connection]):
             Path(self.path).parent.mkdir(parents=True, exist_ok=True)
         self.synchronous = synchronous
         self._busy_timeout_ms = busy_timeout_ms
-        self._writer_conn = _connect(self.path, synchronous, busy_timeout_ms)
-        apply_migrations(self._writer_conn, migrations)
+        conn = _connect(self.path, synchronous, busy_timeout_ms)
+        try:
+            apply_migrations(conn, migrations)
+        except BaseException:
+            conn.close()
+            raise
         self._local = threading.local()
         self._readers: list[sqlite3.Connection] = []
         self._readers_lock = threading.Lock()
-        self._start_writer(f"sqlite-writer:{Path(self.path).name}")
+        self._start_writer(f"sqlite-writer:{Path(self.path).name}", conn=conn)
 
     # -- the writer's transactions (see GroupCommitWriter) ----------------------------------------
 
-    def _writer_connection(self) -> sqlite3.Connection:
-        return self._writer_conn
+    def _connect_writer(self, lost: sqlite3.Connection | None) -> sqlite3.Connection:
+        return _connect(self.path, self.synchronous, self._busy_timeout_ms)
 
     def _begin(self, conn: sqlite3.Connection) -> None:
         conn.execute("BEGIN IMMEDIATE")
@@ -101,8 +105,8 @@ class SQLiteDatabase(GroupCommitWriter[sqlite3.Connection]):
         if conn.in_transaction:
             conn.execute("ROLLBACK")
 
-    def _close_writer(self) -> None:
-        self._writer_conn.close()
+    def _close_connection(self, conn: sqlite3.Connection) -> None:
+        conn.close()
 
     # -- reads ----------------------------------------------------------------------------------
 

@@ -9,9 +9,9 @@ from collections.abc import AsyncIterator
 
 import pytest
 
-from atfgraph.server._pgdb import translate
 from atfgraph.server._refusals import Refusal
 from atfgraph.server._store import GraphStore
+from pyworkflow.store._pg_db import translate
 
 
 @pytest.fixture

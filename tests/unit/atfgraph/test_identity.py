@@ -21,8 +21,7 @@ from atfgraph.server._identity import (
     Role,
     identity_migrations,
 )
-from pyworkflow.store._group_commit import GroupCommitWriter
-from pyworkflow.store._sqlite_db import SQLiteDatabase
+from pyworkflow.store import GroupCommitWriter, SQLiteDatabase
 
 ON_POSTGRES = os.environ.get("PYWORKFLOW_TEST_STORE", "sqlite") in ("postgresql", "postgres")
 
@@ -31,7 +30,7 @@ ON_POSTGRES = os.environ.get("PYWORKFLOW_TEST_STORE", "sqlite") in ("postgresql"
 def identity(tmp_path: Path, request: pytest.FixtureRequest) -> Iterator[Identity]:
     db: GroupCommitWriter[Any]
     if ON_POSTGRES:
-        from atfgraph.server._pgdb import PostgresDatabase
+        from pyworkflow.store import PostgresDatabase
 
         db = PostgresDatabase(
             request.getfixturevalue("pg_database"), migrations=identity_migrations("postgres")

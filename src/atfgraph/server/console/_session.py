@@ -26,7 +26,7 @@ from typing import Any
 import orjson
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from pyworkflow.store._group_commit import GroupCommitWriter
+from pyworkflow.store import GroupCommitWriter
 
 SESSION_COOKIE = "atfg_console"
 LOGIN_COOKIE = "atfg_console_login"

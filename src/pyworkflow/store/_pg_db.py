@@ -1,19 +1,23 @@
-"""The graph server's database on PostgreSQL, with the same shape as the SQLite one.
+"""A PostgreSQL database opened by one process, with the same shape as the SQLite one.
 
-:class:`PostgresDatabase` offers what :class:`~pyworkflow.store._sqlite_db.SQLiteDatabase` offers
-the graph store and identity (``write``/``write_sync`` through a group-committing writer thread,
-``read`` in one snapshot, ``reader()`` for single statements), over synchronous psycopg
-connections. The connections it hands out take the store's SQL as written for SQLite:
+:class:`PostgresDatabase` offers what :class:`~pyworkflow.store.SQLiteDatabase` offers (write
+functions through the group-committing writer, ``read`` in one snapshot, ``reader()`` for single
+statements), over synchronous psycopg connections, and, for :class:`~pyworkflow.store.PostgresStore`,
+single statements sent by its writers in pipelined groups (:meth:`GroupCommitWriter.submit`: a
+group's ``BEGIN``, statements and ``COMMIT`` are one round trip; their rows are plain tuples).
+The connections it hands to write functions and readers take SQL as written for SQLite (the graph
+server's store and identity use one set of statements for both dialects):
 
 - ``?`` placeholders become ``%s``;
 - a lock hint written as an SQL comment, ``/*FOR UPDATE*/`` or ``/*FOR UPDATE SKIP LOCKED*/``,
   becomes the clause (SQLite, which has one writer, reads it as a comment);
 - rows answer both ``row[0]`` and ``row["name"]``, like ``sqlite3.Row``.
 
-Several graph servers may share one database: every transition locks the rows it reads before
-it changes them (the lock hints), claims and sweeps skip rows another server holds, and the
-long-poll hub of each server hears the others' wake-ups through LISTEN/NOTIFY
-(:meth:`PostgresDatabase.listen`).
+Several processes may share one database: every transition locks the rows it reads before it
+changes them (the lock hints), claims and sweeps skip rows another process holds, and each
+process hears the others' wake-ups through LISTEN/NOTIFY (:meth:`PostgresDatabase.listen`).
+
+psycopg is the postgres extra's: import this module only for a PostgreSQL URL.
 """
 
 from __future__ import annotations
@@ -29,15 +33,16 @@ from typing import Any, TypeVar
 
 import psycopg
 from psycopg import errors as pg_errors
+from psycopg import pq
 from psycopg.pq import TransactionStatus
+from psycopg.rows import tuple_row
 
-from pyworkflow.store._group_commit import GroupCommitWriter
-from pyworkflow.store._migrations import Migration, apply_postgres_migrations
-
-from ._dburl import redact
+from ._group_commit import GroupCommitWriter, Job, Rows
+from ._migrations import Migration, apply_postgres_migrations
+from ._url import redact_url
 
 T = TypeVar("T")
-log = logging.getLogger("atfgraph.server.postgres")
+log = logging.getLogger("pyworkflow.store.postgres")
 
 _LOCK_HINT = re.compile(r"/\*(FOR UPDATE(?: SKIP LOCKED)?)\*/")
 
@@ -100,9 +105,11 @@ READ_TIMEOUT_MS = 10_000
 LOCK_TIMEOUT_MS = 10_000
 
 
-def _connect(url: str, *, options: str = "") -> PgConnection:
+def _connect(
+    url: str, *, options: str | None = None, connect_timeout: int | None = CONNECT_TIMEOUT
+) -> PgConnection:
     raw = psycopg.connect(
-        url, autocommit=True, row_factory=_row_factory, connect_timeout=CONNECT_TIMEOUT, options=options
+        url, autocommit=True, row_factory=_row_factory, connect_timeout=connect_timeout, options=options
     )
     return PgConnection(raw)
 
@@ -111,18 +118,38 @@ def _reader(url: str) -> PgConnection:
     return _connect(url, options=f"-c statement_timeout={READ_TIMEOUT_MS}")
 
 
-def _writer(url: str) -> PgConnection:
-    return _connect(url, options=f"-c lock_timeout={LOCK_TIMEOUT_MS}")
+def _rows_of(cur: psycopg.Cursor[Any]) -> Rows:
+    res = cur.pgresult
+    return cur.fetchall() if res is not None and res.status == pq.ExecStatus.TUPLES_OK else []
 
 
 class PostgresDatabase(GroupCommitWriter[PgConnection]):
-    """One PostgreSQL database opened by one graph server process."""
+    """One PostgreSQL database opened by one process: ``writers`` writer threads (the first one's
+    connection applies ``migrations`` before anything else runs), per-thread readers, LISTEN/NOTIFY.
 
-    def __init__(self, url: str, *, migrations: Sequence[Migration] = ()) -> None:
+    Writer connections wait at most ``lock_timeout_ms`` for a lock and ``connect_timeout`` seconds
+    to connect (None: PostgreSQL's and libpq's defaults)."""
+
+    def __init__(
+        self,
+        url: str,
+        *,
+        migrations: Sequence[Migration] = (),
+        writers: int = 1,
+        lock_timeout_ms: int | None = LOCK_TIMEOUT_MS,
+        connect_timeout: int | None = CONNECT_TIMEOUT,
+        name: str = "pg-writer",
+    ) -> None:
         self.url = url
-        self.path = redact(url)  # what the server prints as its database
-        self._writer = _writer(url)
-        apply_postgres_migrations(self._writer.raw, migrations)
+        self.path = redact_url(url)  # what a server prints as its database
+        self._writer_options = None if lock_timeout_ms is None else f"-c lock_timeout={int(lock_timeout_ms)}"
+        self._connect_timeout = connect_timeout
+        conn = self._connect_writer(None)
+        try:
+            apply_postgres_migrations(conn.raw, migrations)
+        except BaseException:
+            conn.close()
+            raise
         self._local = threading.local()
         self._readers: list[PgConnection] = []
         self._readers_lock = threading.Lock()
@@ -130,15 +157,22 @@ class PostgresDatabase(GroupCommitWriter[PgConnection]):
         self._notes: queue.SimpleQueue[tuple[str, str] | None] = queue.SimpleQueue()
         self._notifier: threading.Thread | None = None
         self._stopping = threading.Event()
-        self._start_writer("atfgraph-pg-writer")
+        self._start_writer(name, conn=conn, writers=writers)
 
     # -- the writer's transactions (see GroupCommitWriter) ----------------------------------------
 
-    def _writer_connection(self) -> PgConnection:
-        if not self._writer.usable:
+    def _connect_writer(self, lost: PgConnection | None) -> PgConnection:
+        if lost is not None:
             log.warning("writer connection to %s lost; reconnecting", self.path)
-            self._writer = _writer(self.url)
-        return self._writer
+            with contextlib.suppress(Exception):
+                lost.close()
+        return _connect(self.url, options=self._writer_options, connect_timeout=self._connect_timeout)
+
+    def _usable(self, conn: PgConnection) -> bool:
+        return conn.usable
+
+    def _lost(self, conn: PgConnection) -> bool:
+        return conn.raw.closed
 
     def _begin(self, conn: PgConnection) -> None:
         conn.raw.execute("BEGIN")
@@ -154,8 +188,22 @@ class PostgresDatabase(GroupCommitWriter[PgConnection]):
     def _transient(self, exc: BaseException) -> bool:
         return isinstance(exc, pg_errors.DeadlockDetected | pg_errors.SerializationFailure)
 
-    def _close_writer(self) -> None:
-        self._writer.close()
+    def _close_connection(self, conn: PgConnection) -> None:
+        conn.close()
+
+    def _send_group(self, conn: PgConnection, jobs: list[Job]) -> None:
+        # Plain BEGIN/COMMIT in the pipeline: the whole group is one message burst and one sync.
+        raw = conn.raw
+        cursor = raw.cursor
+        with raw.pipeline():
+            raw.execute("BEGIN")
+            cursors = [cursor(row_factory=tuple_row).execute(job.sql, job.params) for job in jobs]  # type: ignore[arg-type]
+            raw.execute("COMMIT")
+        for job, cur in zip(jobs, cursors, strict=True):
+            job.value = _rows_of(cur)
+
+    def _send_one(self, conn: PgConnection, job: Job) -> Rows:
+        return _rows_of(conn.raw.cursor(row_factory=tuple_row).execute(job.sql, job.params))  # type: ignore[arg-type]
 
     # -- reads ----------------------------------------------------------------------------------
 
@@ -188,7 +236,7 @@ class PostgresDatabase(GroupCommitWriter[PgConnection]):
             with self._readers_lock:
                 if self._notifier is None:
                     self._notifier = threading.Thread(
-                        target=self._notify_forever, name="atfgraph-pg-notify", daemon=True
+                        target=self._notify_forever, name="pg-notify", daemon=True
                     )
                     self._notifier.start()
         self._notes.put((channel, payload))
@@ -241,7 +289,7 @@ class PostgresDatabase(GroupCommitWriter[PgConnection]):
                     log.warning("listener on %s lost its connection (%s); reconnecting", self.path, exc)
                     self._stopping.wait(1.0)
 
-        thread = threading.Thread(target=run, name=f"atfgraph-pg-listen:{channel}", daemon=True)
+        thread = threading.Thread(target=run, name=f"pg-listen:{channel}", daemon=True)
         thread.start()
         self._listeners.append(thread)
 

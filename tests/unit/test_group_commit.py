@@ -1,0 +1,135 @@
+"""The group-commit writer on SQLite: both kinds of job (write functions and single statements)
+batch into one transaction, statements in run-key order with the ``None`` ones alone, and one
+caller's error is never another's. (PostgreSQL's pipelined statement groups:
+tests/contract/test_postgres_group_commit.py.)"""
+
+from __future__ import annotations
+
+import asyncio
+import sqlite3
+import threading
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from pyworkflow.store import GroupCommitWriter, Migration, SQLiteDatabase
+
+SCHEMA = [Migration("test", 1, "t", "CREATE TABLE t (k TEXT NOT NULL UNIQUE);")]
+
+
+@pytest.fixture
+def db(tmp_path: Path) -> Iterator[SQLiteDatabase]:
+    database = SQLiteDatabase(tmp_path / "gc.db", migrations=SCHEMA)
+    yield database
+    database.close()
+
+
+def keys(db: SQLiteDatabase) -> list[str]:
+    return [r[0] for r in db.reader().execute("SELECT k FROM t ORDER BY rowid")]
+
+
+async def hold_writer(
+    db: GroupCommitWriter[sqlite3.Connection],
+) -> tuple[threading.Event, asyncio.Future[None]]:
+    """Keep the writer busy until the event is set, so that what is submitted next is one batch."""
+    release, started = threading.Event(), threading.Event()
+
+    def busy(conn: sqlite3.Connection) -> None:
+        started.set()
+        release.wait(10)
+
+    held = asyncio.ensure_future(db.write(busy))
+    await asyncio.to_thread(started.wait, 10)
+    return release, held
+
+
+async def test_statements_of_one_batch_are_one_group_in_key_order(db: SQLiteDatabase) -> None:
+    release, held = await hold_writer(db)
+    groups, statements = db.groups, db.statements
+    insert = "INSERT INTO t (k) VALUES (?) RETURNING k"
+    futures = [db.submit(insert, (k,), key=k) for k in ("c", "a", "b")]
+    futures.append(db.submit(insert, ("z-alone",), key=None))
+    futures.append(db.submit("SELECT count(*) FROM t", (), key=""))  # a read: sorted first
+    release.set()
+    await held
+    results = await asyncio.gather(*futures)
+    assert results == [[("c",)], [("a",)], [("b",)], [("z-alone",)], [(0,)]]
+    assert (db.groups - groups, db.statements - statements) == (1, 4)
+    assert keys(db) == ["a", "b", "c", "z-alone"]
+
+
+async def test_a_failing_statement_is_only_its_callers_error(db: SQLiteDatabase) -> None:
+    await db.submit("INSERT INTO t (k) VALUES (?)", ("dup",), key="dup")
+    release, held = await hold_writer(db)
+    futures = [db.submit("INSERT INTO t (k) VALUES (?)", (k,), key=k) for k in ("x", "dup", "y")]
+    release.set()
+    await held
+    outcomes = await asyncio.gather(*futures, return_exceptions=True)
+    assert outcomes[0] == [] and outcomes[2] == []
+    assert isinstance(outcomes[1], sqlite3.IntegrityError)
+    assert keys(db) == ["dup", "x", "y"]  # each committed once
+
+
+async def test_a_failing_function_is_only_its_callers_error(db: SQLiteDatabase) -> None:
+    release, held = await hold_writer(db)
+    commits = db.commits
+    calls: list[str] = []
+
+    def insert(k: str) -> object:
+        def fn(conn: sqlite3.Connection) -> str:
+            calls.append(k)
+            if k == "bad":
+                raise ValueError("refused")
+            conn.execute("INSERT INTO t (k) VALUES (?)", (k,))
+            return k
+
+        return fn
+
+    futures = [db.write(insert(k)) for k in ("p", "bad", "q")]  # type: ignore[arg-type]
+    release.set()
+    await held
+    outcomes = await asyncio.gather(*futures, return_exceptions=True)
+    assert outcomes[0] == "p" and outcomes[2] == "q" and isinstance(outcomes[1], ValueError)
+    assert keys(db) == ["p", "q"]
+    # The batch ran once, rolled back, then each function alone: two commits, none for "bad".
+    assert calls == ["p", "bad", "p", "bad", "q"]
+    assert db.commits - commits == 1 + 2
+
+
+async def test_functions_and_statements_share_a_batch(db: SQLiteDatabase) -> None:
+    release, held = await hold_writer(db)
+    fn = db.write(lambda conn: conn.execute("INSERT INTO t (k) VALUES ('f')").rowcount)
+    st = db.submit("INSERT INTO t (k) VALUES (?) RETURNING k", ("s",), key="s")
+    release.set()
+    await held
+    assert await fn == 1 and await st == [("s",)]
+    assert sorted(keys(db)) == ["f", "s"]
+
+
+async def test_callers_on_several_loops_and_threads(db: SQLiteDatabase) -> None:
+    def thread(k: int) -> None:
+        async def main() -> None:
+            await asyncio.gather(
+                *(db.submit("INSERT INTO t (k) VALUES (?)", (f"{k}-{i}",), key=f"{k}-{i}") for i in range(20))
+            )
+
+        asyncio.run(main())
+        db.write_sync(lambda conn: conn.execute("INSERT INTO t (k) VALUES (?)", (f"{k}-sync",)))
+
+    threads = [threading.Thread(target=thread, args=(k,)) for k in range(4)]
+    for t in threads:
+        t.start()
+    await asyncio.to_thread(lambda: [t.join(30) for t in threads])
+    assert len(keys(db)) == 4 * 21
+
+
+async def test_refusals(db: SQLiteDatabase) -> None:
+    with pytest.raises(RuntimeError, match="from the writer thread"):
+        await db.write(lambda conn: db.write_sync(lambda c: None))
+    db.close()
+    db.close()  # idempotent
+    with pytest.raises(RuntimeError, match="database is closed"):
+        await db.write(lambda conn: None)
+    with pytest.raises(RuntimeError, match="database is closed"):
+        db.submit("SELECT 1", ())
