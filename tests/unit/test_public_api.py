@@ -98,12 +98,14 @@ STORE_API = [
     "WaitStatus",
     "apply_migrations",
     "apply_postgres_migrations",
+    "check_revision",
     "load_migrations",
     "open_store",
     "parse_storage_url",
     "pyworkflow_migrations",
     "redact_url",
     "sqlite_path",
+    "write_checkpoint",
 ]
 
 #: What issue 2 requires of the API, whatever else is added.
