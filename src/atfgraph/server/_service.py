@@ -20,10 +20,11 @@ from pyworkflow import validate_payload
 from pyworkflow.store import WaitKind, WaitRecord
 
 from .._models import DECISIONS
+from ._graph_rows import StepRecord
 from ._hub import Hub, node_key, traverser_key
 from ._identity import AuditEntry, Identity, Principal
 from ._refusals import Conflict, Invalid, NotFound, Refusal
-from ._store import GraphStore, StepRecord
+from ._store import GraphStore
 
 #: The wait kinds a person may resume through the server (approvals are decided instead).
 HOOK_KINDS = (WaitKind.HOOK, WaitKind.STEP_HOOK)

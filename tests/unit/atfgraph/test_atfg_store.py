@@ -76,7 +76,7 @@ async def test_tables_are_prefixed_and_hot_queries_use_indexes(store: GraphStore
     assert {n for n in names if not n.startswith("atfg_")} - {"sqlite_sequence"} == pyworkflow_tables | {
         "schema_migrations"
     }
-    from atfgraph.server import _store as sql
+    from atfgraph.server import _graph_sql as sql
 
     if ON_POSTGRES:
         # With sequential scans priced out, a query no index serves still plans a "Seq Scan".
