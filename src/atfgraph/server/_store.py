@@ -7,10 +7,10 @@ operation does not grow with history.
 
 The module is split by concept: the named statements (``_graph_sql``, one set for both
 dialects), the rows and their JSON views (``_graph_rows``), the console's reads
-(``_console_reads``) and, here, the transitions. SQLite has a single writer, so a transition's reads and writes never interleave with another's; on
-PostgreSQL, where several servers may share the database, each transition first locks the rows
-whose state it checks (the traverser, the approval), and claims and sweeps skip rows another
-server holds.
+(``_console_reads``) and, here, the transitions. SQLite has a single writer, so a transition's
+reads and writes never interleave with another's; on PostgreSQL, where several servers may share
+the database, each transition first locks the rows whose state it checks (the traverser, the
+approval), and claims and sweeps skip rows another server holds.
 
 A write function may be run twice by the writer (when another job of its batch fails, each job is
 re-run alone), so it touches nothing but the connection it is given.
