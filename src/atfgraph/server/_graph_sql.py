@@ -138,7 +138,10 @@ WHERE traverser_id = ? AND status = 'pending'
 """
 # The inbox, oldest first (atfg_approvals_pending).
 SQL_PENDING_APPROVALS = "SELECT * FROM atfg_approvals WHERE status = 'pending' ORDER BY created_at LIMIT ?"
+# Every approval, or those in one status, oldest first (atfg_approvals_by_created,
+# atfg_approvals_by_status): the status is a condition, so LIMIT counts only matching rows.
 SQL_ALL_APPROVALS = "SELECT * FROM atfg_approvals ORDER BY created_at LIMIT ?"
+SQL_APPROVALS_IN_STATUS = "SELECT * FROM atfg_approvals WHERE status = ? ORDER BY created_at LIMIT ?"
 # The sweeper: pending approvals past their deadline (atfg_approvals_due).
 SQL_DUE_APPROVALS = """
 SELECT id FROM atfg_approvals

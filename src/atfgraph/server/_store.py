@@ -57,6 +57,7 @@ from ._graph_rows import (
 from ._graph_sql import (
     SQL_ALL_APPROVALS,
     SQL_APPROVAL_BY_KEY,
+    SQL_APPROVALS_IN_STATUS,
     SQL_APPROVALS_OF,
     SQL_CHECKPOINTS,
     SQL_CLAIM,
@@ -561,7 +562,7 @@ class GraphStore(ConsoleReads):
                 return _rows(conn, SQL_PENDING_APPROVALS, (limit,))
             if status is None:
                 return _rows(conn, SQL_ALL_APPROVALS, (limit,))
-            return [r for r in _rows(conn, SQL_ALL_APPROVALS, (limit,)) if r["status"] == status]
+            return _rows(conn, SQL_APPROVALS_IN_STATUS, (status, limit))
 
         return [approval_view(r) for r in self._read1(fn)]
 
