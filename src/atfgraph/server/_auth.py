@@ -12,7 +12,6 @@ from __future__ import annotations
 import logging
 import re
 from dataclasses import dataclass
-from urllib.parse import unquote
 
 import orjson
 from fastapi import FastAPI, Request
@@ -84,10 +83,12 @@ def rule_for(method: str, path: str) -> Rule | None:
 
 def _match(method: str, path: str) -> tuple[Rule | None, str]:
     """The rule for a request and the audit target: the first id in the path (an approval's,
-    a traverser's, a token's), else the path itself."""
+    a traverser's, a token's), else the path itself. ``path`` is the ASGI path, which the server
+    has already percent-decoded: the id is taken as it is, the same id the route sees (decoding
+    it again would turn ``%2500`` into a NUL)."""
     for rule in RULES:
         if rule.method == method and (match := rule.pattern.fullmatch(path)) is not None:
-            return rule, unquote(match.group(1)) if match.groups() else path
+            return rule, match.group(1) if match.groups() else path
     return None, path
 
 
