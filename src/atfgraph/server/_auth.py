@@ -3,8 +3,9 @@
 Every ``/api/v2`` request must carry ``Authorization: Bearer <token>``. The permission each route
 needs is declared in :data:`RULES` (method, path pattern, the permissions any one of which is
 enough); a request without a live token is ``401 unauthenticated``, one whose role lacks the
-permission is ``403 forbidden``, and both are audited. The check runs as ASGI middleware in front
-of both the FastAPI router and the fast path, so no route can be reached without it.
+permission is ``403 forbidden``, and both are audited (those without a token within the bounds
+of ``Identity.anonymous``). The check runs as ASGI middleware in front of both the FastAPI
+router and the fast path, so no route can be reached without it.
 """
 
 from __future__ import annotations
@@ -117,8 +118,14 @@ class AuthMiddleware:
         rule, target = _match(scope["method"], path)
         if principal is None:
             if rule is not None and rule.allowed & {D, A}:
+                client = scope.get("client")
                 await identity.audit(
-                    None, rule.action, target=path, outcome="denied", detail="no valid token"
+                    None,
+                    rule.action,
+                    target=path,
+                    outcome="denied",
+                    detail="no valid token",
+                    client=client[0] if client else None,
                 )
             await _deny(
                 send, 401, "unauthenticated", "a valid bearer token is required (Authorization: Bearer ...)"

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import sqlite3
 from collections.abc import AsyncIterator, Iterator
+from pathlib import Path
 from typing import Any
 
 import httpx
@@ -35,6 +36,7 @@ HOSTILE = {
 }
 ROLES = ("anonymous", "worker", "reviewer", "owner")
 ID_RULES = [rule for rule in RULES if rule.pattern.groups]
+ANONYMOUS_ACTIONS = ("approval.decide", "hook.resume", "token.revoke")
 
 
 @pytest.fixture(scope="module")
@@ -171,4 +173,42 @@ async def test_hostile_ids_on_every_route_are_4xx_decoded_once_and_audited_withi
     for kind, action in (("reviewer", "traverser.cancel"), ("worker", "hook.resume")):
         targets = {r["target"] for r in added if (r["role"], r["action"]) == (kind, action)}
         assert "%00" in targets, (kind, action, targets)
+    # Anonymous denials are recorded at most once per action from one address in this burst.
+    anonymous = [(r["action"], r["outcome"]) for r in added if r["principal"] == "anonymous"]
+    assert len(anonymous) == len(set(anonymous)), anonymous
     assert "Traceback" not in server.log.read_text(errors="replace")
+
+
+async def test_a_hundred_anonymous_requests_add_at_most_a_few_kb_of_audit(tmp_path: Path) -> None:
+    server = ServerProcess(tmp_path)  # a server of its own: no earlier anonymous attempt counts
+    server.start()
+    try:
+        first = last_audit_id(server)
+        long_id, max_id = "x" * 30_000, "y" * 200
+        async with httpx.AsyncClient(base_url=server.url, timeout=30) as http:
+            for _ in range(100):
+                response = await http.post(
+                    f"/api/v2/approvals/{long_id}/decide", json={"decision": "approved"}
+                )
+                assert_error_shape(response, "30,000-character id")
+                assert response.status_code == 404
+            assert audit_rows(server, first) == []  # refused before the audit trail
+            # Ids of the longest allowed length, on each route an anonymous denial is audited on.
+            paths = (
+                f"/api/v2/approvals/{max_id}/decide",
+                f"/api/v2/hooks/{max_id}/resume",
+                f"/api/v2/tokens/{max_id}/revoke",
+            )
+            for path in paths:
+                for _ in range(100):
+                    response = await http.post(path, json={})
+                    assert response.status_code == 401, response.text
+        added = audit_rows(server, first)
+        total = sum(row_bytes(r) for r in added)
+        # One row per (action, address) in this burst: 3 rows of a few hundred bytes for 400 requests.
+        assert [(r["principal"], r["action"], r["target"]) for r in added] == [
+            ("anonymous", action, path) for action, path in zip(ANONYMOUS_ACTIONS, paths, strict=True)
+        ]
+        assert total <= 4096, (len(added), total)
+    finally:
+        server.close()
