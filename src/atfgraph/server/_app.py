@@ -21,7 +21,7 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from ._auth import AuthMiddleware
-from ._errors import ApiError, api_error, database_unavailable
+from ._errors import ApiError, api_error, database_refused, database_unavailable
 from ._fastpath import FastPath
 from ._hub import Hub, node_key, traverser_key
 from ._identity import Identity
@@ -115,8 +115,9 @@ class EdgeGuard:
       at once, and one whose query holds a NUL a 400, whoever sends it: such names never reach
       the database, the audit trail included;
     - a database failure raised before the app's own handlers (authentication looks tokens up)
-      is a 503 with Retry-After, like the app's, not a bare 500; any other failure there is a
-      500 in the one error shape (and logged), not uvicorn's text/plain one.
+      is a 503 with Retry-After, like the app's, and a value the database refused a 422
+      (:func:`database_refused`), not a bare 500; any other failure there is a 500 in the one
+      error shape (and logged), not uvicorn's text/plain one.
     """
 
     def __init__(self, app: ASGIApp) -> None:
@@ -144,18 +145,21 @@ class EdgeGuard:
         try:
             await self.app(scope, receive, tracking_send)
         except Exception as exc:
-            down = database_unavailable(exc)
-            if down is None:
-                if started:  # the app's own handler answered (and Starlette re-raised)
-                    raise
+            known = database_unavailable(exc) or database_refused(exc)
+            if started:  # the app's own handler answered and re-raised (Starlette does)
+                if known is not None:
+                    return
+                raise
+            if known is None:
                 log.exception("unhandled error on %s %s", scope["method"], scope["path"][:300])
                 failed = error_response(500, "internal_error", "the server failed to handle this request")
                 await failed(scope, receive, send)
                 return
-            if started:  # the app's own handler answered 503 and re-raised (Starlette does)
-                return
-            log.warning("%s %s: %s", scope["method"], scope["path"][:300], down.message)
-            await unavailable_response(down)(scope, receive, send)
+            log.warning("%s %s: %s", scope["method"], scope["path"][:300], known.message)
+            if known.status == 503:
+                await unavailable_response(known)(scope, receive, send)
+            else:
+                await error_response(known.status, known.code, known.message)(scope, receive, send)
 
 
 async def _sweep_forever(app: FastAPI) -> None:
@@ -286,6 +290,9 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         if (down := database_unavailable(exc)) is not None:
             log.warning("%s %s: %s", request.method, request.url.path, down.message)
             return unavailable_response(down)
+        if (refused := database_refused(exc)) is not None:
+            log.warning("%s %s: %s", request.method, request.url.path[:300], refused.message)
+            return error_response(refused.status, refused.code, refused.message)
         log.exception("unhandled error on %s %s", request.method, request.url.path)
         return error_response(500, "internal_error", "the server failed to handle this request")
 

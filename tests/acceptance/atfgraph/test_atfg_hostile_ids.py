@@ -7,6 +7,7 @@ bound."""
 
 from __future__ import annotations
 
+import random
 import sqlite3
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
@@ -212,3 +213,31 @@ async def test_a_hundred_anonymous_requests_add_at_most_a_few_kb_of_audit(tmp_pa
         assert total <= 4096, (len(added), total)
     finally:
         server.close()
+
+
+async def test_values_postgresql_refuses_are_4xx_on_both_backends(
+    server: ServerProcess, http: httpx.AsyncClient
+) -> None:
+    """Numbers over PostgreSQL's integer and names over its index entry size are refused before
+    the database, so both backends answer the same 4xx and store nothing; the largest allowed
+    values are stored on both."""
+    owner = {"Authorization": f"Bearer {server.token('owner')}"}
+    before = tables(server)
+    worker = {"node_id": "n-range", "version": "1", "capacity": 2**31}
+    response = await http.post("/api/v2/workers", json=worker, headers=owner)
+    assert_error_shape(response, "capacity 2**31")
+    assert response.json()["error"]["code"] == "validation_error"
+    # Incompressible names (random CJK) too long for a B-tree entry of the memory table's key.
+    rng = random.Random(7)
+    name = "".join(chr(rng.randrange(0x4E00, 0x9FFF)) for _ in range(3000))
+    response = await http.put(f"/api/v2/memory/{name}/{name}", json={"value": 1}, headers=owner)
+    assert_error_shape(response, "3,000-character memory scope and key")
+    assert tables(server) == before
+    # The limits themselves fit: 200 such characters in both parts of the key, capacity 2**31 - 1.
+    scope, key = name[:200], name[200:400]
+    response = await http.put(f"/api/v2/memory/{scope}/{key}", json={"value": 1}, headers=owner)
+    assert response.status_code == 200, response.text[:300]
+    assert (await http.get(f"/api/v2/memory/{scope}/{key}", headers=owner)).json()["value"] == 1
+    response = await http.post("/api/v2/workers", json={**worker, "capacity": 2**31 - 1}, headers=owner)
+    assert response.status_code == 201, response.text[:300]
+    assert "Traceback" not in server.log.read_text(errors="replace")

@@ -5,6 +5,7 @@ surrogate (it decodes with replacement characters), so that case is only reachab
 
 from __future__ import annotations
 
+import sqlite3
 from typing import Any
 
 import orjson
@@ -58,3 +59,50 @@ async def test_the_longest_allowed_segment_passes_and_failures_keep_the_error_sh
     assert (status, body["error"]["code"]) == (500, "internal_error")
     status, body = await call(EdgeGuard(unreachable), "/api/v2/approvals", b"traverser_id=%00")
     assert (status, body["error"]["code"]) == (400, "invalid_request")
+
+
+def database_errors() -> list[tuple[str, BaseException, int, str]]:
+    import psycopg
+    import psycopg.errors
+
+    return [
+        (
+            "psycopg DataError",
+            psycopg.DataError("PostgreSQL text fields cannot contain NUL"),
+            422,
+            "validation_error",
+        ),
+        (
+            "out of range",
+            psycopg.errors.NumericValueOutOfRange("integer out of range"),
+            422,
+            "validation_error",
+        ),
+        (
+            "index row size",
+            psycopg.errors.ProgramLimitExceeded("index row requires 18016 bytes"),
+            422,
+            "validation_error",
+        ),
+        ("sqlite too big", sqlite3.DataError("string or blob too big"), 422, "validation_error"),
+        (
+            "connection lost",
+            psycopg.OperationalError("server closed the connection"),
+            503,
+            "database_unavailable",
+        ),
+        ("sqlite locked", sqlite3.OperationalError("database is locked"), 503, "database_unavailable"),
+    ]
+
+
+@pytest.mark.parametrize("case", range(6), ids=[c[0] for c in database_errors()])
+async def test_a_value_the_database_refuses_is_422_and_an_outage_503(case: int) -> None:
+    """The backstop behind the checks: a value refused by the database is the caller's to fix
+    (retrying cannot help), a database that cannot be reached is a 503 to retry."""
+    _, error, status, code = database_errors()[case]
+
+    async def app(scope: Any, receive: Any, send: Any) -> None:
+        raise error
+
+    got, body = await call(EdgeGuard(app), "/api/v2/workers")
+    assert (got, body["error"]["code"]) == (status, code), body
