@@ -6,6 +6,7 @@ import asyncio
 import contextlib
 import logging
 import os
+import re
 import sys
 import uuid
 from collections.abc import AsyncIterator
@@ -20,7 +21,7 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from ._auth import AuthMiddleware
-from ._errors import ApiError, api_error, database_unavailable
+from ._errors import ApiError, api_error, database_refused, database_unavailable
 from ._fastpath import FastPath
 from ._hub import Hub, node_key, traverser_key
 from ._identity import Identity
@@ -84,14 +85,39 @@ class RequestCounter:
         await self.app(scope, receive, send)
 
 
-class EdgeGuard:
-    """The outermost checks, before authentication reads the database:
+#: The longest name a path segment may carry (an id, a checkpoint name, a memory scope or key),
+#: as pyworkflow's run, hook and wait names. Longer ones are refused before anything reads them.
+MAX_PATH_SEGMENT = 200
 
-    - a request whose path or query names something with a NUL character is answered at once:
-      nothing stored can be named so (ids are generated, keys are checked), PostgreSQL's text
-      columns refuse it, and it must not reach the audit trail either (path: 404, query: 400);
+_SURROGATE = re.compile("[\ud800-\udfff]")
+
+
+def path_refusal(path: str) -> str | None:
+    """Why no resource can have this (percent-decoded) path, or None. Nothing stored can be named
+    so: ids are generated, names are checked. PostgreSQL's text refuses a NUL and an unpaired
+    surrogate is not UTF-8 at all (neither reaches Python through uvicorn, which decodes with
+    replacement characters, but another ASGI server may pass one); an over-long name would
+    overflow a B-tree entry of PostgreSQL's indexes and bloat the audit trail."""
+    if "\x00" in path:
+        return "no resource has a NUL character in its name"
+    if not path.isascii() and _SURROGATE.search(path):
+        return "no resource has an unpaired surrogate (not UTF-8) in its name"
+    if len(path) > MAX_PATH_SEGMENT and any(len(part) > MAX_PATH_SEGMENT for part in path.split("/")):
+        return f"no resource has a name (a path segment) of more than {MAX_PATH_SEGMENT} characters"
+    return None
+
+
+class EdgeGuard:
+    """The outermost checks, before authentication reads the database or writes the audit trail:
+
+    - a request whose path names something that cannot exist (:func:`path_refusal`: a NUL, an
+      unpaired surrogate, a segment of more than :data:`MAX_PATH_SEGMENT` characters) is a 404
+      at once, and one whose query holds a NUL a 400, whoever sends it: such names never reach
+      the database, the audit trail included;
     - a database failure raised before the app's own handlers (authentication looks tokens up)
-      is a 503 with Retry-After, like the app's, not a bare 500.
+      is a 503 with Retry-After, like the app's, and a value the database refused a 422
+      (:func:`database_refused`), not a bare 500; any other failure there is a 500 in the one
+      error shape (and logged), not uvicorn's text/plain one.
     """
 
     def __init__(self, app: ASGIApp) -> None:
@@ -101,9 +127,9 @@ class EdgeGuard:
         if scope["type"] != "http":
             await self.app(scope, receive, send)
             return
-        if "\x00" in scope["path"]:
-            response = error_response(404, "not_found", "no resource has a NUL character in its name")
-            await response(scope, receive, send)
+        refused = path_refusal(scope["path"])
+        if refused is not None:
+            await error_response(404, "not_found", refused)(scope, receive, send)
             return
         if b"\x00" in unquote_to_bytes(scope.get("query_string", b"")):
             response = error_response(400, "invalid_request", "query parameters must not contain NUL")
@@ -119,13 +145,21 @@ class EdgeGuard:
         try:
             await self.app(scope, receive, tracking_send)
         except Exception as exc:
-            down = database_unavailable(exc)
-            if down is None:
+            known = database_unavailable(exc) or database_refused(exc)
+            if started:  # the app's own handler answered and re-raised (Starlette does)
+                if known is not None:
+                    return
                 raise
-            if started:  # the app's own handler answered 503 and re-raised (Starlette does)
+            if known is None:
+                log.exception("unhandled error on %s %s", scope["method"], scope["path"][:300])
+                failed = error_response(500, "internal_error", "the server failed to handle this request")
+                await failed(scope, receive, send)
                 return
-            log.warning("%s %s: %s", scope["method"], scope["path"], down.message)
-            await unavailable_response(down)(scope, receive, send)
+            log.warning("%s %s: %s", scope["method"], scope["path"][:300], known.message)
+            if known.status == 503:
+                await unavailable_response(known)(scope, receive, send)
+            else:
+                await error_response(known.status, known.code, known.message)(scope, receive, send)
 
 
 async def _sweep_forever(app: FastAPI) -> None:
@@ -256,6 +290,9 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         if (down := database_unavailable(exc)) is not None:
             log.warning("%s %s: %s", request.method, request.url.path, down.message)
             return unavailable_response(down)
+        if (refused := database_refused(exc)) is not None:
+            log.warning("%s %s: %s", request.method, request.url.path[:300], refused.message)
+            return error_response(refused.status, refused.code, refused.message)
         log.exception("unhandled error on %s %s", request.method, request.url.path)
         return error_response(500, "internal_error", "the server failed to handle this request")
 

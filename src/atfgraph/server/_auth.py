@@ -3,8 +3,9 @@
 Every ``/api/v2`` request must carry ``Authorization: Bearer <token>``. The permission each route
 needs is declared in :data:`RULES` (method, path pattern, the permissions any one of which is
 enough); a request without a live token is ``401 unauthenticated``, one whose role lacks the
-permission is ``403 forbidden``, and both are audited. The check runs as ASGI middleware in front
-of both the FastAPI router and the fast path, so no route can be reached without it.
+permission is ``403 forbidden``, and both are audited (those without a token within the bounds
+of ``Identity.anonymous``). The check runs as ASGI middleware in front of both the FastAPI
+router and the fast path, so no route can be reached without it.
 """
 
 from __future__ import annotations
@@ -12,7 +13,6 @@ from __future__ import annotations
 import logging
 import re
 from dataclasses import dataclass
-from urllib.parse import unquote
 
 import orjson
 from fastapi import FastAPI, Request
@@ -84,10 +84,12 @@ def rule_for(method: str, path: str) -> Rule | None:
 
 def _match(method: str, path: str) -> tuple[Rule | None, str]:
     """The rule for a request and the audit target: the first id in the path (an approval's,
-    a traverser's, a token's), else the path itself."""
+    a traverser's, a token's), else the path itself. ``path`` is the ASGI path, which the server
+    has already percent-decoded: the id is taken as it is, the same id the route sees (decoding
+    it again would turn ``%2500`` into a NUL)."""
     for rule in RULES:
         if rule.method == method and (match := rule.pattern.fullmatch(path)) is not None:
-            return rule, unquote(match.group(1)) if match.groups() else path
+            return rule, match.group(1) if match.groups() else path
     return None, path
 
 
@@ -116,8 +118,14 @@ class AuthMiddleware:
         rule, target = _match(scope["method"], path)
         if principal is None:
             if rule is not None and rule.allowed & {D, A}:
+                client = scope.get("client")
                 await identity.audit(
-                    None, rule.action, target=path, outcome="denied", detail="no valid token"
+                    None,
+                    rule.action,
+                    target=path,
+                    outcome="denied",
+                    detail="no valid token",
+                    client=client[0] if client else None,
                 )
             await _deny(
                 send, 401, "unauthenticated", "a valid bearer token is required (Authorization: Bearer ...)"

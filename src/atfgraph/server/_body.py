@@ -14,6 +14,9 @@ from ._errors import ApiError, bad_request
 from ._graph_rows import StepRecord
 
 _MAX_KEY = 512  # names, operation keys, targets: short identifiers, not payloads
+#: The largest integer a field may hold: PostgreSQL's ``integer``, the type of the columns they go to
+#: (epochs, revisions, capacities, step numbers); one more would be refused by the database.
+MAX_INT = 2**31 - 1
 
 
 async def read_json(request: Request) -> dict[str, Any]:
@@ -81,7 +84,7 @@ class Fields:
             raise bad_request(f"{self.where}.{name} must not contain NUL characters")
         return value
 
-    def integer(self, name: str, required: bool = True, minimum: int = 0, maximum: int = 2**31) -> Any:
+    def integer(self, name: str, required: bool = True, minimum: int = 0, maximum: int = MAX_INT) -> Any:
         value = self._get(name, required)
         if value is None:
             return None

@@ -50,8 +50,37 @@ def database_unavailable(exc: BaseException) -> ApiError | None:
     if not unavailable and type(exc).__module__.startswith("psycopg"):
         import psycopg
 
-        unavailable = isinstance(exc, psycopg.OperationalError)
+        # Class 54 (a program limit: an index entry too large) is an OperationalError to
+        # psycopg, but no retry cures it: database_refused.
+        unavailable = isinstance(exc, psycopg.OperationalError) and not _over_a_limit(exc)
     if not unavailable:
         return None
     reason = first_line(exc)[:300]
     return ApiError(503, "database_unavailable", f"the server's database is unavailable: {reason}")
+
+
+def _over_a_limit(exc: BaseException) -> bool:
+    return (getattr(exc, "sqlstate", None) or "").startswith("54")
+
+
+def database_refused(exc: BaseException) -> ApiError | None:
+    """A 422 for a value the database refused (psycopg's DataError family: a NUL in text, a
+    number out of range, an invalid text representation; SQLSTATE class 54: a value too large
+    for an index entry; SQLite's DataError: a value too big); None for anything else.
+
+    The server refuses such values before the database (the edge's path checks, the body's
+    field checks, the audit trail's bounds), so that both backends answer alike and a denial is
+    still audited; this is the backstop for a value those checks miss: the transaction rolled
+    back and changed nothing, and retrying the same request cannot succeed, so it is neither a
+    500 nor a 503."""
+    refused = isinstance(exc, sqlite3.DataError)
+    if not refused and type(exc).__module__.startswith("psycopg"):
+        import psycopg
+
+        refused = isinstance(exc, psycopg.DataError) or (
+            isinstance(exc, psycopg.Error) and _over_a_limit(exc)
+        )
+    if not refused:
+        return None
+    reason = first_line(exc)[:300]
+    return ApiError(422, "validation_error", f"the database refused a value of this request: {reason}")

@@ -21,7 +21,7 @@ from starlette.types import Receive, Scope, Send
 
 from . import _routes as routes
 from ._auth import caller
-from ._errors import ApiError, api_error, bad_request, database_unavailable
+from ._errors import ApiError, api_error, bad_request, database_refused, database_unavailable
 from ._refusals import Refusal
 
 log = logging.getLogger("atfgraph.server")
@@ -98,5 +98,8 @@ class FastPath:
             if (down := database_unavailable(exc)) is not None:
                 log.warning("%s %s: %s", request.method, request.url.path, down.message)
                 return routes.unavailable_response(down)
+            if (refused := database_refused(exc)) is not None:
+                log.warning("%s %s: %s", request.method, request.url.path[:300], refused.message)
+                return routes.error_response(refused.status, refused.code, refused.message)
             log.exception("unhandled error on %s %s", request.method, request.url.path)
             return routes.error_response(500, "internal_error", "the server failed to handle this request")

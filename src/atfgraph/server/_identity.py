@@ -136,6 +136,37 @@ SQL_LIST_AUDIT_OF = SQL_LIST_AUDIT + " WHERE target = ? ORDER BY id DESC LIMIT ?
 SQL_LIST_AUDIT_ALL = SQL_LIST_AUDIT + " ORDER BY id DESC LIMIT ?"
 
 
+#: The bounds of one audit row (docs/operators.md, "Audit"): a target is cut to this many
+#: characters (ids are at most 200, an API path with one id under 256) ...
+MAX_AUDIT_TARGET = 256
+#: ... and a detail whose JSON is longer than this many bytes (a large decision response or hook
+#: payload, which the approval or the hook keeps whole) is recorded as a summary of it: its size
+#: and its first _DETAIL_HEAD characters.
+MAX_AUDIT_DETAIL = 16 * 1024
+_DETAIL_HEAD = 1000
+#: Characters no text column can hold (PostgreSQL refuses NUL; a lone surrogate is not UTF-8).
+_UNSTORABLE = re.compile("[\x00\ud800-\udfff]")
+
+
+def _storable(text: str, limit: int) -> str:
+    """``text`` cut to ``limit`` characters, with what no text column can hold replaced."""
+    text = text[:limit]
+    return text if text.isascii() and "\x00" not in text else _UNSTORABLE.sub("\ufffd", text)
+
+
+def _detail_json(detail: Any) -> bytes:
+    """A detail as stored: its JSON, or a summary of it when that is over MAX_AUDIT_DETAIL bytes."""
+    try:
+        # orjson: details may embed stored JSON as fragments (a decision's response).
+        data = orjson.dumps(detail, default=str)
+    except orjson.JSONEncodeError:  # e.g. a string with a lone surrogate: recorded as its repr
+        data = orjson.dumps({"unserializable": _storable(repr(detail), _DETAIL_HEAD)})
+    if len(data) <= MAX_AUDIT_DETAIL:
+        return data
+    head = data[: _DETAIL_HEAD * 4].decode("utf-8", "ignore")[:_DETAIL_HEAD]
+    return orjson.dumps({"truncated": True, "bytes": len(data), "head": head})
+
+
 @dataclass(frozen=True, slots=True)
 class AuditEntry:
     """One row of the audit trail: who did what to which target, and how it ended. A change's
@@ -150,10 +181,9 @@ class AuditEntry:
 
 
 def write_audit(conn: Any, entry: AuditEntry, now: float) -> None:
-    """Append ``entry`` on ``conn``, inside the caller's transaction."""
+    """Append ``entry`` on ``conn``, inside the caller's transaction, within the bounds of a row
+    (:data:`MAX_AUDIT_TARGET`, :data:`MAX_AUDIT_DETAIL`): no input can make the insert fail."""
     who = entry.principal
-    # orjson: details may embed stored JSON as fragments (a decision's response).
-    data = orjson.dumps(entry.detail, default=str) if entry.detail is not None else None
     conn.execute(
         SQL_AUDIT,
         (
@@ -161,11 +191,46 @@ def write_audit(conn: Any, entry: AuditEntry, now: float) -> None:
             who.name if who else "anonymous",
             who.role.value if who else "anonymous",
             entry.action,
-            entry.target,
+            None if entry.target is None else _storable(entry.target, MAX_AUDIT_TARGET),
             entry.outcome,
-            data,
+            None if entry.detail is None else _detail_json(entry.detail),
         ),
     )
+
+
+class AnonymousAuditLimit:
+    """How often a denial without a credential is recorded: at most once per (action, client
+    address) per ``interval`` seconds, and at most ``rows`` such rows per ``interval`` in all
+    (addresses are cheap: a local caller has all of 127.0.0.0/8). The attempts not recorded are
+    counted, and the next row recorded says how many there were. Per server process: each server
+    sharing a PostgreSQL database keeps its own. A denial of a token (forbidden) is always
+    recorded: the token is accountable, and can be revoked."""
+
+    def __init__(self, interval: float = 10.0, rows: int = 10) -> None:
+        self.interval = interval
+        self.rows = rows
+        self._last: dict[tuple[str, str], float] = {}
+        self._window = float("-inf")
+        self._written = 0
+        #: attempts not recorded since the last row recorded
+        self.suppressed = 0
+
+    def admit(self, action: str, client: str | None, now: float) -> int | None:
+        """None: do not record this attempt (it is counted). Otherwise record it, noting the
+        returned number of attempts not recorded before it."""
+        if now - self._window >= self.interval:
+            self._window, self._written = now, 0
+            # What is left holds at most the rows of the last window: memory stays bounded too.
+            self._last = {k: t for k, t in self._last.items() if now - t < self.interval}
+        key = (action, client or "unknown")
+        last = self._last.get(key)
+        if (last is not None and now - last < self.interval) or self._written >= self.rows:
+            self.suppressed += 1
+            return None
+        self._last[key] = now
+        self._written += 1
+        skipped, self.suppressed = self.suppressed, 0
+        return skipped
 
 
 class Identity:
@@ -181,6 +246,7 @@ class Identity:
         self._touched: dict[str, float] = {}
         self.cache_seconds = cache_seconds
         self._rows: dict[str, tuple[float, Any]] = {}
+        self.anonymous = AnonymousAuditLimit()
 
     # -- administration -------------------------------------------------------------------------
 
@@ -293,9 +359,19 @@ class Identity:
         target: str | None,
         outcome: str,
         detail: Any = None,
+        client: str | None = None,
     ) -> None:
         """Record an attempt that changed nothing (a denial, a refusal) in a transaction of its own;
-        a change records its entry in its own transaction instead (:class:`AuditEntry`)."""
+        a change records its entry in its own transaction instead (:class:`AuditEntry`). An
+        attempt without a credential (``principal`` None) from the address ``client`` is recorded
+        within the bounds of :attr:`anonymous` (:class:`AnonymousAuditLimit`)."""
+        if principal is None:
+            skipped = self.anonymous.admit(action, client, time.monotonic())
+            if skipped is None:
+                return
+            if skipped:
+                note = f"{skipped} earlier anonymous attempt{'s' if skipped != 1 else ''} not recorded"
+                detail = f"{detail} ({note})" if isinstance(detail, str) else {"detail": detail, "note": note}
         entry = AuditEntry(principal, action, target, outcome, detail)
         await self.db.write(lambda conn: write_audit(conn, entry, time.time()))
 

@@ -10,10 +10,14 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import orjson
 import pytest
 
 from atfgraph._credentials import load_token
 from atfgraph.server._identity import (
+    MAX_AUDIT_DETAIL,
+    MAX_AUDIT_TARGET,
+    AnonymousAuditLimit,
     Identity,
     IdentityError,
     Permission,
@@ -125,6 +129,67 @@ async def test_audit_records_who_what_and_outcome(identity: Identity) -> None:
         ("alice", "allowed"),
     ]
     assert entries[1]["detail"] == {"decision": "approved"}
+
+
+def raw_audit(identity: Identity) -> list[tuple[Any, ...]]:
+    sql = "SELECT principal, action, target, detail FROM atfg_audit ORDER BY id"
+    return [tuple(r) for r in identity.db.reader().execute(sql).fetchall()]
+
+
+async def test_an_audit_row_is_bounded_and_storable_whatever_it_is_given(identity: Identity) -> None:
+    """No target or detail can make the audit insert fail (PostgreSQL refuses NUL in text; a lone
+    surrogate is not UTF-8) or make a row large: the bounds are documented in operators.md."""
+    who = Principal("1" * 16, "alice", Role.WORKER)
+    hostile = "\x00" + "é" * 1000 + "\ud800"
+    await identity.audit(who, "approval.decide", target=hostile, outcome="denied", detail="forbidden")
+    await identity.audit(who, "hook.resume", target="h", outcome="allowed", detail={"payload": "y" * 100_000})
+    await identity.audit(who, "hook.resume", target="\udcff", outcome="refused", detail="no \ud800 here")
+    rows = raw_audit(identity)
+    assert [r[2] for r in rows] == ["\ufffd" + "é" * (MAX_AUDIT_TARGET - 1), "h", "\ufffd"]
+    assert all(len(bytes(r[3])) <= MAX_AUDIT_DETAIL for r in rows)
+    big = (await identity.list_audit(target="h"))[0]["detail"]
+    assert big["truncated"] is True and big["bytes"] > 100_000
+    assert big["head"].startswith('{"payload":"yyy') and len(big["head"]) == 1000
+    odd = (await identity.list_audit(target="\ufffd"))[0]["detail"]
+    assert odd == {"unserializable": "'no \\ud800 here'"}
+
+
+async def test_anonymous_denials_are_recorded_within_bounds_and_counted(identity: Identity) -> None:
+    identity.anonymous = AnonymousAuditLimit(interval=0.5, rows=3)
+    deny = identity.audit
+    for _ in range(100):
+        await deny(
+            None, "approval.decide", target="/a", outcome="denied", detail="no valid token", client="10.0.0.1"
+        )
+    await deny(
+        None, "token.revoke", target="/t", outcome="denied", detail="no valid token", client="10.0.0.1"
+    )
+    await deny(
+        None, "approval.decide", target="/a", outcome="denied", detail="no valid token", client="10.0.0.2"
+    )
+    await deny(
+        None, "approval.decide", target="/a", outcome="denied", detail="no valid token", client="10.0.0.3"
+    )
+    who = Principal("2" * 16, "wendy", Role.WORKER)
+    for _ in range(20):  # a token's denials are always recorded: it is accountable
+        await deny(who, "approval.decide", target="/a", outcome="denied", detail="forbidden")
+    rows = raw_audit(identity)
+    anonymous = [(r[1], orjson.loads(r[3])) for r in rows if r[0] == "anonymous"]
+    assert anonymous == [
+        ("approval.decide", "no valid token"),
+        ("token.revoke", "no valid token (99 earlier anonymous attempts not recorded)"),
+        ("approval.decide", "no valid token"),  # 10.0.0.3 is over the 3 rows of this interval
+    ]
+    assert sum(r[0] == "wendy" for r in rows) == 20
+    time.sleep(0.55)
+    await deny(
+        None, "approval.decide", target="/a", outcome="denied", detail="no valid token", client="10.0.0.1"
+    )
+    last = raw_audit(identity)[-1]
+    assert (last[0], orjson.loads(last[3])) == (
+        "anonymous",
+        "no valid token (1 earlier anonymous attempt not recorded)",
+    )
 
 
 async def test_the_verification_cache_checks_every_secret_and_honours_revocations(identity: Identity) -> None:

@@ -204,6 +204,11 @@ async def _form(request: Request) -> FormData:
     return await request.form(max_files=0, max_fields=20, max_part_size=MAX_BODY_BYTES)
 
 
+def _client(request: Request) -> str | None:
+    """The caller's address, by which anonymous attempts are counted (Identity.anonymous)."""
+    return request.client.host if request.client else None
+
+
 def _text(form: FormData, name: str) -> str:
     value = form.get(name)
     return value if isinstance(value, str) else ""
@@ -217,7 +222,14 @@ async def _writer(
     identity = _identity(request)
     auth = await _authenticate(request)
     if auth is None:
-        await identity.audit(None, action, target=target, outcome="denied", detail="console: not signed in")
+        await identity.audit(
+            None,
+            action,
+            target=target,
+            outcome="denied",
+            detail="console: not signed in",
+            client=_client(request),
+        )
         raise ConsoleExit(error_page(request, 403, "Not signed in", "Sign in before submitting this form."))
     if auth.session is not None and not same_secret(auth.session.csrf, form.get("csrf")):
         await identity.audit(
@@ -312,7 +324,14 @@ async def login(request: Request) -> Response:
     raw = _text(form, "token").strip()
     principal = identity.verify(raw)
     if principal is None:
-        await identity.audit(None, "console.signin", target=None, outcome="denied", detail="unknown token")
+        await identity.audit(
+            None,
+            "console.signin",
+            target=None,
+            outcome="denied",
+            detail="unknown token",
+            client=_client(request),
+        )
         return render(
             request, "login.html", None, 401, nonce=nonce, message="That token is not valid (or was revoked)."
         )
