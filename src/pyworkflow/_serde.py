@@ -25,19 +25,44 @@ INT_MIN = -(2**63)
 INT_MAX = 2**64 - 1
 #: How deep :func:`inexact` looks (orjson refuses anything deeper, so nothing there was written).
 _WALK_DEPTH = 256
+_OPTIONS = orjson.OPT_SERIALIZE_NUMPY
 
 
 def dumps(value: Any, *, what: str = "value") -> bytes:
     """``value`` as JSON bytes; ``SerializationError`` naming ``what`` (and where inside it) for a
     value that is not JSON or would not come back exactly."""
+    data = _dumps(value, what)
+    if b"null" in data:
+        _check_nulls(value, orjson.loads(data), what)
+    return data
+
+
+def dumps_loads(value: Any, *, what: str = "value") -> tuple[bytes, Any]:
+    """:func:`dumps`, and the value as decoded from those bytes: what a reader of them gets."""
+    data = _dumps(value, what)
+    decoded = orjson.loads(data)
+    if b"null" in data:
+        _check_nulls(value, decoded, what)
+    return data, decoded
+
+
+def _dumps(value: Any, what: str) -> bytes:
     try:
-        data = orjson.dumps(value, option=orjson.OPT_SERIALIZE_NUMPY)
+        return orjson.dumps(value, option=_OPTIONS)
     except (TypeError, orjson.JSONEncodeError) as exc:
         raise SerializationError(f"{what} cannot be stored as JSON: {inexact(value) or exc}") from None
-    # orjson writes NaN and ±Infinity as null without a word: only output with a null can hide one.
-    if b"null" in data and (problem := inexact(value)) is not None:
+
+
+def _check_nulls(value: Any, decoded: Any, what: str) -> None:
+    """orjson writes NaN and ±Infinity as null without a word, so output with a null may hide
+    one. A value that reads back equal has none (one C-level comparison); only one that does not
+    (a NaN, or a tuple, dataclass, datetime... that JSON turns into something else) is walked."""
+    try:
+        same = bool(decoded == value)
+    except Exception:  # a type whose comparison does not answer a bool (numpy arrays)
+        same = False
+    if not same and _holds_inexact(value) and (problem := inexact(value)) is not None:
         raise SerializationError(f"{what} cannot be stored as JSON: {problem}")
-    return data
 
 
 def loads(data: bytes | str | None) -> Any:
@@ -46,13 +71,50 @@ def loads(data: bytes | str | None) -> Any:
     return orjson.loads(data)
 
 
+def _contents(item: Any) -> Any:
+    """What orjson writes inside ``item`` (values of an object, items of an array), or None for a
+    value it writes as a scalar or refuses."""
+    if isinstance(item, dict):
+        return item.values()
+    if isinstance(item, list | tuple):
+        return item
+    if dataclasses.is_dataclass(item) and not isinstance(item, type):
+        return [getattr(item, f.name) for f in dataclasses.fields(item)]
+    if isinstance(item, enum.Enum):
+        return (item.value,)
+    if type(item).__module__ == "numpy" and hasattr(item, "tolist"):
+        return (item.tolist(),)
+    return None
+
+
+def _holds_inexact(value: Any) -> bool:
+    """Whether :func:`inexact` would find something: the same walk, without building paths."""
+    stack = [value]
+    seen: set[int] = set()  # containers already looked at: shared or circular references
+    while stack:
+        item = stack.pop()
+        kind = type(item)
+        if kind is str or item is None or kind is bool:
+            continue
+        if kind is float or isinstance(item, float):
+            if not math.isfinite(item):
+                return True
+        elif kind is int or isinstance(item, int):
+            if not INT_MIN <= item <= INT_MAX:
+                return True
+        elif id(item) not in seen and (contents := _contents(item)) is not None:
+            seen.add(id(item))
+            stack.extend(contents)
+    return False
+
+
 def inexact(value: Any, root: str = "$") -> str | None:
     """The first number in ``value`` that JSON would not keep exactly (an integer outside
     ``INT_MIN..INT_MAX``, NaN, ±Infinity), described with its path (``$.items[2].price``); None
     when there is none. Looks inside what orjson writes as arrays and objects: dicts, lists,
     tuples, dataclasses, enums and numpy values."""
     stack: list[tuple[Any, str, int]] = [(value, root, 0)]
-    seen: set[int] = set()  # containers already looked at: shared or circular references
+    seen: set[int] = set()
     while stack:
         item, path, level = stack.pop()
         if item is None or isinstance(item, str | bool):
@@ -74,10 +136,8 @@ def inexact(value: Any, root: str = "$") -> str | None:
             children = [(v, f"{path}[{i}]") for i, v in enumerate(item)]
         elif dataclasses.is_dataclass(item) and not isinstance(item, type):
             children = [(getattr(item, f.name), path + key_path(f.name)) for f in dataclasses.fields(item)]
-        elif isinstance(item, enum.Enum):
-            children = [(item.value, path)]
-        elif type(item).__module__ == "numpy" and hasattr(item, "tolist"):
-            children = [(item.tolist(), path)]
+        elif (contents := _contents(item)) is not None:  # an enum's value, a numpy value as lists
+            children = [(child, path) for child in contents]
         else:
             continue
         seen.add(id(item))
