@@ -7,6 +7,7 @@ from __future__ import annotations
 import enum
 import math
 from dataclasses import dataclass
+from datetime import UTC, datetime
 from typing import Any
 
 import pytest
@@ -123,3 +124,107 @@ async def test_a_run_refuses_to_store_what_would_not_come_back(engine: str, kind
     store = pyworkflow.get_store()
     state = await store.load_state(run_id)  # type: ignore[attr-defined]
     assert state.checkpoints == {} and all(r.result is None for r in state.steps.values())
+
+
+# -- a step's result: the first pass sees what replay will see ---------------------------------------
+
+
+class Colour(enum.Enum):
+    RED = "red"
+
+
+@dataclass
+class Point:
+    x: int
+    y: int
+
+
+SEEN: list[tuple[str, Any]] = []
+TOKENS: list[str] = []
+
+
+@step
+async def shapes() -> Any:
+    return {
+        "pair": (1, 2),
+        "nested": [(3, (4,))],
+        "point": Point(5, 6),
+        "colour": Colour.RED,
+        "when": datetime(2026, 1, 2, 3, 4, 5, tzinfo=UTC),
+    }
+
+
+@workflow
+async def branching() -> Any:
+    value = await shapes()
+    # A workflow that branches on what the step returned must go the same way on every pass.
+    SEEN.append(("tuple" if isinstance(value["pair"], tuple) else "list", value))
+    await pyworkflow.hook("go", on_created=TOKENS.append)
+    return value
+
+
+JSON_FORM = {
+    "pair": [1, 2],
+    "nested": [[3, [4]]],
+    "point": {"x": 5, "y": 6},
+    "colour": "red",
+    "when": "2026-01-02T03:04:05+00:00",
+}
+
+
+async def test_a_step_result_is_its_json_form_on_the_first_pass_and_on_replay(engine: str) -> None:
+    SEEN.clear()
+    TOKENS.clear()
+    run_id = await start(branching)
+    await wait_for_run(run_id, 10, until=("suspended",))
+    await pyworkflow.resume_hook(TOKENS[0], None)
+    run = await wait_for_run(run_id, 10)
+    assert run.status == RunStatus.COMPLETED
+    assert [branch for branch, _ in SEEN] == ["list", "list"]  # first pass, then replay
+    first, replayed = (value for _, value in SEEN)
+    assert first == replayed == run.result == JSON_FORM
+    assert repr(first) == repr(replayed)  # the same types all the way down
+
+
+@step(max_retries=0)
+async def keyed_by_int() -> Any:
+    return {1: "one"}
+
+
+@workflow
+async def int_keys() -> Any:
+    return await keyed_by_int()
+
+
+async def test_a_step_result_with_int_keys_is_refused_not_turned_into_strings(engine: str) -> None:
+    run = await wait_for_run(await start(int_keys), 10)
+    assert run.status == RunStatus.FAILED and run.error is not None
+    assert run.error["type"] == "pyworkflow._errors.SerializationError"
+    assert run.error["message"].startswith("result of step 'keyed_by_int' cannot be stored as JSON")
+
+
+# -- a hook's payload: checked and delivered in its JSON form ----------------------------------------
+
+
+@workflow
+async def waiting_for_a_list() -> Any:
+    payload = await pyworkflow.hook("rows", on_created=TOKENS.append, payload_schema={"type": "array"})
+    return {"payload": payload, "is_list": isinstance(payload, list)}
+
+
+@pytest.mark.parametrize("by", ["token", "id"])
+async def test_a_payload_is_checked_against_its_schema_in_the_form_the_workflow_receives(
+    engine: str, by: str
+) -> None:
+    """A tuple is stored as a JSON array, so a schema asking for an array accepts it."""
+    TOKENS.clear()
+    run_id = await start(waiting_for_a_list)
+    await wait_for_run(run_id, 10, until=("suspended",))
+    if by == "token":
+        await pyworkflow.resume_hook(TOKENS[0], (1, (2, 3)))
+    else:
+        (pending,) = await pyworkflow.list_pending_hooks()
+        await pyworkflow.resume_hook_by_id(pending.hook_id, (1, (2, 3)))
+    run = await wait_for_run(run_id, 10)
+    assert run.status == RunStatus.COMPLETED, run.error
+    assert run.result == {"payload": [1, [2, 3]], "is_list": True}
