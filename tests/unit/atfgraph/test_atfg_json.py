@@ -1,6 +1,6 @@
-"""The atfgraph side of the one JSON rule: what the SDK sends is kept exactly or refused, naming
-where. NaN and ±Infinity are not written as null, integers beyond 64 bits not left to orjson's
-bare TypeError."""
+"""The atfgraph side of the one JSON rule: what the SDK sends and what the server reads is kept
+exactly or refused, naming where. Integers beyond 64 bits are not rounded to floats, NaN and
+±Infinity are not written as null, a literal too large for a double is a 422 (not a 400)."""
 
 from __future__ import annotations
 
@@ -10,11 +10,15 @@ from typing import Any
 
 import orjson
 import pytest
+from starlette.requests import Request
 
 from atfgraph import Client, SerializationError
 from atfgraph._errors import HandlerError
-from atfgraph._json import dumps
+from atfgraph._json import InexactNumberError, JSONTooDeepError, dumps, loads_exact
 from atfgraph._worker import _jsonable
+from atfgraph.server._body import read_json
+from atfgraph.server._errors import ApiError
+from atfgraph.server.console._pages import parse_json_field
 from pyworkflow import SerializationError as EngineSerializationError
 from pyworkflow import _serde
 
@@ -86,3 +90,83 @@ def test_a_handler_result_that_would_change_fails_the_traverser_saying_where() -
         _jsonable({"total": math.nan})
     assert failed.value.code == "result_not_json"
     assert failed.value.message.startswith("the handler's result cannot be stored as JSON: $.total: nan")
+
+
+# -- the server's reader ----------------------------------------------------------------------------
+
+READ: list[tuple[str, bytes, str]] = [
+    ("2**64+1", b'{"payload": {"account": 18446744073709551617}}', "body.payload.account: the integer"),
+    ("-2**63-1", b'{"input": {"n": -9223372036854775809}}', "body.input.n: the integer"),
+    ("long-int", b'{"value": [0, ' + b"7" * 5000 + b"]}", "body.value[1]: the integer 7777"),
+    ("1e400", b'{"result": {"x": 1e400}}', "body.result.x: the number 1e400 is beyond"),
+    ("-1e400", b'{"prompt": [-1e400]}', "body.prompt[0]: the number -1e400 is beyond"),
+    ("odd-key", b'{"value": {"a b": 99999999999999999999}}', 'body.value["a b"]: the integer'),
+]
+
+
+@pytest.mark.parametrize(("raw", "where"), [c[1:] for c in READ], ids=[c[0] for c in READ])
+def test_the_reader_refuses_numbers_it_would_not_keep(raw: bytes, where: str) -> None:
+    with pytest.raises(InexactNumberError) as refused:
+        loads_exact(raw, root="body")
+    assert str(refused.value).startswith(where)
+
+
+KEPT: list[tuple[str, bytes, Any]] = [
+    ("2**64-1", b'{"v": 18446744073709551615}', {"v": 2**64 - 1}),
+    ("-2**63", b'{"v": -9223372036854775808}', {"v": -(2**63)}),
+    # Floats as large as big integers are floats, written so: kept (they round-trip as floats).
+    ("big-floats", b'{"v": [1.8446744073709552e19, 1e300, -9.3e18, 18446744073709551617.0]}', None),
+    ("1e308", b'{"v": 1e308}', {"v": 1e308}),
+]
+
+
+@pytest.mark.parametrize(("raw", "expected"), [c[1:] for c in KEPT], ids=[c[0] for c in KEPT])
+def test_the_reader_keeps_what_json_keeps(raw: bytes, expected: Any) -> None:
+    value = loads_exact(raw, root="body")
+    assert value == (orjson.loads(raw) if expected is None else expected)
+    assert orjson.loads(orjson.dumps(value)) == value
+
+
+def test_the_reader_keeps_its_other_refusals() -> None:
+    for malformed in (b'{"v": NaN}', b'{"v": Infinity}', b"{not json", b'{"v": 1', b"\xff"):
+        with pytest.raises(orjson.JSONDecodeError):
+            loads_exact(malformed)
+    with pytest.raises(JSONTooDeepError):
+        loads_exact(b"[" * 65 + b"]" * 65, max_depth=64)
+    # Too deep for orjson itself: still malformed, however it would be read otherwise.
+    with pytest.raises(orjson.JSONDecodeError):
+        loads_exact(b"[" * 100_000 + b"1e400" + b"]" * 100_000)
+
+
+def _request(body: bytes) -> Request:
+    sent = False
+
+    async def receive() -> dict[str, Any]:
+        nonlocal sent
+        if sent:
+            return {"type": "http.disconnect"}
+        sent = True
+        return {"type": "http.request", "body": body, "more_body": False}
+
+    headers = [(b"content-length", str(len(body)).encode())]
+    return Request({"type": "http", "method": "POST", "path": "/", "headers": headers}, receive)
+
+
+async def test_an_http_body_with_such_a_number_is_a_422_validation_error() -> None:
+    with pytest.raises(ApiError) as refused:
+        await read_json(_request(b'{"payload": {"account": 18446744073709551617}}'))
+    assert (refused.value.status, refused.value.code) == (422, "validation_error")
+    assert refused.value.message.startswith("body.payload.account: the integer 18446744073709551617 ")
+    with pytest.raises(ApiError) as overflow:
+        await read_json(_request(b'{"value": 1e400}'))
+    assert (overflow.value.status, overflow.value.code) == (422, "validation_error")
+    with pytest.raises(ApiError) as nan:
+        await read_json(_request(b'{"value": NaN}'))
+    assert (nan.value.status, nan.value.code) == (400, "invalid_json")  # not JSON at all
+    assert await read_json(_request(b'{"v": 18446744073709551615}')) == {"v": 2**64 - 1}
+
+
+def test_the_console_reads_answers_as_the_server_does() -> None:
+    with pytest.raises(ValueError, match=r"^not JSON the server keeps exactly: \$\.account: the integer"):
+        parse_json_field('{"account": 18446744073709551617}', note_key="note")
+    assert parse_json_field('{"account": 18446744073709551615}', note_key=None) == {"account": 2**64 - 1}
