@@ -16,6 +16,7 @@ from atfgraph import Client, SerializationError
 from atfgraph._errors import HandlerError
 from atfgraph._json import InexactNumberError, JSONTooDeepError, dumps, loads_exact
 from atfgraph._worker import _jsonable
+from atfgraph.cli._base import CliError, json_argument
 from atfgraph.server._body import read_json
 from atfgraph.server._errors import ApiError
 from atfgraph.server.console._pages import parse_json_field
@@ -170,3 +171,14 @@ def test_the_console_reads_answers_as_the_server_does() -> None:
     with pytest.raises(ValueError, match=r"^not JSON the server keeps exactly: \$\.account: the integer"):
         parse_json_field('{"account": 18446744073709551617}', note_key="note")
     assert parse_json_field('{"account": 18446744073709551615}', note_key=None) == {"account": 2**64 - 1}
+
+
+def test_the_cli_reads_arguments_as_the_server_does() -> None:
+    """It used to turn an integer beyond 64 bits into a float, as the server then read it."""
+    with pytest.raises(CliError) as refused:
+        json_argument("--payload", '{"account": 18446744073709551617}')
+    assert str(refused.value).startswith("--payload: not JSON the server keeps exactly: $.account: ")
+    with pytest.raises(CliError, match=r"^--response: not JSON the server keeps exactly: \$\[0\]: "):
+        json_argument("--response", "[1e400]")
+    with pytest.raises(CliError, match=r"^--payload: not valid JSON"):
+        json_argument("--payload", "NaN")
