@@ -11,7 +11,7 @@ from typing import Any
 import orjson
 from fastapi import Request
 
-from .._json import MAX_BODY_BYTES, MAX_DEPTH, InexactNumberError, JSONTooDeepError, dumps, loads_exact
+from .._json import MAX_BODY_BYTES, MAX_DEPTH, InexactNumberError, JSONTooDeepError, dumps_read, loads_exact
 from ._errors import ApiError, bad_request
 from ._store import StepRecord
 
@@ -119,7 +119,7 @@ class Fields:
     def json(self, name: str, required: bool = True) -> bytes | None:
         """Any JSON value, re-serialized for storage (``null`` counts as absent)."""
         value = self._get(name, required)
-        return None if value is None else dumps(value)
+        return None if value is None else dumps_read(value)
 
     def steps(self) -> list[StepRecord]:
         """The child steps a worker reports along with a write."""
@@ -144,7 +144,9 @@ class Fields:
                     target=f.key("target"),
                     status=status,
                     result=f.json("result", required=False),
-                    error=None if error is None else dumps(error_info(Fields(error, f"{f.where}.error"))),
+                    error=None
+                    if error is None
+                    else dumps_read(error_info(Fields(error, f"{f.where}.error"))),
                 )
             )
         return steps
