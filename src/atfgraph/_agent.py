@@ -149,7 +149,7 @@ class Agent:
             error = {"code": exc.code, "message": exc.message}
             _record(attempt, key, seq, target, {"status": "failed", "result": None, "error": error})
             raise
-        result = loads(dumps(result))  # what replay will return: the JSON form
+        result = loads(dumps(result, what=f"the result of {target}"))  # what replay will return
         _record(attempt, key, seq, target, {"status": "succeeded", "result": result, "error": None})
         return result
 
@@ -215,7 +215,7 @@ class Agent:
         the top and this call returns the decided approval record (status ``approved``,
         ``rejected`` or ``expired``). With ``pause=False`` it returns the pending record at once."""
         attempt = _attempt()
-        normalized = loads(dumps(prompt))
+        normalized = loads(dumps(prompt, what="the approval prompt"))
         known = attempt.approvals.get(operation_key)
         if known is not None and known["status"] != "pending":
             if known["prompt"] != normalized:

@@ -10,6 +10,7 @@
     │       ├── ApprovalConflictError   same operation key, different prompt (approval_conflict)
     │       ├── ApprovalDecidedError    a different decision was already recorded (approval_decided)
     │       └── RevisionConflictError   a stale expected_revision (checkpoint or memory)
+    ├── SerializationError      a value that is not JSON the server keeps exactly (also a TypeError)
     ├── ServerUnavailableError  the server could not be reached or did not answer in time
     ├── TraverserFailedError    handle.result() on a traverser that failed or was cancelled
     └── TraverserTimeoutError   handle.result(timeout=...) ran out of time
@@ -89,6 +90,12 @@ class ApprovalDecidedError(ConflictError):
 
 class RevisionConflictError(ConflictError):
     """The stored revision is not the expected one (a competing write)."""
+
+
+class SerializationError(AtfgraphError, TypeError):
+    """The value cannot be sent or stored as JSON exactly: it is not JSON (a set, an object), or
+    holds a number JSON would not keep (an integer beyond 64 bits, NaN, ±Infinity). Nothing was
+    sent. A ``TypeError`` too, as orjson's own refusals are."""
 
 
 class ServerUnavailableError(AtfgraphError):

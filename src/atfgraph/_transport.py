@@ -55,7 +55,8 @@ class Transport:
         read_timeout: float | None = None,
     ) -> Any:
         """One API call; ``read_timeout`` overrides the pool's timeout (long polls)."""
-        content = None if body is None else dumps(body)
+        # Refused here, naming where, before anything is sent: a number JSON would not keep.
+        content = None if body is None else dumps(body, what=f"{method} {path}: the body", root="body")
         status, raw = await self._pool.request(method, _API + path, content, params, read_timeout)
         try:
             data = loads(raw) if raw else None

@@ -21,7 +21,7 @@ from typing import Any
 
 from ._agent import Agent
 from ._context import TraversalContext, _Attempt, _current, _LeaseLost, _TraversalPaused
-from ._errors import HandlerError, NotFoundError, ServerError, ServerUnavailableError
+from ._errors import HandlerError, NotFoundError, SerializationError, ServerError, ServerUnavailableError
 from ._json import dumps
 from ._transport import Transport, q
 
@@ -312,9 +312,9 @@ class Worker:
 
 def _jsonable(result: Any) -> Any:
     try:
-        dumps(result)
-    except TypeError as exc:
-        raise HandlerError(f"the handler's result is not JSON: {exc}", code="result_not_json") from None
+        dumps(result, what="the handler's result")
+    except SerializationError as exc:
+        raise HandlerError(str(exc), code="result_not_json") from None
     return result
 
 

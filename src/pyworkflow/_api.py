@@ -14,7 +14,7 @@ from ._crashpoints import crashpoint
 from ._engine import encode_input
 from ._errors import ConfigurationError, HookNotFoundError, WorkflowNotFoundError
 from ._ids import new_id
-from ._waits import check_schema, check_token, digest_token, encode_payload, validate_payload
+from ._waits import check_stored_schema, check_token, digest_token, encode_payload, validate_payload
 from ._workflow import definition_of
 from .runtime._local import LocalRuntime
 from .store import (
@@ -258,7 +258,7 @@ async def resume_hook(token: str, payload: Any = None) -> ResumeResult:
     digest = digest_token(check_token(token))
     data = encode_payload(payload)
     resolved = await get_store().resolve_wait(
-        token_digest=digest, payload=data, now=time.time(), check=lambda wait: check_schema(wait, payload)
+        token_digest=digest, payload=data, now=time.time(), check=lambda wait: check_stored_schema(wait, data)
     )
     crashpoint("after_hook_resumed")
     _wake_runtime(resolved.run_id)

@@ -18,7 +18,7 @@ async def save_step_checkpoint(value: Any) -> int:
     checkpoint's revision (1 for the first save)."""
     ctx = require_step("save_step_checkpoint")
     wctx = ctx.workflow
-    data = _serde.dumps(value, what="checkpoint")
+    data = _serde.dumps(value, what=f"checkpoint of step {ctx.step_key}")
     key = (ctx.step_key, _NAME)
     current = wctx.state.checkpoints.get(key)
     revision = await wctx.store.save_checkpoint(

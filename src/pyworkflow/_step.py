@@ -242,11 +242,13 @@ async def _run_step(opts: StepOptions, func: Callable[..., Any], args: Any, kwar
         raise
     finally:
         _step.reset(token)
-    data = _serde.dumps(result, what=f"result of step {opts.name!r}")
+    # Serialized once, decoded once: this first pass returns what replay will return (the JSON
+    # form: a tuple is a list, a dataclass a dict), so the workflow goes the same way on both.
+    data, decoded = _serde.dumps_loads(result, what=f"result of step {opts.name!r}")
     await wctx.store.complete_step(wctx.fence, key, data, now=wctx.now())
     wctx.state.steps[key] = StepRecord(key, StepStatus.COMPLETED, attempt, data, None, 0)
     crashpoint("after_step_completed")
-    return result
+    return decoded
 
 
 async def _run_generator_step(

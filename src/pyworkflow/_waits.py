@@ -262,7 +262,7 @@ async def sleep(duration: Duration) -> None:
 def validate_payload(wait: WaitRecord, payload: Any) -> bytes:
     """Serialize ``payload`` and check it against the wait's schema; raises, changing nothing."""
     data = encode_payload(payload)
-    check_schema(wait, payload)
+    check_stored_schema(wait, data)
     return data
 
 
@@ -276,8 +276,15 @@ def encode_payload(payload: Any) -> bytes:
     return data
 
 
+def check_stored_schema(wait: WaitRecord, data: bytes) -> None:
+    """Check serialized payload ``data`` against the wait's ``payload_schema``, in the form the
+    hook will return it (decoded from what is stored: a tuple is an array there)."""
+    if wait.payload_schema is not None:
+        check_schema(wait, _serde.loads(data))
+
+
 def check_schema(wait: WaitRecord, payload: Any) -> None:
-    """Check a payload against the wait's ``payload_schema`` (if it has one)."""
+    """Check a decoded payload against the wait's ``payload_schema`` (if it has one)."""
     if wait.payload_schema is not None:
         schema = _serde.loads(wait.payload_schema)
         validator = jsonschema.validators.validator_for(schema)(schema)

@@ -227,6 +227,11 @@ NON_JSON_ARGS: list[tuple[str, tuple[Any, ...], dict[str, Any]]] = [
     ("bytes", (b"raw",), {}),
     ("int-keys", ({1: "one"},), {}),
     ("huge-int", (2**70,), {}),
+    ("int-past-64-bits", ({"account": 2**64 + 1},), {}),
+    ("int-below-64-bits", ([-(2**63) - 1],), {}),
+    ("nan", (math.nan,), {}),
+    ("inf-kwarg", ("k",), {"schema": {"maximum": math.inf}}),
+    ("-inf-nested", ({"limits": [0, -math.inf]},), {}),
     ("circular", (_circular(),), {}),
     ("nested-1000", (_nested(1000),), {}),
     ("function", (_plain_async,), {}),
@@ -362,6 +367,12 @@ BAD_PAYLOADS: list[tuple[str, Callable[[], Any], tuple[type[WorkflowError], ...]
     ("bytes", lambda: b"\x00\xff", (SerializationError,)),
     ("int-keys", lambda: {1: "x"}, (SerializationError,)),
     ("huge-int", lambda: 2**70, (SerializationError,)),
+    ("int-past-64-bits", lambda: {"account": 18446744073709551617}, (SerializationError,)),
+    ("int-below-64-bits", lambda: {"account": -(2**63) - 1}, (SerializationError,)),
+    ("nan", lambda: math.nan, (SerializationError,)),
+    ("nan-nested", lambda: {"approved": True, "scores": [1.0, math.nan]}, (SerializationError,)),
+    ("inf", lambda: {"approved": True, "limit": math.inf}, (SerializationError,)),
+    ("-inf", lambda: (-math.inf,), (SerializationError,)),
     ("circular", _circular, (SerializationError,)),
     ("exception", lambda: ValueError("x"), (SerializationError,)),
 ]
@@ -386,6 +397,23 @@ async def test_resume_hook_with_a_bad_payload_changes_nothing(
         await pyworkflow.resume_hook(token, make())
     assert await _snapshot(run_id, hook_id) == before
     await _still_resumable(run_id, token)
+
+
+async def test_a_number_json_would_not_keep_is_refused_naming_where(engine: Path) -> None:
+    """Integers beyond 64 bits and NaN/Infinity are refused, not turned into floats or null; the
+    error says which value and where in it."""
+    run_id, hook_id, token = await _park("inexact")
+    before = await _snapshot(run_id, hook_id)
+    with pytest.raises(SerializationError) as big:
+        await pyworkflow.resume_hook(token, {"account": 18446744073709551617})
+    assert str(big.value).startswith("payload cannot be stored as JSON: $.account: the integer ")
+    assert "18446744073709551617" in str(big.value)
+    with pytest.raises(SerializationError) as nan:
+        await pyworkflow.resume_hook_by_id(hook_id, {"rows": [{"ratio": 0.5}, {"ratio": math.nan}]})
+    assert str(nan.value).startswith("payload cannot be stored as JSON: $.rows[1].ratio: nan ")
+    assert await _snapshot(run_id, hook_id) == before
+    # The ends of the range are kept exactly, as integers.
+    await _still_resumable(run_id, token, {"max": 2**64 - 1, "min": -(2**63), "big": 1e308})
 
 
 async def test_payload_limits_are_inclusive(engine: Path) -> None:
@@ -472,6 +500,8 @@ async def test_resume_hook_by_id_refusals_change_nothing(engine: Path) -> None:
         ({"approved": "no"}, PayloadValidationError),
         ("x" * MIB, PayloadValidationError),
         (object(), SerializationError),
+        ({"approved": True, "score": math.nan}, SerializationError),
+        ({"approved": True, "account": 2**64 + 1}, SerializationError),
     ):
         with pytest.raises(error):
             await pyworkflow.resume_hook_by_id(hook_id, payload)

@@ -29,6 +29,7 @@ from typing import Any, TypeVar
 import click
 
 from .._credentials import credentials_path, load_token
+from .._json import InexactNumberError, loads_exact
 from .._transport import DEFAULT_SERVER
 
 F = TypeVar("F", bound=Callable[..., Any])
@@ -184,25 +185,14 @@ def json_argument(option: str, raw: str | None) -> Any:
         except OSError as exc:
             raise CliError(f"{option}: cannot read {name!r}: {exc.strerror or exc}", EXIT_USAGE) from None
     try:
-        return json.loads(text, parse_int=_json_int, parse_constant=_json_constant)
-    except ValueError as exc:
+        # The server's own reading: an integer beyond 64 bits or a number too large for a double
+        # is refused, not rounded (and NaN/Infinity are not JSON at all).
+        return loads_exact(text, root="$")
+    except InexactNumberError as exc:
+        raise CliError(f"{option}: not JSON the server keeps exactly: {exc}", EXIT_USAGE) from None
+    except ValueError as exc:  # orjson.JSONDecodeError
         where = f" in {raw[1:]!r}" if raw.startswith("@") else ""
         raise CliError(f"{option}: not valid JSON{where}: {exc}", EXIT_USAGE) from None
-
-
-# Bodies are sent with the SDK's encoder (orjson), which writes NaN and Infinity as null and
-# refuses integers beyond 64 bits. NaN and Infinity are not JSON, so they are refused here; larger
-# integers become floats, as the server would read them.
-_JSON_INTS = range(-(2**63), 2**64)
-
-
-def _json_int(text: str) -> int | float:
-    value = int(text)
-    return value if value in _JSON_INTS else float(text)
-
-
-def _json_constant(name: str) -> Any:
-    raise ValueError(f"{name} is not a JSON value")
 
 
 # -- command groups with short aliases ---------------------------------------------------------

@@ -1,6 +1,8 @@
 """Reading and checking request bodies by hand: the size cap is enforced while reading, the
-nesting cap before anything looks inside, and every failure is an :class:`ApiError` with a stable
-code, so a hostile body costs at most 1 MiB of reading and never reaches the store."""
+nesting cap before anything looks inside, a number the server would not keep exactly (an integer
+beyond 64 bits, one too large for a double) is refused rather than rounded, and every failure is
+an :class:`ApiError` with a stable code, so a hostile body costs at most 1 MiB of reading and
+never reaches the store."""
 
 from __future__ import annotations
 
@@ -9,7 +11,7 @@ from typing import Any
 import orjson
 from fastapi import Request
 
-from .._json import MAX_BODY_BYTES, MAX_DEPTH, JSONTooDeepError, check_depth, dumps
+from .._json import MAX_BODY_BYTES, MAX_DEPTH, InexactNumberError, JSONTooDeepError, dumps_read, loads_exact
 from ._errors import ApiError, bad_request
 from ._graph_rows import StepRecord
 
@@ -40,14 +42,15 @@ async def read_json(request: Request) -> dict[str, Any]:
     if not raw:
         raise ApiError(400, "invalid_json", "the request body is empty; a JSON object is required")
     try:
-        value = orjson.loads(raw)
+        value = loads_exact(raw, root="body", max_depth=MAX_DEPTH)
     except orjson.JSONDecodeError as exc:
         # orjson refuses nesting beyond its own recursion limit with this same error.
         raise ApiError(400, "invalid_json", f"the request body is not valid JSON: {exc}") from None
-    try:
-        check_depth(value, MAX_DEPTH)
     except JSONTooDeepError as exc:
         raise ApiError(400, "json_too_deep", str(exc)) from None
+    except InexactNumberError as exc:
+        # Valid JSON, but a number the server would not keep exactly: refused, not rounded.
+        raise bad_request(str(exc)) from None
     if not isinstance(value, dict):
         raise bad_request("the request body must be a JSON object")
     return value
@@ -119,7 +122,7 @@ class Fields:
     def json(self, name: str, required: bool = True) -> bytes | None:
         """Any JSON value, re-serialized for storage (``null`` counts as absent)."""
         value = self._get(name, required)
-        return None if value is None else dumps(value)
+        return None if value is None else dumps_read(value)
 
     def steps(self) -> list[StepRecord]:
         """The child steps a worker reports along with a write."""
@@ -144,7 +147,9 @@ class Fields:
                     target=f.key("target"),
                     status=status,
                     result=f.json("result", required=False),
-                    error=None if error is None else dumps(error_info(Fields(error, f"{f.where}.error"))),
+                    error=None
+                    if error is None
+                    else dumps_read(error_info(Fields(error, f"{f.where}.error"))),
                 )
             )
         return steps

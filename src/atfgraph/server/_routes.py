@@ -9,7 +9,7 @@ from typing import Annotated, Any
 import orjson
 from fastapi import APIRouter, Depends, Query, Request, Response
 
-from .._json import dumps
+from .._json import dumps_read
 from .._models import DECISIONS, ApprovalStatus, TraverserStatus
 from ._auth import Principal, caller
 from ._body import Fields, error_info, read_json
@@ -98,7 +98,7 @@ async def submit(request: Request, who: Annotated[Principal, Depends(caller)]) -
     if not dot or not node or not skill:
         raise bad_request("body.target must look like 'node.skill'")
     inputs = f.obj("input", required=False)
-    input_json = b"{}" if inputs is None else dumps(inputs)
+    input_json = b"{}" if inputs is None else dumps_read(inputs)
     max_attempts = f.integer("max_attempts", required=False, minimum=1, maximum=1000) or 3
     wanted = _parse_statuses(f.key("wait_for", required=False))
     wait = f.number("wait_seconds", required=False, maximum=MAX_CLIENT_WAIT) or 0.0
@@ -204,7 +204,7 @@ async def complete(request: Request, traverser_id: str) -> Response:
 async def fail(request: Request, traverser_id: str) -> Response:
     """A worker reports the handler's error; retried while attempts remain if ``retryable``."""
     f = Fields(await read_json(request))
-    error = dumps(error_info(Fields(f.obj("error"), "body.error")))
+    error = dumps_read(error_info(Fields(f.obj("error"), "body.error")))
     store = store_of(request)
     status = await store.fail(
         traverser_id, f.integer("epoch"), error, f.boolean("retryable", False), f.steps()
@@ -419,7 +419,7 @@ async def heartbeat(request: Request, worker_id: str) -> Response:
         g = Fields(item, f"body.leases[{index}]")
         leases.append((g.key("id"), g.integer("epoch")))
     stats = f.obj("stats", required=False)
-    lost = await store_of(request).heartbeat(worker_id, leases, None if stats is None else dumps(stats))
+    lost = await store_of(request).heartbeat(worker_id, leases, None if stats is None else dumps_read(stats))
     return ok({"lost": lost})
 
 

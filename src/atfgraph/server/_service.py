@@ -122,6 +122,11 @@ class Service:
             resolved: WaitRecord = await pyworkflow_store.resolve_wait(
                 wait_id=hook_id, payload=data, now=now, also=lambda conn: write_audit(conn, entry, now)
             )
+        except pyworkflow.SerializationError as exc:
+            # Not a value the run could be given exactly (the HTTP and console readers refuse
+            # such numbers first; a direct caller may still pass one).
+            await self._refused(who, "hook.resume", hook_id, str(exc))
+            raise Invalid(str(exc), "validation_error") from None
         except pyworkflow.HookError as exc:
             await self._refused(who, "hook.resume", hook_id, str(exc))
             if isinstance(exc, pyworkflow.PayloadValidationError):

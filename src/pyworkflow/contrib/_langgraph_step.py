@@ -179,8 +179,11 @@ async def _maybe_await(value: Any) -> Any:
     return value
 
 
-async def _save(state: StepState) -> None:
+async def _save(state: StepState) -> StepState:
+    """Checkpoint ``state`` and return it as a later execution of the step will restore it (decoded
+    from what was stored), so this pass continues from the same transcript that one would."""
     await save_step_checkpoint(encode_state(state))
+    return decode_state(await load_step_checkpoint())
 
 
 def _find_human_tools(
@@ -255,7 +258,7 @@ async def _drive(
         if on_first_pass is not None:
             await _maybe_await(on_first_pass())
             # Recorded at once: a crash before the first hook must not run it again.
-            await _save(state)
+            state = await _save(state)
     else:
         state = decode_state(checkpoint)
         # A generator step drops, by position, the chunks it delivered before suspending; replaying
@@ -291,7 +294,7 @@ async def _drive(
             # One hook per human-input call, parallel calls included: ask, answer, then the next one.
             state.pending = _pending_for(human_call, tools[human_call["name"]], state.hooks_created)
             state.hooks_created += 1
-            await _save(state)
+            state = await _save(state)
             continue
         for call in unanswered:
             # A sibling of a human-input call that the interrupt stopped before it finished. Rerunning

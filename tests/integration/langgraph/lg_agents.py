@@ -530,3 +530,30 @@ async def custom_graph_step() -> str:
 async def custom_graph_chat() -> str:
     result: str = await custom_graph_step()
     return result
+
+
+# The first pass continues from the transcript as a later execution would restore it.
+FIRST_MODEL_INPUTS: list[dict[str, Any]] = []
+
+json_form_agent = create_agent(
+    ScriptedChatModel(
+        turns=[AIMessage("Noted.", id="ai-1")],
+        on_call=lambda messages: FIRST_MODEL_INPUTS.append(messages[0].additional_kwargs),
+    ),
+    tools=[ask_visitor],
+)
+
+
+@step(max_retries=0)
+async def json_form_step() -> str:
+    question = HumanMessage("Which one?", id="human-1", additional_kwargs={"choices": ("a", ("b", 2))})
+    result = await run_agent(
+        json_form_agent, [question], on_human_input=deliver_question, on_first_pass=charge_credit
+    )
+    return result.text
+
+
+@workflow
+async def json_form_chat() -> str:
+    result: str = await json_form_step()
+    return result

@@ -284,3 +284,13 @@ async def test_a_hand_built_langgraph_graph_works_the_same(store: str) -> None:
 
     assert await _completed(run_id) == "Got it: 31"
     assert _count("model") == 2
+
+
+async def test_after_a_checkpoint_the_agent_continues_from_the_transcript_as_stored(store: str) -> None:
+    """`on_first_pass` checkpoints the input transcript; the model then sees it as a re-execution
+    would restore it (its JSON form: tuples are lists), not the live objects of this pass."""
+    lg_agents.FIRST_MODEL_INPUTS.clear()
+    run_id = await pyworkflow.start(lg_agents.json_form_chat)
+    assert await _completed(run_id) == "Noted."
+    assert lg_agents.FIRST_MODEL_INPUTS == [{"choices": ["a", ["b", 2]]}]
+    assert repr(lg_agents.FIRST_MODEL_INPUTS[0]) == "{'choices': ['a', ['b', 2]]}"

@@ -19,6 +19,7 @@ EXPECTED = [
     "NotFoundError",
     "PathItem",
     "RevisionConflictError",
+    "SerializationError",
     "ServerError",
     "ServerUnavailableError",
     "Skill",

@@ -6,6 +6,7 @@ database."""
 from __future__ import annotations
 
 import asyncio
+import math
 import os
 import time
 from collections.abc import AsyncIterator
@@ -14,6 +15,7 @@ from typing import Any
 
 import pytest
 
+import pyworkflow
 from atfgraph._json import dumps
 from atfgraph.server._hub import Hub, node_key, traverser_key
 from atfgraph.server._identity import Identity, Principal, Role
@@ -188,3 +190,30 @@ async def test_a_hook_resume_whose_audit_entry_fails_does_not_commit(service: Se
         await service.resume_hook(ALICE, hook_id, {"ok": True})
     wait = await service.store.pyworkflow.get_wait(hook_id)
     assert wait is not None and wait.status == WaitStatus.PENDING and wait.payload is None
+
+
+@pyworkflow.workflow(name="service-test:answer")
+async def answering() -> Any:
+    return await pyworkflow.hook("answer")
+
+
+async def test_resume_hook_refuses_a_payload_that_would_not_come_back_exactly(
+    service: Service, location: str
+) -> None:
+    """A direct caller (HTTP and the console refuse such numbers before this) gets a 422-kind
+    refusal, recorded, and the hook stays pending."""
+    pyworkflow.configure(storage=location if ON_POSTGRES else f"sqlite:///{location}", poll_interval=0.02)
+    try:
+        run_id = await pyworkflow.start(answering)
+        await pyworkflow.wait_for_run(run_id, 10, until=("suspended",))
+        (hook,) = await pyworkflow.list_pending_hooks()
+        for payload in ({"ratio": math.nan}, {"account": 2**64 + 1}):
+            with pytest.raises(Invalid) as refused:
+                await service.resume_hook(ALICE, hook.hook_id, payload)
+            assert refused.value.code == "validation_error"
+            assert refused.value.message.startswith("payload cannot be stored as JSON: $.")
+        assert [h.hook_id for h in await pyworkflow.list_pending_hooks()] == [hook.hook_id]
+        outcomes = [(r[1], r[3]) for r in audit_rows(service) if r[1] == "hook.resume"]
+        assert outcomes == [("hook.resume", "refused"), ("hook.resume", "refused")]
+    finally:
+        await pyworkflow.shutdown()

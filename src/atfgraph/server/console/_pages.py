@@ -27,7 +27,7 @@ from starlette.datastructures import FormData
 
 from pyworkflow.store import WaitKind, WaitStatus
 
-from ..._json import MAX_BODY_BYTES, MAX_DEPTH, JSONTooDeepError, check_depth, dumps
+from ..._json import MAX_BODY_BYTES, MAX_DEPTH, InexactNumberError, JSONTooDeepError, dumps, loads_exact
 from ..._models import TraverserStatus
 from .._identity import Identity, Permission, Principal, Role
 from .._refusals import NotFound, Refusal
@@ -271,14 +271,13 @@ def parse_json_field(text: str, *, note_key: str | None) -> Any:
     if note_key is not None and stripped[0] not in "{[":
         return {note_key: stripped}
     try:
-        value = orjson.loads(stripped)
+        return loads_exact(stripped, root="$", max_depth=MAX_DEPTH)
     except orjson.JSONDecodeError as exc:
         raise ValueError(f"not valid JSON: {exc}") from None
-    try:
-        check_depth(value, MAX_DEPTH)
     except JSONTooDeepError as exc:
         raise ValueError(str(exc)) from None
-    return value
+    except InexactNumberError as exc:
+        raise ValueError(f"not JSON the server keeps exactly: {exc}") from None
 
 
 def _back(form: FormData, default: str) -> str:
