@@ -74,7 +74,8 @@ def test_numbers_json_would_not_keep_are_refused_naming_where(value: Any, messag
 
 def test_numpy_values_are_checked_too() -> None:
     """orjson writes numpy arrays and scalars (OPT_SERIALIZE_NUMPY), NaN among them as null."""
-    np = pytest.importorskip("numpy")
+    import numpy as np
+
     assert _serde.loads(_serde.dumps({"v": np.array([1.5, 2.0])})) == {"v": [1.5, 2.0]}
     with pytest.raises(SerializationError, match=r"\$\.v\[1\]\[0\]: nan is not"):
         _serde.dumps({"v": np.array([[1.0], [np.nan]])})
