@@ -11,7 +11,7 @@ from fastapi import Request
 
 from .._json import MAX_BODY_BYTES, MAX_DEPTH, JSONTooDeepError, check_depth, dumps
 from ._errors import ApiError, bad_request
-from ._store import StepRecord
+from ._graph_rows import StepRecord
 
 _MAX_KEY = 512  # names, operation keys, targets: short identifiers, not payloads
 

@@ -20,10 +20,11 @@ from pyworkflow import validate_payload
 from pyworkflow.store import WaitKind, WaitRecord
 
 from .._models import DECISIONS
+from ._graph_rows import StepRecord
 from ._hub import Hub, node_key, traverser_key
-from ._identity import AuditEntry, Identity, Principal
+from ._identity import AuditEntry, Identity, Principal, write_audit
 from ._refusals import Conflict, Invalid, NotFound, Refusal
-from ._store import GraphStore, StepRecord
+from ._store import GraphStore
 
 #: The wait kinds a person may resume through the server (approvals are decided instead).
 HOOK_KINDS = (WaitKind.HOOK, WaitKind.STEP_HOOK)
@@ -114,20 +115,18 @@ class Service:
         wait = await pyworkflow_store.get_wait(hook_id)
         if wait is None or wait.kind not in HOOK_KINDS:
             raise NotFound.of("hook", hook_id)
+        now = time.time()
+        entry = AuditEntry(who, "hook.resume", hook_id, "allowed", {"payload": payload})
         try:
             data = validate_payload(wait, payload)
             resolved: WaitRecord = await pyworkflow_store.resolve_wait(
-                wait_id=hook_id, payload=data, now=time.time()
+                wait_id=hook_id, payload=data, now=now, also=lambda conn: write_audit(conn, entry, now)
             )
         except pyworkflow.HookError as exc:
             await self._refused(who, "hook.resume", hook_id, str(exc))
             if isinstance(exc, pyworkflow.PayloadValidationError):
                 raise Invalid(str(exc), "payload_invalid") from None
             raise Conflict(str(exc), "hook_not_pending") from None
-        # The hook's wait is pyworkflow's, committed by its store; the entry follows its commit.
-        await self.identity.audit(
-            who, "hook.resume", target=hook_id, outcome="allowed", detail={"payload": payload}
-        )
         return resolved
 
     async def _refused(self, who: Principal, action: str, target: str, detail: str) -> None:

@@ -5,13 +5,12 @@ writer thread (group commit); reads run on this thread's reader connection as on
 lookup goes through a primary key or an index (see migrations/<dialect>/), so the cost of an
 operation does not grow with history.
 
-One set of statements serves both dialects: they are written for SQLite, and the kit's
-PostgreSQL database (``pyworkflow.store.PostgresDatabase``) translates placeholders and turns the
-lock hints ``/*FOR UPDATE*/`` and ``/*FOR UPDATE SKIP LOCKED*/`` into clauses. SQLite has a
-single writer, so a transition's reads and writes never interleave with another's; on
-PostgreSQL, where several servers may share the database, each transition first locks the rows
-whose state it checks (the traverser, the approval), and claims and sweeps skip rows another
-server holds.
+The module is split by concept: the named statements (``_graph_sql``, one set for both
+dialects), the rows and their JSON views (``_graph_rows``), the console's reads
+(``_console_reads``) and, here, the transitions. SQLite has a single writer, so a transition's
+reads and writes never interleave with another's; on PostgreSQL, where several servers may share
+the database, each transition first locks the rows whose state it checks (the traverser, the
+approval), and claims and sweeps skip rows another server holds.
 
 A write function may be run twice by the writer (when another job of its batch fails, each job is
 re-run alone), so it touches nothing but the connection it is given.
@@ -19,11 +18,9 @@ re-run alone), so it touches nothing but the connection it is given.
 
 from __future__ import annotations
 
-import sqlite3
 import time
-import uuid
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from typing import Any, TypeVar
 
 from pyworkflow import CheckpointConflictError
@@ -33,7 +30,6 @@ from pyworkflow.store import (
     Migration,
     SQLiteDatabase,
     SQLiteStore,
-    StepStatus,
     check_revision,
     load_migrations,
     pyworkflow_migrations,
@@ -42,276 +38,65 @@ from pyworkflow.store import (
 
 from .._json import dumps, fragment, loads
 from .._models import ApprovalStatus, TraverserStatus
+from ._console_reads import ConsoleReads
 from ._dburl import parse_location
+from ._graph_rows import (
+    STEP_STATUS_IN,
+    Conn,
+    Row,
+    StepRecord,
+    SweepOutcome,
+    _row,
+    _rows,
+    approval_view,
+    new_id,
+    step_view,
+    traverser_view,
+    worker_view,
+)
+from ._graph_sql import (
+    SQL_ALL_APPROVALS,
+    SQL_APPROVAL_BY_KEY,
+    SQL_APPROVALS_IN_STATUS,
+    SQL_APPROVALS_OF,
+    SQL_CHECKPOINTS,
+    SQL_CLAIM,
+    SQL_CONTINUE,
+    SQL_DECIDE,
+    SQL_DUE_APPROVALS,
+    SQL_EXPIRE_APPROVALS_OF,
+    SQL_EXPIRED_LEASES,
+    SQL_FINISH,
+    SQL_GET_APPROVAL,
+    SQL_GET_CHECKPOINT,
+    SQL_GET_MEMORY,
+    SQL_GET_TRAVERSER,
+    SQL_GET_WORKER,
+    SQL_INSERT_APPROVAL,
+    SQL_INSERT_STEP,
+    SQL_INSERT_TRAVERSER,
+    SQL_INSERT_WORKER,
+    SQL_LEASES_OF_WORKER,
+    SQL_LIST_TRAVERSERS,
+    SQL_LOCK_APPROVAL,
+    SQL_LOCK_TRAVERSER,
+    SQL_PAUSE,
+    SQL_PENDING_APPROVALS,
+    SQL_READY,
+    SQL_RENEW,
+    SQL_REQUEUE,
+    SQL_STEPS,
+    SQL_TRAVERSER_BY_KEY,
+    SQL_UPSERT_MEMORY,
+    SQL_WORKER_SEEN,
+    SQL_WORKERS,
+    SWEEP_BATCH,
+    TRAVERSER_SCOPE,
+)
 from ._identity import AuditEntry, identity_migrations, write_audit
 from ._refusals import Conflict, LeaseLost, NotFound
 
 T = TypeVar("T")
-#: A row of either dialect: ``sqlite3.Row`` or the PostgreSQL database's row (both index by
-#: position and by column name).
-Row = Any
-#: A connection of either dialect (``sqlite3.Connection`` or the PostgreSQL database's connection).
-Conn = Any
-
-# -- traversers -------------------------------------------------------------------------------
-
-# Create a traverser, queued for its first claim; nothing when its idempotency key is taken (a
-# submission that raced ours on another server committed first: the caller reads that one).
-SQL_INSERT_TRAVERSER = """
-INSERT INTO atfg_traversers (id, target, node_id, skill, status, input, max_attempts,
-                             idempotency_key, available_at, created_at, updated_at)
-VALUES (?, ?, ?, ?, 'queued', ?, ?, ?, ?, ?, ?)
-ON CONFLICT (idempotency_key) DO NOTHING
-"""
-# An earlier submission with the same idempotency key (its UNIQUE index).
-SQL_TRAVERSER_BY_KEY = "SELECT * FROM atfg_traversers WHERE idempotency_key = ?"
-# One traverser by id (API reads, and the state check of every transition).
-SQL_GET_TRAVERSER = "SELECT * FROM atfg_traversers WHERE id = ?"
-# The same, locked for the transition that reads it (PostgreSQL; SQLite has one writer).
-SQL_LOCK_TRAVERSER = "SELECT * FROM atfg_traversers WHERE id = ? /*FOR UPDATE*/"
-# Claims: the oldest queued traversers of a node that this worker's version may run (a traverser
-# is pinned to the version of its first claim). Served by the partial index atfg_traversers_ready.
-SQL_READY = """
-SELECT id FROM atfg_traversers
-WHERE status = 'queued' AND node_id = ? AND available_at <= ? AND (version IS NULL OR version = ?)
-ORDER BY available_at LIMIT ? /*FOR UPDATE SKIP LOCKED*/
-"""
-# Take a lease: a new attempt under a new epoch (the fence every later write must carry).
-SQL_CLAIM = """
-UPDATE atfg_traversers
-SET status = 'running', attempt = attempt + 1, epoch = epoch + 1, version = COALESCE(version, ?),
-    lease_worker = ?, lease_expires_at = ?, updated_at = ?
-WHERE id = ? AND status = 'queued'
-"""
-# Heartbeat: extend a lease this worker still holds.
-SQL_RENEW = """
-UPDATE atfg_traversers SET lease_expires_at = ?
-WHERE id = ? AND epoch = ? AND lease_worker = ? AND status = 'running'
-"""
-# Pause: close the lease and wait for the named approval.
-SQL_PAUSE = """
-UPDATE atfg_traversers
-SET status = 'waiting', waiting_on = ?, lease_worker = NULL, lease_expires_at = NULL, updated_at = ?
-WHERE id = ? AND epoch = ? AND status = 'running'
-"""
-# Continuation after a decision or an expiry: queued again, with one more attempt allowed so the
-# pause does not consume the failure-retry budget.
-SQL_CONTINUE = """
-UPDATE atfg_traversers
-SET status = 'queued', waiting_on = NULL, max_attempts = max_attempts + 1, available_at = ?, updated_at = ?
-WHERE id = ? AND status = 'waiting' AND waiting_on = ?
-"""
-# End an attempt with a terminal outcome.
-SQL_FINISH = """
-UPDATE atfg_traversers
-SET status = ?, result = ?, error = ?, lease_worker = NULL, lease_expires_at = NULL,
-    updated_at = ?, finished_at = ?
-WHERE id = ?
-"""
-# End an attempt and queue another (retry, lease expiry, release). ``max_attempts`` grows by the
-# last parameter: 1 when the attempt is not to be charged (a release on shutdown), else 0.
-SQL_REQUEUE = """
-UPDATE atfg_traversers
-SET status = 'queued', error = ?, lease_worker = NULL, lease_expires_at = NULL,
-    max_attempts = max_attempts + ?, available_at = ?, updated_at = ?
-WHERE id = ?
-"""
-# A stopping worker's leases (it holds none it knows of by then; any left were claimed in a
-# response it never read). Scans only running traversers (atfg_traversers_leases).
-SQL_LEASES_OF_WORKER = """
-SELECT id, node_id FROM atfg_traversers
-WHERE status = 'running' AND lease_expires_at IS NOT NULL AND lease_worker = ? /*FOR UPDATE*/
-"""
-# The reaper: leases that ran out (their worker died or hung), via atfg_traversers_leases.
-SQL_EXPIRED_LEASES = """
-SELECT id, node_id, attempt, max_attempts FROM atfg_traversers
-WHERE status = 'running' AND lease_expires_at < ? ORDER BY lease_expires_at LIMIT ? /*FOR UPDATE SKIP LOCKED*/
-"""
-# Listing by status, newest last (atfg_traversers_by_status).
-SQL_LIST_TRAVERSERS = "SELECT * FROM atfg_traversers WHERE status = ? ORDER BY created_at DESC LIMIT ?"
-
-# -- steps, checkpoints, memory ---------------------------------------------------------------
-
-# A traverser's child steps are its run's step records in the engine's steps table, with their
-# place in its path (seq) and the target they ran; a completed one is replayed, never re-run.
-# Record one; a step already recorded is never overwritten (replay returns it).
-SQL_INSERT_STEP = """
-INSERT INTO steps (run_id, step_key, seq, target, status, attempt, result, error, updated_at)
-VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)
-ON CONFLICT (run_id, step_key) DO NOTHING
-"""
-# A traverser's steps in path order (primary key prefix); a child step is written once, so its
-# updated_at is when it was recorded.
-SQL_STEPS = """
-SELECT step_key, seq, target, status, attempt, result, error, updated_at AS created_at
-FROM steps WHERE run_id = ? ORDER BY seq, updated_at
-"""
-#: A child step's status as the API reports it <-> as the engine records it.
-_STEP_STATUS_OUT = {StepStatus.COMPLETED.value: "succeeded", StepStatus.FAILED.value: "failed"}
-_STEP_STATUS_IN = {"succeeded": StepStatus.COMPLETED.value, "failed": StepStatus.FAILED.value}
-# A traverser's checkpoints are its run's, in the engine's checkpoints table at scope
-# TRAVERSER_SCOPE (pyworkflow's steps use their step keys); written by the kit's
-# compare-and-set rule (``write_checkpoint``).
-SQL_CHECKPOINTS = "SELECT name, value, revision FROM checkpoints WHERE run_id = ? AND scope = ''"
-SQL_GET_CHECKPOINT = "SELECT value, revision FROM checkpoints WHERE run_id = ? AND scope = '' AND name = ?"
-SQL_GET_MEMORY = "SELECT value, revision FROM atfg_memory WHERE scope = ? AND key = ?"
-# Compare-and-set: the update applies only while the stored revision is the one read (the last
-# parameter), so two writers racing on one key (servers sharing PostgreSQL, no lease to lock)
-# cannot both succeed; the loser changes nothing and gets a conflict.
-SQL_UPSERT_MEMORY = """
-INSERT INTO atfg_memory (scope, key, value, revision, updated_at) VALUES (?, ?, ?, ?, ?)
-ON CONFLICT (scope, key) DO UPDATE SET value = excluded.value, revision = excluded.revision,
-    updated_at = excluded.updated_at
-WHERE atfg_memory.revision = ?
-"""
-
-# -- approvals --------------------------------------------------------------------------------
-
-SQL_INSERT_APPROVAL = """
-INSERT INTO atfg_approvals
-    (id, traverser_id, operation_key, prompt, checkpoint, status, created_at, expires_at)
-VALUES (?, ?, ?, ?, ?, 'pending', ?, ?)
-"""
-SQL_GET_APPROVAL = "SELECT * FROM atfg_approvals WHERE id = ?"
-SQL_LOCK_APPROVAL = "SELECT * FROM atfg_approvals WHERE id = ? /*FOR UPDATE*/"
-# Identity lookup (the UNIQUE (traverser_id, operation_key) index).
-SQL_APPROVAL_BY_KEY = "SELECT * FROM atfg_approvals WHERE traverser_id = ? AND operation_key = ?"
-SQL_APPROVALS_OF = "SELECT * FROM atfg_approvals WHERE traverser_id = ? ORDER BY created_at"
-# The single transition out of 'pending': the conditional update is the race's only winner.
-SQL_DECIDE = """
-UPDATE atfg_approvals SET status = ?, decided_by = ?, response = ?, decided_at = ?
-WHERE id = ? AND status = 'pending'
-"""
-# A cancelled traverser will never read its pending approvals: take them out of the inbox.
-SQL_EXPIRE_APPROVALS_OF = """
-UPDATE atfg_approvals SET status = 'expired', decided_by = 'system:cancelled', decided_at = ?
-WHERE traverser_id = ? AND status = 'pending'
-"""
-# The inbox, oldest first (atfg_approvals_pending).
-SQL_PENDING_APPROVALS = "SELECT * FROM atfg_approvals WHERE status = 'pending' ORDER BY created_at LIMIT ?"
-SQL_ALL_APPROVALS = "SELECT * FROM atfg_approvals ORDER BY created_at LIMIT ?"
-# The sweeper: pending approvals past their deadline (atfg_approvals_due).
-SQL_DUE_APPROVALS = """
-SELECT id FROM atfg_approvals
-WHERE status = 'pending' AND expires_at IS NOT NULL AND expires_at <= ? ORDER BY expires_at LIMIT ?
-/*FOR UPDATE SKIP LOCKED*/
-"""
-
-# -- workers ----------------------------------------------------------------------------------
-
-SQL_INSERT_WORKER = """
-INSERT INTO atfg_workers (id, node_id, version, capacity, registered_at, last_seen) VALUES (?, ?, ?, ?, ?, ?)
-"""
-SQL_GET_WORKER = "SELECT * FROM atfg_workers WHERE id = ?"
-SQL_WORKER_SEEN = "UPDATE atfg_workers SET last_seen = ?, stats = COALESCE(?, stats) WHERE id = ?"
-SQL_WORKERS = "SELECT * FROM atfg_workers ORDER BY registered_at DESC LIMIT ?"
-
-_SWEEP_BATCH = 500
-#: The checkpoint scope of a traverser's handler (the run itself, not one of its steps).
-TRAVERSER_SCOPE = ""
-
-
-def _cursor(conn: Conn, sql: str, params: Sequence[Any]) -> Any:
-    if isinstance(conn, sqlite3.Connection):
-        cur = conn.cursor()
-        cur.row_factory = sqlite3.Row
-        return cur.execute(sql, params)
-    return conn.execute(sql, params)  # PostgreSQL rows answer to names already
-
-
-def _rows(conn: Conn, sql: str, params: Sequence[Any] = ()) -> list[Row]:
-    rows: list[Row] = _cursor(conn, sql, params).fetchall()
-    return rows
-
-
-def _row(conn: Conn, sql: str, params: Sequence[Any] = ()) -> Row | None:
-    return _cursor(conn, sql, params).fetchone()
-
-
-def new_id() -> str:
-    return uuid.uuid4().hex
-
-
-# -- JSON views (bytes stay bytes: embedded as fragments) --------------------------------------
-
-
-def traverser_view(row: Row) -> dict[str, Any]:
-    return {
-        "id": row["id"],
-        "target": row["target"],
-        "node_id": row["node_id"],
-        "version": row["version"],
-        "status": row["status"],
-        "attempt": row["attempt"],
-        "max_attempts": row["max_attempts"],
-        "input": fragment(row["input"]),
-        "result": fragment(row["result"]),
-        "error": fragment(row["error"]),
-        "waiting_on": row["waiting_on"],
-        "created_at": row["created_at"],
-        "updated_at": row["updated_at"],
-        "finished_at": row["finished_at"],
-    }
-
-
-def approval_view(row: Row) -> dict[str, Any]:
-    return {
-        "id": row["id"],
-        "traverser_id": row["traverser_id"],
-        "operation_key": row["operation_key"],
-        "status": row["status"],
-        "prompt": fragment(row["prompt"]),
-        "checkpoint": fragment(row["checkpoint"]),
-        "decided_by": row["decided_by"],
-        "response": fragment(row["response"]),
-        "created_at": row["created_at"],
-        "expires_at": row["expires_at"],
-        "decided_at": row["decided_at"],
-    }
-
-
-def step_view(row: Row) -> dict[str, Any]:
-    return {
-        "key": row["step_key"],
-        "seq": row["seq"],
-        "target": row["target"],
-        "status": _STEP_STATUS_OUT.get(row["status"], row["status"]),
-        "attempt": row["attempt"],
-        "result": fragment(row["result"]),
-        "error": fragment(row["error"]),
-    }
-
-
-def worker_view(row: Row) -> dict[str, Any]:
-    return {
-        "id": row["id"],
-        "node_id": row["node_id"],
-        "version": row["version"],
-        "capacity": row["capacity"],
-        "stats": fragment(row["stats"]),
-        "registered_at": row["registered_at"],
-        "last_seen": row["last_seen"],
-    }
-
-
-@dataclass(slots=True)
-class StepRecord:
-    """A child step the worker reports with its next write (saves a round trip per step)."""
-
-    key: str
-    seq: int
-    target: str
-    status: str
-    result: bytes | None
-    error: bytes | None
-
-
-@dataclass(slots=True)
-class SweepOutcome:
-    """What the sweeper changed: the nodes to wake and the traversers whose watchers to wake."""
-
-    nodes: set[str]
-    traversers: set[str]
 
 
 def server_migrations(dialect: str) -> list[Migration]:
@@ -325,7 +110,7 @@ def server_migrations(dialect: str) -> list[Migration]:
     ]
 
 
-class GraphStore:
+class GraphStore(ConsoleReads):
     """The graph server's store: a SQLite file path, or a ``postgresql://`` URL. pyworkflow's
     tables live in the same database."""
 
@@ -394,7 +179,7 @@ class GraphStore:
                     step.key,
                     step.seq,
                     step.target,
-                    _STEP_STATUS_IN[step.status],
+                    STEP_STATUS_IN[step.status],
                     row["attempt"],
                     step.result,
                     step.error,
@@ -777,7 +562,7 @@ class GraphStore:
                 return _rows(conn, SQL_PENDING_APPROVALS, (limit,))
             if status is None:
                 return _rows(conn, SQL_ALL_APPROVALS, (limit,))
-            return [r for r in _rows(conn, SQL_ALL_APPROVALS, (limit,)) if r["status"] == status]
+            return _rows(conn, SQL_APPROVALS_IN_STATUS, (status, limit))
 
         return [approval_view(r) for r in self._read1(fn)]
 
@@ -833,7 +618,7 @@ class GraphStore:
         def fn(conn: Conn) -> SweepOutcome:
             now = time.time()
             out = SweepOutcome(set(), set())
-            for (approval_id,) in conn.execute(SQL_DUE_APPROVALS, (now, _SWEEP_BATCH)).fetchall():
+            for (approval_id,) in conn.execute(SQL_DUE_APPROVALS, (now, SWEEP_BATCH)).fetchall():
                 expired = conn.execute(
                     SQL_DECIDE, (ApprovalStatus.EXPIRED.value, "system:expiry", None, now, approval_id)
                 ).rowcount
@@ -847,7 +632,7 @@ class GraphStore:
                     out.nodes.add(node)
                     out.traversers.add(tid)
             for tid, node, attempt, max_attempts in conn.execute(
-                SQL_EXPIRED_LEASES, (now, _SWEEP_BATCH)
+                SQL_EXPIRED_LEASES, (now, SWEEP_BATCH)
             ).fetchall():
                 message = f"lease expired during attempt {attempt} (worker lost or hung)"
                 if attempt < max_attempts:
@@ -862,105 +647,6 @@ class GraphStore:
             return out
 
         return await self.db.write(fn)
-
-    # -- console reads (the review console: filtered listings and one run's whole record) ---------
-
-    #: Traversers for the console's Runs page: any combination of status, node and a creation-time
-    #: window, newest first; only the filters given become conditions. With a status the planner
-    #: uses atfg_traversers_by_status, otherwise atfg_traversers_by_created (bounded by LIMIT).
-    SQL_CONSOLE_TRAVERSERS = "SELECT * FROM atfg_traversers{where} ORDER BY created_at DESC LIMIT ?"
-    _CONSOLE_FILTERS = ("status = ?", "node_id = ?", "created_at >= ?", "created_at < ?")
-    #: The Policies page: pending approvals oldest first (atfg_approvals_pending), each with the
-    #: traverser it pauses (primary key lookup).
-    SQL_CONSOLE_PENDING = """
-    SELECT a.*, t.target AS t_target, t.node_id AS t_node_id, t.status AS t_status, t.attempt AS t_attempt
-    FROM atfg_approvals a JOIN atfg_traversers t ON t.id = a.traverser_id
-    WHERE a.status = 'pending' ORDER BY a.created_at LIMIT ?
-    """
-    #: The Policies page: the latest decisions (approved, rejected, expired), newest first. Not an
-    #: indexed read (no index on decided_at): the console is not a hot path and LIMIT bounds it.
-    SQL_CONSOLE_DECIDED = """
-    SELECT a.*, t.target AS t_target, t.node_id AS t_node_id, t.status AS t_status, t.attempt AS t_attempt
-    FROM atfg_approvals a JOIN atfg_traversers t ON t.id = a.traverser_id
-    WHERE a.status != 'pending' ORDER BY a.decided_at DESC LIMIT ?
-    """
-    #: A run's checkpoints with the time of their last write (for its timeline).
-    SQL_CONSOLE_CHECKPOINTS = """
-    SELECT name, value, revision, updated_at FROM checkpoints
-    WHERE run_id = ? AND scope = ? ORDER BY updated_at
-    """
-
-    def console_traversers(
-        self,
-        status: str | None,
-        node_id: str | None,
-        since: float | None,
-        until: float | None,
-        limit: int,
-    ) -> list[dict[str, Any]]:
-        """Traversers matching every filter given (None: no filter), newest first, JSON decoded."""
-        values = (status, node_id, since, until)
-        given = [(c, v) for c, v in zip(self._CONSOLE_FILTERS, values, strict=True) if v is not None]
-        where = " WHERE " + " AND ".join(cond for cond, _ in given) if given else ""
-        sql = self.SQL_CONSOLE_TRAVERSERS.format(where=where)
-        params = [value for _, value in given] + [limit]
-        rows = self._read1(lambda c: _rows(c, sql, params))
-        return [self._decoded(traverser_view(r)) for r in rows]
-
-    def console_approvals(self, pending: bool, limit: int) -> list[dict[str, Any]]:
-        """Pending approvals oldest first, or decided ones newest first; each with its traverser's
-        ``target``, ``node_id``, ``traverser_status`` and ``attempt``, JSON decoded."""
-        sql = self.SQL_CONSOLE_PENDING if pending else self.SQL_CONSOLE_DECIDED
-        out = []
-        for row in self._read1(lambda c: _rows(c, sql, (limit,))):
-            view = self._decoded(approval_view(row))
-            view.update(
-                target=row["t_target"],
-                node_id=row["t_node_id"],
-                traverser_status=row["t_status"],
-                attempt=row["t_attempt"],
-            )
-            out.append(view)
-        return out
-
-    def console_run(self, traverser_id: str) -> dict[str, Any]:
-        """One traverser with its steps (and when each was recorded), checkpoints (and when each
-        was last written) and approvals, read in one snapshot, JSON decoded."""
-
-        def fn(conn: Conn) -> dict[str, Any]:
-            row = _row(conn, SQL_GET_TRAVERSER, (traverser_id,))
-            if row is None:
-                raise NotFound.of("traverser", traverser_id)
-            steps = [
-                {**self._decoded(step_view(s)), "created_at": s["created_at"]}
-                for s in _rows(conn, SQL_STEPS, (traverser_id,))
-            ]
-            checkpoints = [
-                {
-                    "name": c["name"],
-                    "value": loads(c["value"]),
-                    "revision": c["revision"],
-                    "updated_at": c["updated_at"],
-                }
-                for c in _rows(conn, self.SQL_CONSOLE_CHECKPOINTS, (traverser_id, TRAVERSER_SCOPE))
-            ]
-            approvals = [
-                self._decoded(approval_view(a)) for a in _rows(conn, SQL_APPROVALS_OF, (traverser_id,))
-            ]
-            return {
-                "traverser": self._decoded(traverser_view(row)),
-                "steps": steps,
-                "checkpoints": checkpoints,
-                "approvals": approvals,
-            }
-
-        return self._read(fn)
-
-    @staticmethod
-    def _decoded(view: dict[str, Any]) -> dict[str, Any]:
-        """A view with its embedded JSON fragments decoded (for templates rather than responses)."""
-        decoded: dict[str, Any] = loads(dumps(view))
-        return decoded
 
 
 def _decision_audit(audit: AuditEntry, decision: str, view: dict[str, Any]) -> AuditEntry:

@@ -59,7 +59,7 @@ from .._errors import (
 from ._group_commit import Rows
 from ._migrations import Migration
 from ._migrations import pyworkflow_migrations as _migrations_of
-from ._pg_db import PostgresDatabase
+from ._pg_db import PgConnection, PostgresDatabase
 from ._pg_sql import (
     CHANNEL,
     SQL_ANY_READY,
@@ -621,6 +621,7 @@ class PostgresStore:
         payload: bytes,
         now: float,
         check: Callable[[WaitRecord], None] | None = None,
+        also: Callable[[Any], None] | None = None,
     ) -> WaitRecord:
         # Find the wait (no lock), then record the decision with one statement that locks its run
         # and reads the wait again (migration 0004): a racing decision or expiry that committed
@@ -635,7 +636,20 @@ class PostgresStore:
         raise_if_resolved(wait)
         if check is not None and (wait.expires_at is None or wait.expires_at > now):
             check(wait)
-        outcome = await self._call(SQL_FN_RESOLVE_WAIT, (wait.id, wait.run_id, payload, now), wait.run_id)
+        params = (wait.id, wait.run_id, payload, now)
+        if also is None:
+            outcome = await self._call(SQL_FN_RESOLVE_WAIT, params, wait.run_id)
+        else:
+            # The caller's write joins the decision's transaction: a write function on the same
+            # writer instead of a pipelined statement (operators' decisions, not the hot path).
+            def tx(conn: PgConnection) -> str:
+                row = conn.raw.execute(SQL_FN_RESOLVE_WAIT, params).fetchone()
+                decided = str(row[0]) if row is not None else "missing"
+                if decided == "ok":
+                    also(conn)
+                return decided
+
+            outcome = await self._writer.write(tx)
         if outcome == "missing":
             raise HookNotFoundError("no hook has this token" if token_digest else f"no hook {wait_id!r}")
         if outcome.startswith("resolved:"):

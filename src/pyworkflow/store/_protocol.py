@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from enum import StrEnum
-from typing import Protocol, runtime_checkable
+from typing import Any, Protocol, runtime_checkable
 
 
 class RunStatus(StrEnum):
@@ -295,12 +295,16 @@ class Store(Protocol):
         payload: bytes,
         now: float,
         check: Callable[[WaitRecord], None] | None = None,
+        also: Callable[[Any], None] | None = None,
     ) -> WaitRecord:
         """``pending -> received`` and wake the run, in one transaction. Raises the matching
         ``HookError`` (and changes nothing) when the wait is unknown, expired, cancelled or
         already received; a wait past its deadline is expired here rather than received.
         ``check(wait)`` runs inside the transaction before anything is written (the payload's
-        schema check); what it raises refuses the decision."""
+        schema check); what it raises refuses the decision. ``also(conn)`` is the caller's own
+        write (an audit entry), run in the same transaction once the decision is recorded, on the
+        kit database's connection (SQLite's, or PostgreSQL's synchronous one, which takes the
+        SQLite-flavoured ``?`` placeholders): the decision and that write commit together."""
         ...
 
     async def expire_due_waits(self, *, now: float, limit: int = 500) -> int: ...

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import sqlite3
 from collections.abc import Callable, Sequence
+from typing import Any
 
 from .._errors import (
     CancellationError,
@@ -482,6 +483,7 @@ class SQLiteStore:
         payload: bytes,
         now: float,
         check: Callable[[WaitRecord], None] | None = None,
+        also: Callable[[Any], None] | None = None,
     ) -> WaitRecord:
         def tx(conn: sqlite3.Connection) -> WaitRecord:
             if token_digest is not None:
@@ -501,6 +503,8 @@ class SQLiteStore:
             conn.execute(SQL_RESOLVE_WAIT, (WaitStatus.RECEIVED, payload, now, wait.id))
             _event(conn, wait.run_id, now, "wait_received", wait.wait_key)
             _wake(conn, wait.run_id, now)
+            if also is not None:
+                also(conn)
             wait.status, wait.payload, wait.resolved_at = WaitStatus.RECEIVED, payload, now
             return wait
 

@@ -45,6 +45,8 @@ HOT_QUERIES = [
     ("SQL_EXPIRED_LEASES", (0.0, 10)),
     ("SQL_DUE_APPROVALS", (0.0, 10)),
     ("SQL_PENDING_APPROVALS", (10,)),
+    ("SQL_ALL_APPROVALS", (10,)),
+    ("SQL_APPROVALS_IN_STATUS", ("approved", 10)),
     ("SQL_APPROVAL_BY_KEY", ("t", "k")),
     ("SQL_APPROVALS_OF", ("t",)),
     ("SQL_STEPS", ("t",)),
@@ -76,7 +78,7 @@ async def test_tables_are_prefixed_and_hot_queries_use_indexes(store: GraphStore
     assert {n for n in names if not n.startswith("atfg_")} - {"sqlite_sequence"} == pyworkflow_tables | {
         "schema_migrations"
     }
-    from atfgraph.server import _store as sql
+    from atfgraph.server import _graph_sql as sql
 
     if ON_POSTGRES:
         # With sequential scans priced out, a query no index serves still plans a "Seq Scan".
@@ -229,3 +231,21 @@ async def test_a_stopping_worker_gives_back_leases_it_never_read(store: GraphSto
     assert await store.release_all(mine) == []
     again = await claim_one(store, other)
     assert again["traverser"]["id"] == lost["id"]
+
+
+async def test_listing_approvals_in_a_status_limits_after_filtering(store: GraphStore) -> None:
+    """The limit counts approvals in the status asked for (it was applied before the filter)."""
+    worker = (await store.register_worker("n", "1.0", 8))["id"]
+    ids = []
+    for k in range(4):
+        trav, _ = await store.submit("n.skill", b"{}", max_attempts=1, idempotency_key=f"k{k}")
+        epoch = (await claim_one(store, worker))["epoch"]
+        approval, _ = await store.request_approval(trav["id"], epoch, "ok", b"{}", None, None, True, [])
+        ids.append(approval["id"])
+    for approval_id in ids[2:]:  # the two newest approved, the two oldest still pending
+        await store.decide(approval_id, "approved", None, "alice")
+    for limit in (1, 2, 3):
+        approved = store.list_approvals("approved", None, limit)
+        assert [a["id"] for a in approved] == ids[2:][:limit]
+    assert [a["id"] for a in store.list_approvals("pending", None, 1)] == ids[:1]
+    assert [a["id"] for a in store.list_approvals(None, None, 3)] == ids[:3]

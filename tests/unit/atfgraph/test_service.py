@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import time
 from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
@@ -19,6 +20,7 @@ from atfgraph.server._identity import Identity, Principal, Role
 from atfgraph.server._refusals import Conflict, Invalid, NotFound
 from atfgraph.server._service import Service
 from atfgraph.server._store import GraphStore
+from pyworkflow.store import NewWait, WaitKind, WaitStatus
 
 ON_POSTGRES = os.environ.get("PYWORKFLOW_TEST_STORE", "sqlite") in ("postgresql", "postgres")
 ALICE = Principal("t-alice", "alice", Role.REVIEWER)
@@ -152,3 +154,37 @@ async def test_resume_hook_refuses_what_is_not_a_pending_hook(service: Service) 
             await service.resume_hook(ALICE, ident, {"ok": True})
     await asyncio.sleep(0)
     assert [r for r in audit_rows(service) if r[1] == "hook.resume"] == []
+
+
+async def pending_hook(service: Service) -> str:
+    """A pyworkflow run in the server's database suspended on a hook: the hook's id."""
+    store = service.store.pyworkflow
+    now = time.time()
+    claim = await store.create_run("run-1", "tests:wf", b"{}", now=now, lease_owner="me", lease_ttl=30)
+    assert claim is not None
+    wait = NewWait("hook-1", "h#1", WaitKind.HOOK, "approve", "", b"digest-1", None, None)
+    await store.create_wait(claim.fence, wait, now=now)
+    await store.suspend_run(claim.fence, notified=["hook-1"], delivered={}, now=now)
+    return "hook-1"
+
+
+async def test_a_resumed_hook_commits_with_its_audit_entry(service: Service) -> None:
+    hook_id = await pending_hook(service)
+    resolved = await service.resume_hook(ALICE, hook_id, {"ok": True})
+    assert resolved.status == WaitStatus.RECEIVED
+    assert [r for r in audit_rows(service) if r[1] == "hook.resume"] == [
+        ("alice", "hook.resume", hook_id, "allowed")
+    ]
+    with pytest.raises(Conflict) as again:
+        await service.resume_hook(ALICE, hook_id, {"ok": False})
+    assert again.value.code == "hook_not_pending"
+    assert [r[3] for r in audit_rows(service) if r[1] == "hook.resume"] == ["allowed", "refused"]
+
+
+async def test_a_hook_resume_whose_audit_entry_fails_does_not_commit(service: Service) -> None:
+    hook_id = await pending_hook(service)
+    break_audit(service)
+    with pytest.raises(Exception, match="audit refused"):
+        await service.resume_hook(ALICE, hook_id, {"ok": True})
+    wait = await service.store.pyworkflow.get_wait(hook_id)
+    assert wait is not None and wait.status == WaitStatus.PENDING and wait.payload is None

@@ -1,0 +1,106 @@
+"""The review console's reads of the graph store: filtered listings and one run's whole record,
+decoded for templates. Not a hot path; each read is bounded by its LIMIT."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any, TypeVar
+
+from .._json import dumps, loads
+from ._graph_rows import Conn, _row, _rows, approval_view, step_view, traverser_view
+from ._graph_sql import (
+    CONSOLE_FILTERS,
+    SQL_APPROVALS_OF,
+    SQL_CONSOLE_CHECKPOINTS,
+    SQL_CONSOLE_DECIDED,
+    SQL_CONSOLE_PENDING,
+    SQL_CONSOLE_TRAVERSERS,
+    SQL_GET_TRAVERSER,
+    SQL_STEPS,
+    TRAVERSER_SCOPE,
+)
+from ._refusals import NotFound
+
+T = TypeVar("T")
+
+
+class ConsoleReads:
+    """Mixed into :class:`~atfgraph.server._store.GraphStore`, which supplies the two readers."""
+
+    def _read(self, fn: Callable[[Conn], T]) -> T:
+        raise NotImplementedError
+
+    def _read1(self, fn: Callable[[Conn], T]) -> T:
+        raise NotImplementedError
+
+    def console_traversers(
+        self,
+        status: str | None,
+        node_id: str | None,
+        since: float | None,
+        until: float | None,
+        limit: int,
+    ) -> list[dict[str, Any]]:
+        """Traversers matching every filter given (None: no filter), newest first, JSON decoded."""
+        values = (status, node_id, since, until)
+        given = [(c, v) for c, v in zip(CONSOLE_FILTERS, values, strict=True) if v is not None]
+        where = " WHERE " + " AND ".join(cond for cond, _ in given) if given else ""
+        sql = SQL_CONSOLE_TRAVERSERS.format(where=where)
+        params = [value for _, value in given] + [limit]
+        rows = self._read1(lambda c: _rows(c, sql, params))
+        return [self._decoded(traverser_view(r)) for r in rows]
+
+    def console_approvals(self, pending: bool, limit: int) -> list[dict[str, Any]]:
+        """Pending approvals oldest first, or decided ones newest first; each with its traverser's
+        ``target``, ``node_id``, ``traverser_status`` and ``attempt``, JSON decoded."""
+        sql = SQL_CONSOLE_PENDING if pending else SQL_CONSOLE_DECIDED
+        out = []
+        for row in self._read1(lambda c: _rows(c, sql, (limit,))):
+            view = self._decoded(approval_view(row))
+            view.update(
+                target=row["t_target"],
+                node_id=row["t_node_id"],
+                traverser_status=row["t_status"],
+                attempt=row["t_attempt"],
+            )
+            out.append(view)
+        return out
+
+    def console_run(self, traverser_id: str) -> dict[str, Any]:
+        """One traverser with its steps (and when each was recorded), checkpoints (and when each
+        was last written) and approvals, read in one snapshot, JSON decoded."""
+
+        def fn(conn: Conn) -> dict[str, Any]:
+            row = _row(conn, SQL_GET_TRAVERSER, (traverser_id,))
+            if row is None:
+                raise NotFound.of("traverser", traverser_id)
+            steps = [
+                {**self._decoded(step_view(s)), "created_at": s["created_at"]}
+                for s in _rows(conn, SQL_STEPS, (traverser_id,))
+            ]
+            checkpoints = [
+                {
+                    "name": c["name"],
+                    "value": loads(c["value"]),
+                    "revision": c["revision"],
+                    "updated_at": c["updated_at"],
+                }
+                for c in _rows(conn, SQL_CONSOLE_CHECKPOINTS, (traverser_id, TRAVERSER_SCOPE))
+            ]
+            approvals = [
+                self._decoded(approval_view(a)) for a in _rows(conn, SQL_APPROVALS_OF, (traverser_id,))
+            ]
+            return {
+                "traverser": self._decoded(traverser_view(row)),
+                "steps": steps,
+                "checkpoints": checkpoints,
+                "approvals": approvals,
+            }
+
+        return self._read(fn)
+
+    @staticmethod
+    def _decoded(view: dict[str, Any]) -> dict[str, Any]:
+        """A view with its embedded JSON fragments decoded (for templates rather than responses)."""
+        decoded: dict[str, Any] = loads(dumps(view))
+        return decoded
