@@ -211,11 +211,6 @@ APPROVAL_STATUS_WHERE: dict[str, tuple[str, tuple[str, ...]]] = {
     "expired": ("w.status IN (?, ?)", ("expired", "cancelled")),
 }
 SQL_APPROVALS_IN_STATUS = APPROVAL_ROW + "WHERE w.kind = 'approval' AND {where} ORDER BY w.created_at LIMIT ?"
-# The sweeper's notice: traversers whose approval falls due now (the engine's sweeper expires it).
-SQL_DUE_APPROVAL_RUNS = """
-SELECT run_id FROM waits
-WHERE status = 'pending' AND expires_at IS NOT NULL AND expires_at <= ? AND kind = 'approval' LIMIT ?
-"""
 
 # -- workers ----------------------------------------------------------------------------------
 

@@ -67,7 +67,6 @@ from ._graph_sql import (
     SQL_CONTINUE,
     SQL_DECIDE,
     SQL_DROP_QUEUE_ROW,
-    SQL_DUE_APPROVAL_RUNS,
     SQL_EXPIRED_LEASES,
     SQL_FINISH,
     SQL_GET_APPROVAL,
@@ -633,12 +632,8 @@ class GraphStore(ConsoleReads):
         paused on them; then the reaper settles remote leases that ran out (retrying or failing
         their traversers). Safe at any time, including right after a restart, when it catches up
         on everything that fell due while the server was down."""
-        now = time.time()
         out = SweepOutcome(set(), set())
-        out.traversers.update(
-            self._read1(lambda c: [r[0] for r in c.execute(SQL_DUE_APPROVAL_RUNS, (now, SWEEP_BATCH))])
-        )
-        expired = await self.pyworkflow.expire_due_waits(now=now, limit=SWEEP_BATCH)
+        expired = await self.pyworkflow.expire_due_waits(now=time.time(), limit=SWEEP_BATCH)
 
         def reap(conn: Conn) -> SweepOutcome:
             now = time.time()

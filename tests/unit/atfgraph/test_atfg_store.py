@@ -43,7 +43,6 @@ async def claim_one(store: GraphStore, worker: str) -> dict[str, object]:
 HOT_QUERIES = [
     ("SQL_READY", ("n", 0.0, "1", 1)),
     ("SQL_EXPIRED_LEASES", (0.0, 10)),
-    ("SQL_DUE_APPROVAL_RUNS", (0.0, 10)),
     ("SQL_PENDING_APPROVALS", (10,)),
     ("SQL_ALL_APPROVALS", (10,)),
     ("SQL_APPROVALS_IN_STATUS", ("received", "approved", 10)),
