@@ -83,25 +83,29 @@ SQL_UNLEASE = (
     "UPDATE queue SET lease_owner = NULL, lease_expires_at = NULL, available_at = ? WHERE run_id = ?"
 )
 SQL_DELETE_QUEUE = "DELETE FROM queue WHERE run_id = ?"
-# Due rows nobody holds (never leased, released, or whose lease ran out).
+# Due rows nobody holds (never leased, released, or whose lease ran out). Every read of the queue
+# here is of pyworkflow's own rows (node_id NULL; a remote run's row is its node's workers'), and
+# walks queue_ready (node_id, available_at).
 SQL_READY = """
 SELECT run_id, epoch, wake_seq, lease_owner, crashes FROM queue
-WHERE available_at <= ?1 AND (lease_expires_at IS NULL OR lease_expires_at < ?1)
+WHERE node_id IS NULL AND available_at <= ?1 AND (lease_expires_at IS NULL OR lease_expires_at < ?1)
 ORDER BY available_at LIMIT ?2
 """
 SQL_ANY_READY = """
-SELECT 1 FROM queue WHERE available_at <= ?1 AND (lease_expires_at IS NULL OR lease_expires_at < ?1) LIMIT 1
+SELECT 1 FROM queue
+WHERE node_id IS NULL AND available_at <= ?1 AND (lease_expires_at IS NULL OR lease_expires_at < ?1) LIMIT 1
 """
 SQL_LEASE = """
 UPDATE queue SET epoch = epoch + 1, lease_owner = ?, lease_expires_at = ?, crashes = ? WHERE run_id = ?
 """
 SQL_RUN_FOR_CLAIM = "SELECT workflow, input, status FROM runs WHERE id = ?"
-SQL_HEARTBEAT = "UPDATE queue SET lease_expires_at = ? WHERE lease_owner = ?"
-SQL_EXPIRE_LEASES = "UPDATE queue SET lease_expires_at = ? WHERE lease_owner = ?"
-SQL_LEASE_OWNERS = (
-    "SELECT DISTINCT lease_owner FROM queue WHERE lease_owner IS NOT NULL AND lease_expires_at >= ?"
-)
-SQL_NEXT_QUEUE = "SELECT MIN(COALESCE(lease_expires_at, available_at)) FROM queue"
+SQL_HEARTBEAT = "UPDATE queue SET lease_expires_at = ? WHERE lease_owner = ? AND node_id IS NULL"
+SQL_EXPIRE_LEASES = "UPDATE queue SET lease_expires_at = ? WHERE lease_owner = ? AND node_id IS NULL"
+SQL_LEASE_OWNERS = """
+SELECT DISTINCT lease_owner FROM queue
+WHERE lease_owner IS NOT NULL AND lease_expires_at >= ? AND node_id IS NULL
+"""
+SQL_NEXT_QUEUE = "SELECT MIN(COALESCE(lease_expires_at, available_at)) FROM queue WHERE node_id IS NULL"
 SQL_NEXT_WAIT = "SELECT MIN(expires_at) FROM waits WHERE status = 'pending' AND expires_at IS NOT NULL"
 # Record a step's outcome unless it already has a final one (then nothing changes: rowcount 0).
 SQL_UPSERT_STEP = """
