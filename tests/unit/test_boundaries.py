@@ -66,5 +66,5 @@ def test_the_walker_resolves_relative_imports_and_sees_private_names() -> None:
     assert private("pyworkflow.store._sqlite") and private("_waits")
     assert not private("pyworkflow.store") and not private("__future__")
     service = [(m, n) for f, _, m, n in imports("atfgraph") if f.endswith("server/_service.py")]
-    assert ("atfgraph.server._store", ("GraphStore", "StepRecord")) in service
+    assert ("atfgraph.server._store", ("GraphStore",)) in service
     assert ("atfgraph._models", ("DECISIONS",)) in service

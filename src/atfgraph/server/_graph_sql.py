@@ -106,17 +106,6 @@ ORDER BY q.lease_expires_at LIMIT ? /*FOR UPDATE OF r SKIP LOCKED*/
 SQL_LIST_TRAVERSERS = (
     TRAVERSER_ROW + "WHERE r.status = ? AND r.node_id IS NOT NULL ORDER BY r.created_at DESC LIMIT ?"
 )
-# Continuation after a decision or an expiry: a traverser paused on that wait is queued again,
-# with one more attempt allowed so the pause does not consume the failure-retry budget ...
-SQL_CONTINUE = """
-UPDATE runs SET status = 'pending', waiting_on = NULL, max_attempts = max_attempts + 1, updated_at = ?
-WHERE id = ? AND node_id IS NOT NULL AND status = 'suspended' AND waiting_on = ?
-"""
-# ... with a new queue row whose epoch continues from its attempts (the fence only grows).
-SQL_QUEUE_CONTINUED = """
-INSERT INTO queue (run_id, available_at, wake_seq, epoch, node_id)
-SELECT id, ?, 1, attempt, node_id FROM runs WHERE id = ?
-"""
 # Nodes with work due for their workers (after the sweeper continued traversers).
 SQL_NODES_WITH_WORK = """
 SELECT DISTINCT node_id FROM queue WHERE node_id IS NOT NULL AND lease_owner IS NULL AND available_at <= ?

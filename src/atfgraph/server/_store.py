@@ -33,6 +33,7 @@ from pyworkflow.store import (
     check_revision,
     load_migrations,
     pyworkflow_migrations,
+    wake_run,
     write_checkpoint,
 )
 
@@ -64,7 +65,6 @@ from ._graph_sql import (
     SQL_CANCEL_WAITS,
     SQL_CHECKPOINTS,
     SQL_CLAIM,
-    SQL_CONTINUE,
     SQL_DECIDE,
     SQL_DROP_QUEUE_ROW,
     SQL_EXPIRED_LEASES,
@@ -86,7 +86,6 @@ from ._graph_sql import (
     SQL_NODES_WITH_WORK,
     SQL_PAUSE,
     SQL_PENDING_APPROVALS,
-    SQL_QUEUE_CONTINUED,
     SQL_QUEUE_TRAVERSER,
     SQL_READY,
     SQL_RENEW,
@@ -618,11 +617,7 @@ class GraphStore(ConsoleReads):
     def _continue(conn: Conn, traverser_id: str, approval_id: str, now: float) -> str | None:
         """The engine's wake of a run whose wait was decided: a traverser paused on it is queued
         again (one more attempt allowed); the node to wake, or None."""
-        if conn.execute(SQL_CONTINUE, (now, traverser_id, approval_id)).rowcount == 0:
-            return None  # not paused on this approval (pause=False, or cancelled)
-        conn.execute(SQL_QUEUE_CONTINUED, (now, traverser_id))
-        found = conn.execute(SQL_TRAVERSER_EXISTS, (traverser_id,)).fetchone()
-        return str(found[0])
+        return wake_run(conn, traverser_id, approval_id, now)
 
     # -- the sweeper's transitions ---------------------------------------------------------------
 
