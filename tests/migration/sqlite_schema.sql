@@ -29,7 +29,7 @@ CREATE TABLE queue (
     lease_owner      TEXT,
     lease_expires_at REAL,
     crashes          INTEGER NOT NULL DEFAULT 0
-);
+, node_id TEXT);
 
 -- table runs
 CREATE TABLE runs (
@@ -42,7 +42,7 @@ CREATE TABLE runs (
     created_at    REAL NOT NULL,
     updated_at    REAL NOT NULL,
     finished_at   REAL
-);
+, node_id TEXT, version TEXT, attempt INTEGER NOT NULL DEFAULT 0, max_attempts INTEGER, idempotency_key TEXT, waiting_on TEXT);
 
 -- table schema_migrations
 CREATE TABLE schema_migrations (
@@ -87,12 +87,15 @@ CREATE TABLE waits (
     expires_at    REAL,
     resolved_at   REAL,
     payload       BLOB,
-    payload_schema BLOB,
+    payload_schema BLOB, prompt BLOB, checkpoint BLOB, decision TEXT, decided_by TEXT,
     UNIQUE (run_id, wait_key)
 );
 
 -- index queue_ready
-CREATE INDEX queue_ready ON queue (available_at);
+CREATE INDEX queue_ready ON queue (node_id, available_at);
+
+-- index runs_by_idempotency_key
+CREATE UNIQUE INDEX runs_by_idempotency_key ON runs (idempotency_key);
 
 -- index runs_by_status
 CREATE INDEX runs_by_status ON runs (status, created_at);

@@ -105,6 +105,7 @@ STORE_API = [
     "pyworkflow_migrations",
     "redact_url",
     "sqlite_path",
+    "wake_run",
     "write_checkpoint",
 ]
 

@@ -262,7 +262,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     async def readyz(request: Request) -> Response:
         """Ready when the database answers (a 503 in the error shape when it does not)."""
         store: GraphStore = request.app.state.store
-        store.db.read(lambda conn: conn.execute("SELECT 1 FROM atfg_traversers LIMIT 1").fetchall())
+        store.db.read(lambda conn: conn.execute("SELECT 1 FROM runs LIMIT 1").fetchall())
         return Response(b'{"status":"ready"}', media_type="application/json")
 
     @app.exception_handler(ApiError)

@@ -10,6 +10,7 @@ from .._json import dumps, loads
 from ._graph_rows import Conn, _row, _rows, approval_view, step_view, traverser_view
 from ._graph_sql import (
     CONSOLE_FILTERS,
+    ENGINE_STATUS,
     SQL_APPROVALS_OF,
     SQL_CONSOLE_CHECKPOINTS,
     SQL_CONSOLE_DECIDED,
@@ -42,9 +43,9 @@ class ConsoleReads:
         limit: int,
     ) -> list[dict[str, Any]]:
         """Traversers matching every filter given (None: no filter), newest first, JSON decoded."""
-        values = (status, node_id, since, until)
+        values = (None if status is None else ENGINE_STATUS.get(status, status), node_id, since, until)
         given = [(c, v) for c, v in zip(CONSOLE_FILTERS, values, strict=True) if v is not None]
-        where = " WHERE " + " AND ".join(cond for cond, _ in given) if given else ""
+        where = "".join(f" AND {cond}" for cond, _ in given)
         sql = SQL_CONSOLE_TRAVERSERS.format(where=where)
         params = [value for _, value in given] + [limit]
         rows = self._read1(lambda c: _rows(c, sql, params))

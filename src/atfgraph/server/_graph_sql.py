@@ -5,82 +5,111 @@ kit's PostgreSQL database turns into clauses and SQLite ignores (it has one writ
 
 from __future__ import annotations
 
-# -- traversers -------------------------------------------------------------------------------
+# -- traversers: runs served by remote workers ------------------------------------------------
+#
+# A traverser is a run of the engine's runs table with a node_id (pyworkflow's runtimes never
+# touch such a run's queue row); its lease is its queue row's (lease_owner = the worker, epoch
+# the fence), and the row exists while the run is queued or running. Every statement below reads
+# a traverser through TRAVERSER_ROW, which gives the engine's columns the API's names and its
+# statuses (pending -> queued, suspended -> waiting, completed -> succeeded). The run's runs row is
+# its lock: a transition locks it first (PostgreSQL; SQLite has one writer), then changes its
+# queue row, steps, checkpoints or waits.
+
+#: A traverser as the API names its fields (a LEFT JOIN: a waiting or finished run has no queue row).
+TRAVERSER_ROW = """
+SELECT r.id, r.workflow AS target, r.node_id, r.version,
+       CASE r.status WHEN 'pending' THEN 'queued' WHEN 'suspended' THEN 'waiting'
+                     WHEN 'completed' THEN 'succeeded' ELSE r.status END AS status,
+       r.input, r.result, r.error, r.attempt, r.max_attempts, q.epoch, q.lease_owner AS lease_worker,
+       q.lease_expires_at, r.waiting_on, r.created_at, r.updated_at, r.finished_at
+FROM runs r LEFT JOIN queue q ON q.run_id = r.id
+"""
+#: The API's traverser statuses as the engine records them.
+ENGINE_STATUS = {
+    "queued": "pending",
+    "running": "running",
+    "waiting": "suspended",
+    "succeeded": "completed",
+    "failed": "failed",
+    "cancelled": "cancelled",
+}
 
 # Create a traverser, queued for its first claim; nothing when its idempotency key is taken (a
 # submission that raced ours on another server committed first: the caller reads that one).
 SQL_INSERT_TRAVERSER = """
-INSERT INTO atfg_traversers (id, target, node_id, skill, status, input, max_attempts,
-                             idempotency_key, available_at, created_at, updated_at)
-VALUES (?, ?, ?, ?, 'queued', ?, ?, ?, ?, ?, ?)
+INSERT INTO runs (id, workflow, status, input, node_id, attempt, max_attempts, idempotency_key,
+                  created_at, updated_at)
+VALUES (?, ?, 'pending', ?, ?, 0, ?, ?, ?, ?)
 ON CONFLICT (idempotency_key) DO NOTHING
 """
-# An earlier submission with the same idempotency key (its UNIQUE index).
-SQL_TRAVERSER_BY_KEY = "SELECT * FROM atfg_traversers WHERE idempotency_key = ?"
+# Its queue row: due now, claimable by the node's workers. epoch = attempt (0) here and on every
+# row created later for the run (the engine's wake), so the fence only grows.
+SQL_QUEUE_TRAVERSER = "INSERT INTO queue (run_id, available_at, epoch, node_id) VALUES (?, ?, 0, ?)"
+# An earlier submission with the same idempotency key (runs_by_idempotency_key).
+SQL_TRAVERSER_BY_KEY = TRAVERSER_ROW + "WHERE r.idempotency_key = ?"
 # One traverser by id (API reads, and the state check of every transition).
-SQL_GET_TRAVERSER = "SELECT * FROM atfg_traversers WHERE id = ?"
-# The same, locked for the transition that reads it (PostgreSQL; SQLite has one writer).
-SQL_LOCK_TRAVERSER = "SELECT * FROM atfg_traversers WHERE id = ? /*FOR UPDATE*/"
-# Claims: the oldest queued traversers of a node that this worker's version may run (a traverser
-# is pinned to the version of its first claim). Served by the partial index atfg_traversers_ready.
+SQL_GET_TRAVERSER = TRAVERSER_ROW + "WHERE r.id = ? AND r.node_id IS NOT NULL"
+# The same, with the run's lock, for the transition that reads it.
+SQL_LOCK_TRAVERSER = SQL_GET_TRAVERSER + " /*FOR UPDATE OF r*/"
+# Whether a traverser exists (primary key).
+SQL_TRAVERSER_EXISTS = "SELECT node_id FROM runs WHERE id = ? AND node_id IS NOT NULL"
+# Claims: the oldest unleased queue rows of a node whose runs this worker's version may run (a
+# traverser is pinned to the version of its first claim), walking queue_ready (node_id,
+# available_at); rows and runs another server holds are skipped.
 SQL_READY = """
-SELECT id FROM atfg_traversers
-WHERE status = 'queued' AND node_id = ? AND available_at <= ? AND (version IS NULL OR version = ?)
-ORDER BY available_at LIMIT ? /*FOR UPDATE SKIP LOCKED*/
+SELECT q.run_id FROM queue q JOIN runs r ON r.id = q.run_id
+WHERE q.node_id = ? AND q.available_at <= ? AND q.lease_owner IS NULL AND r.status = 'pending'
+  AND (r.version IS NULL OR r.version = ?)
+ORDER BY q.available_at LIMIT ? /*FOR UPDATE OF q, r SKIP LOCKED*/
 """
-# Take a lease: a new attempt under a new epoch (the fence every later write must carry).
+# Take a lease: a new attempt (pinning the version) ...
 SQL_CLAIM = """
-UPDATE atfg_traversers
-SET status = 'running', attempt = attempt + 1, epoch = epoch + 1, version = COALESCE(version, ?),
-    lease_worker = ?, lease_expires_at = ?, updated_at = ?
-WHERE id = ? AND status = 'queued'
+UPDATE runs SET status = 'running', attempt = attempt + 1, version = COALESCE(version, ?), updated_at = ?
+WHERE id = ? AND status = 'pending'
 """
-# Heartbeat: extend a lease this worker still holds.
+# ... under a new epoch, the fence every later write of the attempt must carry.
+SQL_LEASE = "UPDATE queue SET epoch = epoch + 1, lease_owner = ?, lease_expires_at = ? WHERE run_id = ?"
+# Heartbeat: extend a lease this worker still holds (queue_by_owner finds the row's owner).
 SQL_RENEW = """
-UPDATE atfg_traversers SET lease_expires_at = ?
-WHERE id = ? AND epoch = ? AND lease_worker = ? AND status = 'running'
+UPDATE queue SET lease_expires_at = ?
+WHERE run_id = ? AND epoch = ? AND lease_owner = ? AND node_id IS NOT NULL
 """
-# Pause: close the lease and wait for the named approval.
+# Pause: the run waits for the named approval, and holds nothing (its queue row goes).
 SQL_PAUSE = """
-UPDATE atfg_traversers
-SET status = 'waiting', waiting_on = ?, lease_worker = NULL, lease_expires_at = NULL, updated_at = ?
-WHERE id = ? AND epoch = ? AND status = 'running'
+UPDATE runs SET status = 'suspended', waiting_on = ?, updated_at = ? WHERE id = ? AND status = 'running'
 """
-# Continuation after a decision or an expiry: queued again, with one more attempt allowed so the
-# pause does not consume the failure-retry budget.
-SQL_CONTINUE = """
-UPDATE atfg_traversers
-SET status = 'queued', waiting_on = NULL, max_attempts = max_attempts + 1, available_at = ?, updated_at = ?
-WHERE id = ? AND status = 'waiting' AND waiting_on = ?
-"""
-# End an attempt with a terminal outcome.
-SQL_FINISH = """
-UPDATE atfg_traversers
-SET status = ?, result = ?, error = ?, lease_worker = NULL, lease_expires_at = NULL,
-    updated_at = ?, finished_at = ?
-WHERE id = ?
-"""
+SQL_DROP_QUEUE_ROW = "DELETE FROM queue WHERE run_id = ?"
+# End an attempt with a terminal outcome (status as the engine records it); the queue row goes.
+SQL_FINISH = "UPDATE runs SET status = ?, result = ?, error = ?, updated_at = ?, finished_at = ? WHERE id = ?"
 # End an attempt and queue another (retry, lease expiry, release). ``max_attempts`` grows by the
-# last parameter: 1 when the attempt is not to be charged (a release on shutdown), else 0.
+# second parameter: 1 when the attempt is not to be charged (a release on shutdown), else 0 ...
 SQL_REQUEUE = """
-UPDATE atfg_traversers
-SET status = 'queued', error = ?, lease_worker = NULL, lease_expires_at = NULL,
-    max_attempts = max_attempts + ?, available_at = ?, updated_at = ?
-WHERE id = ?
+UPDATE runs SET status = 'pending', error = ?, max_attempts = max_attempts + ?, updated_at = ? WHERE id = ?
 """
+# ... and its queue row is unleased and due now.
+SQL_UNLEASE = (
+    "UPDATE queue SET lease_owner = NULL, lease_expires_at = NULL, available_at = ? WHERE run_id = ?"
+)
 # A stopping worker's leases (it holds none it knows of by then; any left were claimed in a
-# response it never read). Scans only running traversers (atfg_traversers_leases).
+# response it never read), via queue_by_owner; the runs are locked, in id order.
 SQL_LEASES_OF_WORKER = """
-SELECT id, node_id FROM atfg_traversers
-WHERE status = 'running' AND lease_expires_at IS NOT NULL AND lease_worker = ? /*FOR UPDATE*/
+SELECT q.run_id, q.node_id FROM queue q JOIN runs r ON r.id = q.run_id
+WHERE q.lease_owner = ? AND q.node_id IS NOT NULL ORDER BY q.run_id /*FOR UPDATE OF r*/
 """
-# The reaper: leases that ran out (their worker died or hung), via atfg_traversers_leases.
+# The reaper: remote leases that ran out (their worker died or hung), via queue_leases.
 SQL_EXPIRED_LEASES = """
-SELECT id, node_id, attempt, max_attempts FROM atfg_traversers
-WHERE status = 'running' AND lease_expires_at < ? ORDER BY lease_expires_at LIMIT ? /*FOR UPDATE SKIP LOCKED*/
+SELECT q.run_id, q.node_id, r.attempt, r.max_attempts FROM queue q JOIN runs r ON r.id = q.run_id
+WHERE q.lease_owner IS NOT NULL AND q.lease_expires_at < ? AND q.node_id IS NOT NULL
+ORDER BY q.lease_expires_at LIMIT ? /*FOR UPDATE OF r SKIP LOCKED*/
 """
-# Listing by status, newest last (atfg_traversers_by_status).
-SQL_LIST_TRAVERSERS = "SELECT * FROM atfg_traversers WHERE status = ? ORDER BY created_at DESC LIMIT ?"
+# Listing by status (as the engine records it), newest first (runs_by_status).
+SQL_LIST_TRAVERSERS = (
+    TRAVERSER_ROW + "WHERE r.status = ? AND r.node_id IS NOT NULL ORDER BY r.created_at DESC LIMIT ?"
+)
+# Nodes with work due for their workers (after the sweeper continued traversers).
+SQL_NODES_WITH_WORK = """
+SELECT DISTINCT node_id FROM queue WHERE node_id IS NOT NULL AND lease_owner IS NULL AND available_at <= ?
+"""
 
 # -- steps, checkpoints, memory ---------------------------------------------------------------
 
@@ -114,40 +143,63 @@ ON CONFLICT (scope, key) DO UPDATE SET value = excluded.value, revision = exclud
 WHERE atfg_memory.revision = ?
 """
 
-# -- approvals --------------------------------------------------------------------------------
+# -- approvals: waits of kind 'approval' -------------------------------------------------------
+#
+# An approval is a wait of its traverser's run, identified by (run, operation key) as its
+# wait_key: pending -> received (with a decision, approved or rejected, who made it and the
+# response as its payload) | expired (its deadline; the engine's sweeper) | cancelled (its run
+# was). APPROVAL_ROW gives it the API's names and statuses (a cancelled one reads as expired,
+# decided by system:cancelled).
 
-SQL_INSERT_APPROVAL = """
-INSERT INTO atfg_approvals
-    (id, traverser_id, operation_key, prompt, checkpoint, status, created_at, expires_at)
-VALUES (?, ?, ?, ?, ?, 'pending', ?, ?)
+APPROVAL_ROW = """
+SELECT w.id, w.run_id AS traverser_id, w.wait_key AS operation_key,
+       CASE w.status WHEN 'received' THEN w.decision WHEN 'cancelled' THEN 'expired' ELSE w.status END
+           AS status,
+       w.prompt, w.checkpoint,
+       COALESCE(w.decided_by, CASE w.status WHEN 'expired' THEN 'system:expiry'
+                                            WHEN 'cancelled' THEN 'system:cancelled' END) AS decided_by,
+       w.payload AS response, w.created_at, w.expires_at, w.resolved_at AS decided_at
+FROM waits w
 """
-SQL_GET_APPROVAL = "SELECT * FROM atfg_approvals WHERE id = ?"
-SQL_LOCK_APPROVAL = "SELECT * FROM atfg_approvals WHERE id = ? /*FOR UPDATE*/"
-# Identity lookup (the UNIQUE (traverser_id, operation_key) index).
-SQL_APPROVAL_BY_KEY = "SELECT * FROM atfg_approvals WHERE traverser_id = ? AND operation_key = ?"
-SQL_APPROVALS_OF = "SELECT * FROM atfg_approvals WHERE traverser_id = ? ORDER BY created_at"
+SQL_INSERT_APPROVAL = """
+INSERT INTO waits (id, run_id, wait_key, kind, name, step_key, status, created_at, expires_at, prompt,
+                   checkpoint)
+VALUES (?, ?, ?, 'approval', ?, '', 'pending', ?, ?, ?, ?)
+"""
+SQL_GET_APPROVAL = APPROVAL_ROW + "WHERE w.id = ? AND w.kind = 'approval'"
+# The approval with its run's lock (the run is what a decision changes) and its own row's, so
+# that a decision that waited for another reads the approval as that one left it.
+SQL_LOCK_APPROVAL = (
+    APPROVAL_ROW
+    + "JOIN runs r ON r.id = w.run_id WHERE w.id = ? AND w.kind = 'approval' /*FOR UPDATE OF r, w*/"
+)
+# Identity lookup (the UNIQUE (run_id, wait_key) index).
+SQL_APPROVAL_BY_KEY = APPROVAL_ROW + "WHERE w.run_id = ? AND w.wait_key = ? AND w.kind = 'approval'"
+SQL_APPROVALS_OF = APPROVAL_ROW + "WHERE w.run_id = ? AND w.kind = 'approval' ORDER BY w.created_at"
 # The single transition out of 'pending': the conditional update is the race's only winner.
 SQL_DECIDE = """
-UPDATE atfg_approvals SET status = ?, decided_by = ?, response = ?, decided_at = ?
+UPDATE waits SET status = 'received', decision = ?, decided_by = ?, payload = ?, resolved_at = ?
 WHERE id = ? AND status = 'pending'
 """
-# A cancelled traverser will never read its pending approvals: take them out of the inbox.
-SQL_EXPIRE_APPROVALS_OF = """
-UPDATE atfg_approvals SET status = 'expired', decided_by = 'system:cancelled', decided_at = ?
-WHERE traverser_id = ? AND status = 'pending'
-"""
-# The inbox, oldest first (atfg_approvals_pending).
-SQL_PENDING_APPROVALS = "SELECT * FROM atfg_approvals WHERE status = 'pending' ORDER BY created_at LIMIT ?"
-# Every approval, or those in one status, oldest first (atfg_approvals_by_created,
-# atfg_approvals_by_status): the status is a condition, so LIMIT counts only matching rows.
-SQL_ALL_APPROVALS = "SELECT * FROM atfg_approvals ORDER BY created_at LIMIT ?"
-SQL_APPROVALS_IN_STATUS = "SELECT * FROM atfg_approvals WHERE status = ? ORDER BY created_at LIMIT ?"
-# The sweeper: pending approvals past their deadline (atfg_approvals_due).
-SQL_DUE_APPROVALS = """
-SELECT id FROM atfg_approvals
-WHERE status = 'pending' AND expires_at IS NOT NULL AND expires_at <= ? ORDER BY expires_at LIMIT ?
-/*FOR UPDATE SKIP LOCKED*/
-"""
+# A cancelled traverser will never read its pending waits: they leave the inbox.
+SQL_CANCEL_WAITS = (
+    "UPDATE waits SET status = 'cancelled', resolved_at = ? WHERE run_id = ? AND status = 'pending'"
+)
+# The inbox, oldest first (waits_pending).
+SQL_PENDING_APPROVALS = (
+    APPROVAL_ROW + "WHERE w.status = 'pending' AND w.kind = 'approval' ORDER BY w.created_at LIMIT ?"
+)
+# Every approval, or those in one status, oldest first (waits_by_kind): the status is a
+# condition, so LIMIT counts only matching rows.
+SQL_ALL_APPROVALS = APPROVAL_ROW + "WHERE w.kind = 'approval' ORDER BY w.created_at LIMIT ?"
+#: The conditions (and parameters) of an API approval status on the waits table.
+APPROVAL_STATUS_WHERE: dict[str, tuple[str, tuple[str, ...]]] = {
+    "pending": ("w.status = ?", ("pending",)),
+    "approved": ("w.status = ? AND w.decision = ?", ("received", "approved")),
+    "rejected": ("w.status = ? AND w.decision = ?", ("received", "rejected")),
+    "expired": ("w.status IN (?, ?)", ("expired", "cancelled")),
+}
+SQL_APPROVALS_IN_STATUS = APPROVAL_ROW + "WHERE w.kind = 'approval' AND {where} ORDER BY w.created_at LIMIT ?"
 
 # -- workers ----------------------------------------------------------------------------------
 
@@ -166,24 +218,30 @@ TRAVERSER_SCOPE = ""
 # -- the review console's reads (not a hot path; each bounded by its LIMIT) -----------------
 
 #: Traversers for the console's Runs page: any combination of status, node and a creation-time
-#: window, newest first; only the filters given become conditions. With a status the planner
-#: uses atfg_traversers_by_status, otherwise atfg_traversers_by_created (bounded by LIMIT).
-SQL_CONSOLE_TRAVERSERS = "SELECT * FROM atfg_traversers{where} ORDER BY created_at DESC LIMIT ?"
-CONSOLE_FILTERS = ("status = ?", "node_id = ?", "created_at >= ?", "created_at < ?")
-#: The Policies page: pending approvals oldest first (atfg_approvals_pending), each with the
-#: traverser it pauses (primary key lookup).
-SQL_CONSOLE_PENDING = """
-SELECT a.*, t.target AS t_target, t.node_id AS t_node_id, t.status AS t_status, t.attempt AS t_attempt
-FROM atfg_approvals a JOIN atfg_traversers t ON t.id = a.traverser_id
-WHERE a.status = 'pending' ORDER BY a.created_at LIMIT ?
-"""
+#: window, newest first; only the filters given become conditions (the status as the engine
+#: records it). runs_by_status or runs_by_created, bounded by LIMIT.
+SQL_CONSOLE_TRAVERSERS = (
+    TRAVERSER_ROW + "WHERE r.node_id IS NOT NULL{where} ORDER BY r.created_at DESC LIMIT ?"
+)
+CONSOLE_FILTERS = ("r.status = ?", "r.node_id = ?", "r.created_at >= ?", "r.created_at < ?")
+_CONSOLE_APPROVAL = APPROVAL_ROW.replace(
+    "FROM waits w",
+    """, r.workflow AS t_target, r.node_id AS t_node_id,
+       CASE r.status WHEN 'pending' THEN 'queued' WHEN 'suspended' THEN 'waiting'
+                     WHEN 'completed' THEN 'succeeded' ELSE r.status END AS t_status, r.attempt AS t_attempt
+FROM waits w JOIN runs r ON r.id = w.run_id""",
+)
+#: The Policies page: pending approvals oldest first (waits_pending), each with the traverser it
+#: pauses (primary key lookup).
+SQL_CONSOLE_PENDING = (
+    _CONSOLE_APPROVAL + "WHERE w.status = 'pending' AND w.kind = 'approval' ORDER BY w.created_at LIMIT ?"
+)
 #: The Policies page: the latest decisions (approved, rejected, expired), newest first. Not an
-#: indexed read (no index on decided_at): the console is not a hot path and LIMIT bounds it.
-SQL_CONSOLE_DECIDED = """
-SELECT a.*, t.target AS t_target, t.node_id AS t_node_id, t.status AS t_status, t.attempt AS t_attempt
-FROM atfg_approvals a JOIN atfg_traversers t ON t.id = a.traverser_id
-WHERE a.status != 'pending' ORDER BY a.decided_at DESC LIMIT ?
-"""
+#: indexed read: the console is not a hot path and LIMIT bounds it.
+SQL_CONSOLE_DECIDED = (
+    _CONSOLE_APPROVAL
+    + "WHERE w.status != 'pending' AND w.kind = 'approval' ORDER BY w.resolved_at DESC LIMIT ?"
+)
 #: A run's checkpoints with the time of their last write (for its timeline).
 SQL_CONSOLE_CHECKPOINTS = """
 SELECT name, value, revision, updated_at FROM checkpoints

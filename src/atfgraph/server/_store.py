@@ -33,6 +33,7 @@ from pyworkflow.store import (
     check_revision,
     load_migrations,
     pyworkflow_migrations,
+    wake_run,
     write_checkpoint,
 )
 
@@ -55,16 +56,17 @@ from ._graph_rows import (
     worker_view,
 )
 from ._graph_sql import (
+    APPROVAL_STATUS_WHERE,
+    ENGINE_STATUS,
     SQL_ALL_APPROVALS,
     SQL_APPROVAL_BY_KEY,
     SQL_APPROVALS_IN_STATUS,
     SQL_APPROVALS_OF,
+    SQL_CANCEL_WAITS,
     SQL_CHECKPOINTS,
     SQL_CLAIM,
-    SQL_CONTINUE,
     SQL_DECIDE,
-    SQL_DUE_APPROVALS,
-    SQL_EXPIRE_APPROVALS_OF,
+    SQL_DROP_QUEUE_ROW,
     SQL_EXPIRED_LEASES,
     SQL_FINISH,
     SQL_GET_APPROVAL,
@@ -76,17 +78,22 @@ from ._graph_sql import (
     SQL_INSERT_STEP,
     SQL_INSERT_TRAVERSER,
     SQL_INSERT_WORKER,
+    SQL_LEASE,
     SQL_LEASES_OF_WORKER,
     SQL_LIST_TRAVERSERS,
     SQL_LOCK_APPROVAL,
     SQL_LOCK_TRAVERSER,
+    SQL_NODES_WITH_WORK,
     SQL_PAUSE,
     SQL_PENDING_APPROVALS,
+    SQL_QUEUE_TRAVERSER,
     SQL_READY,
     SQL_RENEW,
     SQL_REQUEUE,
     SQL_STEPS,
     SQL_TRAVERSER_BY_KEY,
+    SQL_TRAVERSER_EXISTS,
+    SQL_UNLEASE,
     SQL_UPSERT_MEMORY,
     SQL_WORKER_SEEN,
     SQL_WORKERS,
@@ -200,7 +207,7 @@ class GraphStore(ConsoleReads):
         """Queue a traverser; returns it and whether it was created (False: an earlier submission
         with the same idempotency key, returned as it is now). ``audit`` is recorded with the
         creation (its target becomes the new traverser's id)."""
-        node_id, _, skill = target.partition(".")
+        node_id = target.partition(".")[0]
         ident = new_id()
 
         def earlier(conn: Conn) -> Row | None:
@@ -220,7 +227,7 @@ class GraphStore(ConsoleReads):
                 return traverser_view(found), False
             inserted = conn.execute(
                 SQL_INSERT_TRAVERSER,
-                (ident, target, node_id, skill, input_json, max_attempts, idempotency_key, now, now, now),
+                (ident, target, input_json, node_id, max_attempts, idempotency_key, now, now),
             ).rowcount
             if inserted == 0:
                 # A submission with this key committed on another server after our lookup (the
@@ -228,6 +235,7 @@ class GraphStore(ConsoleReads):
                 found = earlier(conn)
                 assert found is not None
                 return traverser_view(found), False
+            conn.execute(SQL_QUEUE_TRAVERSER, (ident, now, node_id))
             row = _row(conn, SQL_GET_TRAVERSER, (ident,))
             assert row is not None
             if audit is not None:
@@ -244,7 +252,8 @@ class GraphStore(ConsoleReads):
 
     def list_traversers(self, status: str, limit: int) -> list[dict[str, Any]]:
         return [
-            traverser_view(r) for r in self._read1(lambda c: _rows(c, SQL_LIST_TRAVERSERS, (status, limit)))
+            traverser_view(r)
+            for r in self._read1(lambda c: _rows(c, SQL_LIST_TRAVERSERS, (ENGINE_STATUS[status], limit)))
         ]
 
     def path(self, traverser_id: str) -> dict[str, Any]:
@@ -270,10 +279,8 @@ class GraphStore(ConsoleReads):
                 write_audit(conn, audit, now)
             if not TraverserStatus(row["status"]).is_terminal:
                 error = dumps({"code": "cancelled", "message": "cancelled by request"})
-                conn.execute(
-                    SQL_FINISH, (TraverserStatus.CANCELLED.value, None, error, now, now, traverser_id)
-                )
-                conn.execute(SQL_EXPIRE_APPROVALS_OF, (now, traverser_id))
+                _finish(conn, traverser_id, TraverserStatus.CANCELLED, None, error, now)
+                conn.execute(SQL_CANCEL_WAITS, (now, traverser_id))
                 row = _row(conn, SQL_GET_TRAVERSER, (traverser_id,))
                 assert row is not None
             return traverser_view(row)
@@ -326,8 +333,9 @@ class GraphStore(ConsoleReads):
             tasks: list[dict[str, Any]] = []
             expires = now + self.lease_seconds
             for ident in ids:
-                if conn.execute(SQL_CLAIM, (worker["version"], worker_id, expires, now, ident)).rowcount == 0:
+                if conn.execute(SQL_CLAIM, (worker["version"], now, ident)).rowcount == 0:
                     continue  # no longer queued (cancelled since it was read)
+                conn.execute(SQL_LEASE, (worker_id, expires, ident))
                 row = _row(conn, SQL_GET_TRAVERSER, (ident,))
                 assert row is not None
                 tasks.append(
@@ -371,7 +379,7 @@ class GraphStore(ConsoleReads):
             now = time.time()
             row = self._leased(conn, traverser_id, epoch, now)
             self._record_steps(conn, row, steps, now)
-            conn.execute(SQL_FINISH, (TraverserStatus.SUCCEEDED.value, result, None, now, now, traverser_id))
+            _finish(conn, traverser_id, TraverserStatus.SUCCEEDED, result, None, now)
 
         await self.db.write(fn)
 
@@ -386,9 +394,9 @@ class GraphStore(ConsoleReads):
             row = self._leased(conn, traverser_id, epoch, now)
             self._record_steps(conn, row, steps, now)
             if retryable and row["attempt"] < row["max_attempts"]:
-                conn.execute(SQL_REQUEUE, (error, 0, now, now, traverser_id))
+                _requeue(conn, traverser_id, error, charged=True, now=now)
                 return TraverserStatus.QUEUED.value
-            conn.execute(SQL_FINISH, (TraverserStatus.FAILED.value, None, error, now, now, traverser_id))
+            _finish(conn, traverser_id, TraverserStatus.FAILED, None, error, now)
             return TraverserStatus.FAILED.value
 
         return await self.db.write(fn)
@@ -400,7 +408,7 @@ class GraphStore(ConsoleReads):
             now = time.time()
             row = self._leased(conn, traverser_id, epoch, now)
             self._record_steps(conn, row, steps, now)
-            conn.execute(SQL_REQUEUE, (row["error"], 1, now, now, traverser_id))
+            _requeue(conn, traverser_id, row["error"], charged=False, now=now)
 
         await self.db.write(fn)
 
@@ -413,7 +421,7 @@ class GraphStore(ConsoleReads):
             now = time.time()
             rows = conn.execute(SQL_LEASES_OF_WORKER, (worker_id,)).fetchall()
             for row in rows:
-                conn.execute(SQL_REQUEUE, (None, 1, now, now, row[0]))
+                _requeue(conn, row[0], None, charged=False, now=now)
             return sorted({row[1] for row in rows})
 
         return await self.db.write(fn)
@@ -444,7 +452,7 @@ class GraphStore(ConsoleReads):
 
     def get_checkpoint(self, traverser_id: str, name: str) -> dict[str, Any]:
         def fn(conn: Conn) -> tuple[bool, Any]:
-            exists = conn.execute("SELECT 1 FROM atfg_traversers WHERE id = ?", (traverser_id,)).fetchone()
+            exists = conn.execute(SQL_TRAVERSER_EXISTS, (traverser_id,)).fetchone()
             return exists is not None, conn.execute(SQL_GET_CHECKPOINT, (traverser_id, name)).fetchone()
 
         exists, found = self._read(fn)
@@ -526,7 +534,7 @@ class GraphStore(ConsoleReads):
                 expires_at = None if expires_in_seconds is None else now + expires_in_seconds
                 conn.execute(
                     SQL_INSERT_APPROVAL,
-                    (ident, traverser_id, operation_key, prompt, checkpoint, now, expires_at),
+                    (ident, traverser_id, operation_key, operation_key, now, expires_at, prompt, checkpoint),
                 )
                 approval = _row(conn, SQL_GET_APPROVAL, (ident,))
                 assert approval is not None
@@ -539,7 +547,8 @@ class GraphStore(ConsoleReads):
                 )
             paused = False
             if pause and approval["status"] == ApprovalStatus.PENDING:
-                conn.execute(SQL_PAUSE, (approval["id"], now, traverser_id, epoch))
+                conn.execute(SQL_PAUSE, (approval["id"], now, traverser_id))
+                conn.execute(SQL_DROP_QUEUE_ROW, (traverser_id,))
                 paused = True
             return approval_view(approval), paused
 
@@ -562,7 +571,8 @@ class GraphStore(ConsoleReads):
                 return _rows(conn, SQL_PENDING_APPROVALS, (limit,))
             if status is None:
                 return _rows(conn, SQL_ALL_APPROVALS, (limit,))
-            return _rows(conn, SQL_APPROVALS_IN_STATUS, (status, limit))
+            where, params = APPROVAL_STATUS_WHERE[status]
+            return _rows(conn, SQL_APPROVALS_IN_STATUS.format(where=where), (*params, limit))
 
         return [approval_view(r) for r in self._read1(fn)]
 
@@ -590,7 +600,9 @@ class GraphStore(ConsoleReads):
                         write_audit(conn, _decision_audit(audit, decision, view), now)
                     return view, None
                 raise Conflict(f"approval {approval_id!r} is already {row['status']}", "approval_decided")
-            conn.execute(SQL_DECIDE, (decision, decided_by, response, now, approval_id))
+            if conn.execute(SQL_DECIDE, (decision, decided_by, response, now, approval_id)).rowcount == 0:
+                # Decided (or expired) since it was read: never two decisions of one approval.
+                raise Conflict(f"approval {approval_id!r} is no longer pending", "approval_decided")
             node = self._continue(conn, row["traverser_id"], approval_id, now)
             decided = _row(conn, SQL_GET_APPROVAL, (approval_id,))
             assert decided is not None
@@ -603,50 +615,55 @@ class GraphStore(ConsoleReads):
 
     @staticmethod
     def _continue(conn: Conn, traverser_id: str, approval_id: str, now: float) -> str | None:
-        if conn.execute(SQL_CONTINUE, (now, now, traverser_id, approval_id)).rowcount == 0:
-            return None  # not paused on this approval (pause=False, or cancelled)
-        found = conn.execute("SELECT node_id FROM atfg_traversers WHERE id = ?", (traverser_id,)).fetchone()
-        return str(found[0])
+        """The engine's wake of a run whose wait was decided: a traverser paused on it is queued
+        again (one more attempt allowed); the node to wake, or None."""
+        return wake_run(conn, traverser_id, approval_id, now)
 
     # -- the sweeper's transitions ---------------------------------------------------------------
 
     async def sweep(self) -> SweepOutcome:
-        """Expire due approvals (resuming their traversers) and reap expired leases (retrying or
-        failing their traversers). Safe to run at any time, including right after a restart, when
-        it catches up on everything that fell due while the server was down."""
+        """Fire what fell due: the engine's one sweeper expires due waits (approvals, and the
+        hooks and timers of pyworkflow runs in this database), which continues the traversers
+        paused on them; then the reaper settles remote leases that ran out (retrying or failing
+        their traversers). Safe at any time, including right after a restart, when it catches up
+        on everything that fell due while the server was down."""
+        out = SweepOutcome(set(), set())
+        expired = await self.pyworkflow.expire_due_waits(now=time.time(), limit=SWEEP_BATCH)
 
-        def fn(conn: Conn) -> SweepOutcome:
+        def reap(conn: Conn) -> SweepOutcome:
             now = time.time()
-            out = SweepOutcome(set(), set())
-            for (approval_id,) in conn.execute(SQL_DUE_APPROVALS, (now, SWEEP_BATCH)).fetchall():
-                expired = conn.execute(
-                    SQL_DECIDE, (ApprovalStatus.EXPIRED.value, "system:expiry", None, now, approval_id)
-                ).rowcount
-                if expired == 0:
-                    continue
-                tid = conn.execute(
-                    "SELECT traverser_id FROM atfg_approvals WHERE id = ?", (approval_id,)
-                ).fetchone()[0]
-                node = self._continue(conn, tid, approval_id, now)
-                if node is not None:
-                    out.nodes.add(node)
-                    out.traversers.add(tid)
             for tid, node, attempt, max_attempts in conn.execute(
                 SQL_EXPIRED_LEASES, (now, SWEEP_BATCH)
             ).fetchall():
                 message = f"lease expired during attempt {attempt} (worker lost or hung)"
                 if attempt < max_attempts:
-                    conn.execute(
-                        SQL_REQUEUE, (dumps({"code": "lease_expired", "message": message}), 0, now, now, tid)
+                    _requeue(
+                        conn, tid, dumps({"code": "lease_expired", "message": message}), charged=True, now=now
                     )
                     out.nodes.add(node)
                 else:
                     error = dumps({"code": "lease_expired", "message": f"{message}; no attempts left"})
-                    conn.execute(SQL_FINISH, (TraverserStatus.FAILED.value, None, error, now, now, tid))
+                    _finish(conn, tid, TraverserStatus.FAILED, None, error, now)
                 out.traversers.add(tid)
+            if expired:
+                out.nodes.update(r[0] for r in conn.execute(SQL_NODES_WITH_WORK, (now,)).fetchall())
             return out
 
-        return await self.db.write(fn)
+        return await self.db.write(reap)
+
+
+def _finish(conn: Conn, traverser_id: str, status: TraverserStatus, result: bytes | None,
+            error: bytes | None, now: float) -> None:  # fmt: skip
+    """End an attempt with a terminal outcome: the run finished, its queue row (lease) gone."""
+    conn.execute(SQL_FINISH, (ENGINE_STATUS[status.value], result, error, now, now, traverser_id))
+    conn.execute(SQL_DROP_QUEUE_ROW, (traverser_id,))
+
+
+def _requeue(conn: Conn, traverser_id: str, error: bytes | None, *, charged: bool, now: float) -> None:
+    """End an attempt and queue another: the lease is given back and the row due now. An attempt
+    not charged (a release) gives one more attempt to the budget."""
+    conn.execute(SQL_REQUEUE, (error, 0 if charged else 1, now, traverser_id))
+    conn.execute(SQL_UNLEASE, (now, traverser_id))
 
 
 def _decision_audit(audit: AuditEntry, decision: str, view: dict[str, Any]) -> AuditEntry:

@@ -6,7 +6,10 @@ Components that share the database (the atfgraph graph server) build on the same
 database classes with their group-commit writer (:class:`SQLiteDatabase`,
 :class:`PostgresDatabase`, both a :class:`GroupCommitWriter`), the numbered migrations
 (:class:`Migration`, :func:`load_migrations`, :func:`apply_migrations`,
-:func:`apply_postgres_migrations`, :func:`pyworkflow_migrations`) and the stores themselves.
+:func:`apply_postgres_migrations`, :func:`pyworkflow_migrations`), the stores themselves, and
+the rules both faces apply inside their own transactions (:func:`write_checkpoint`,
+:func:`wake_run`: waking a run, pyworkflow's or one served by remote workers, after its wait
+resolved or expired).
 
 ``PostgresDatabase`` and ``PostgresStore`` are imported on first use: psycopg is the postgres
 extra's, and nothing else here needs it.
@@ -41,6 +44,7 @@ from ._protocol import (
     WaitRecord,
     WaitStatus,
 )
+from ._remote import wake_run
 from ._rows import check_revision, write_checkpoint
 from ._sqlite import SQLiteStore
 from ._sqlite_db import SQLiteDatabase
@@ -81,6 +85,7 @@ __all__ = [
     "pyworkflow_migrations",
     "redact_url",
     "sqlite_path",
+    "wake_run",
     "write_checkpoint",
 ]
 

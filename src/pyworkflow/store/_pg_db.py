@@ -44,7 +44,7 @@ from ._url import redact_url
 T = TypeVar("T")
 log = logging.getLogger("pyworkflow.store.postgres")
 
-_LOCK_HINT = re.compile(r"/\*(FOR UPDATE(?: SKIP LOCKED)?)\*/")
+_LOCK_HINT = re.compile(r"/\*(FOR UPDATE(?: OF \w+(?:, \w+)*)?(?: SKIP LOCKED)?)\*/")
 
 
 @functools.lru_cache(maxsize=512)

@@ -1,5 +1,5 @@
 """The PostgreSQL store's SQL, one statement per purpose (psycopg placeholders; the server-side
-functions ``pyworkflow_*`` come from migrations 0002-0004)."""
+functions ``pyworkflow_*`` come from migrations 0002-0004 and 0007)."""
 
 from __future__ import annotations
 
@@ -44,11 +44,14 @@ UPDATE queue SET lease_owner = NULL, lease_expires_at = NULL, available_at = %s 
 """
 SQL_DELETE_QUEUE = "DELETE FROM queue WHERE run_id = %s"
 # Due rows nobody holds (never leased, released, or whose lease ran out), locked with their run;
-# rows another claimer or a transition holds are skipped, not waited for.
+# rows another claimer or a transition holds are skipped, not waited for. Every read of the queue
+# here is of pyworkflow's own rows (node_id NULL: a remote run's row is its node's workers'), and
+# walks queue_ready (node_id, available_at).
 SQL_CLAIMABLE = """
 SELECT q.run_id, q.epoch, q.wake_seq, q.lease_owner, q.crashes, r.workflow, r.input, r.status
 FROM queue q JOIN runs r ON r.id = q.run_id
-WHERE q.available_at <= %(now)s AND (q.lease_expires_at IS NULL OR q.lease_expires_at < %(now)s)
+WHERE q.node_id IS NULL AND q.available_at <= %(now)s
+  AND (q.lease_expires_at IS NULL OR q.lease_expires_at < %(now)s)
 ORDER BY q.available_at
 LIMIT %(limit)s
 FOR UPDATE OF q, r SKIP LOCKED
@@ -57,35 +60,41 @@ FOR UPDATE OF q, r SKIP LOCKED
 # whose lease ran out.
 SQL_READY_IDS = """
 SELECT run_id FROM queue
-WHERE (lease_owner IS NULL AND available_at <= %(due)s AND available_at >= %(after)s)
-   OR (lease_owner IS NOT NULL AND lease_expires_at < %(now)s AND available_at <= %(now)s)
+WHERE node_id IS NULL
+  AND ((lease_owner IS NULL AND available_at <= %(due)s AND available_at >= %(after)s)
+       OR (lease_owner IS NOT NULL AND lease_expires_at < %(now)s AND available_at <= %(now)s))
 ORDER BY available_at LIMIT %(limit)s
 """
 SQL_ANY_READY = """
-SELECT 1 FROM queue WHERE available_at <= %(now)s AND (lease_expires_at IS NULL OR lease_expires_at < %(now)s)
+SELECT 1 FROM queue
+WHERE node_id IS NULL AND available_at <= %(now)s AND (lease_expires_at IS NULL OR lease_expires_at < %(now)s)
 LIMIT 1
 """
 SQL_LEASE = """
 UPDATE queue SET epoch = epoch + 1, lease_owner = %s, lease_expires_at = %s, crashes = %s WHERE run_id = %s
 """
 # Several queue rows at once: locked in run id order first (the order groups lock runs in), so a
-# heartbeat never waits in a cycle with a group that holds some of the same runs.
+# heartbeat never waits in a cycle with a group that holds some of the same runs. By owner, and
+# only pyworkflow's rows (a remote run's lease is its node's workers').
 SQL_HEARTBEAT = """
 UPDATE queue SET lease_expires_at = %(expires)s
-WHERE run_id IN (SELECT run_id FROM queue WHERE lease_owner = %(owner)s ORDER BY run_id FOR UPDATE)
-  AND lease_owner = %(owner)s
+WHERE run_id IN (SELECT run_id FROM queue WHERE lease_owner = %(owner)s AND node_id IS NULL
+                 ORDER BY run_id FOR UPDATE)
+  AND lease_owner = %(owner)s AND node_id IS NULL
 """
 SQL_EXPIRE_LEASES = """
 UPDATE queue SET lease_expires_at = %(expires)s
-WHERE run_id IN (SELECT run_id FROM queue WHERE lease_owner = ANY(%(owners)s) ORDER BY run_id FOR UPDATE)
-  AND lease_owner = ANY(%(owners)s)
+WHERE run_id IN (SELECT run_id FROM queue WHERE lease_owner = ANY(%(owners)s) AND node_id IS NULL
+                 ORDER BY run_id FOR UPDATE)
+  AND lease_owner = ANY(%(owners)s) AND node_id IS NULL
 """
 SQL_LEASE_OWNERS = """
-SELECT DISTINCT lease_owner FROM queue WHERE lease_owner IS NOT NULL AND lease_expires_at >= %s
+SELECT DISTINCT lease_owner FROM queue
+WHERE lease_owner IS NOT NULL AND lease_expires_at >= %s AND node_id IS NULL
 """
 SQL_NEXT_DUE = """
 SELECT LEAST(
-    (SELECT MIN(COALESCE(lease_expires_at, available_at)) FROM queue),
+    (SELECT MIN(COALESCE(lease_expires_at, available_at)) FROM queue WHERE node_id IS NULL),
     (SELECT MIN(expires_at) FROM waits WHERE status = 'pending' AND expires_at IS NOT NULL))
 """
 SQL_STEP = "SELECT status FROM steps WHERE run_id = %s AND step_key = %s"

@@ -125,6 +125,7 @@ from ._rows import (
     check_revision,
     list_waits_sql,
     raise_if_resolved,
+    refuse_approval,
     run_from_row,
     wait_from_row,
 )
@@ -633,6 +634,7 @@ class PostgresStore:
         if not rows:
             raise HookNotFoundError("no hook has this token" if token_digest else f"no hook {wait_id!r}")
         wait = wait_from_row(rows[0])
+        refuse_approval(wait)  # a wait's kind never changes: no need to read it again under the lock
         raise_if_resolved(wait)
         if check is not None and (wait.expires_at is None or wait.expires_at > now):
             check(wait)
@@ -650,6 +652,10 @@ class PostgresStore:
                 return decided
 
             outcome = await self._writer.write(tx)
+        if outcome == "approval":  # the function refuses approvals too (checked above already)
+            raise HookNotFoundError(
+                f"wait {wait.id!r} is an approval; an approval is decided through the graph server"
+            )
         if outcome == "missing":
             raise HookNotFoundError("no hook has this token" if token_digest else f"no hook {wait_id!r}")
         if outcome.startswith("resolved:"):

@@ -53,6 +53,7 @@ class WaitKind(StrEnum):
     STEP_HOOK = "step_hook"  # step_hook() inside a step
     TIMER = "timer"  # durable sleep(): expiry is its normal end
     RETRY = "retry"  # back-off before a step's next attempt
+    APPROVAL = "approval"  # a person's decision on a remote run (atfgraph's request_approval)
 
 
 class StepStatus(StrEnum):

@@ -5,7 +5,13 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from .._errors import CheckpointConflictError, HookAlreadyReceivedError, HookCancelledError, HookExpiredError
+from .._errors import (
+    CheckpointConflictError,
+    HookAlreadyReceivedError,
+    HookCancelledError,
+    HookExpiredError,
+    HookNotFoundError,
+)
 from ._protocol import RunRecord, RunStatus, WaitKind, WaitRecord, WaitStatus
 
 WAIT_COLUMNS = (
@@ -45,6 +51,15 @@ def raise_if_resolved(wait: WaitRecord) -> None:
         raise HookExpiredError(f"hook {wait.name!r} expired before the payload arrived", wait_id=wait.id)
     if wait.status == WaitStatus.CANCELLED:
         raise HookCancelledError(f"hook {wait.name!r} was cancelled with its run", wait_id=wait.id)
+
+
+def refuse_approval(wait: WaitRecord) -> None:
+    """An approval (kind 'approval') is decided through the graph server, never by
+    ``resolve_wait``: refused with ``HookNotFoundError`` before anything is written."""
+    if wait.kind == WaitKind.APPROVAL:
+        raise HookNotFoundError(
+            f"wait {wait.id!r} is an approval; an approval is decided through the graph server"
+        )
 
 
 def list_waits_sql(

@@ -34,11 +34,13 @@ from ._protocol import (
     WaitRecord,
     WaitStatus,
 )
+from ._remote import wake_run
 from ._rows import (
     RUN_COLUMNS,
     WAIT_COLUMNS,
     list_waits_sql,
     raise_if_resolved,
+    refuse_approval,
     run_from_row,
     wait_from_row,
     write_checkpoint,
@@ -66,11 +68,6 @@ SQL_INSERT_QUEUE = """
 INSERT INTO queue (run_id, available_at, wake_seq, epoch, lease_owner, lease_expires_at)
 VALUES (?, ?, 0, ?, ?, ?)
 """
-# Wake a run: make its row due now, or, if a turn holds it, bump wake_seq so the turn's end keeps it.
-SQL_WAKE = """
-INSERT INTO queue (run_id, available_at, wake_seq) VALUES (?1, ?2, 1)
-ON CONFLICT (run_id) DO UPDATE SET wake_seq = wake_seq + 1, available_at = MIN(available_at, ?2)
-"""
 SQL_FENCE = "SELECT epoch FROM queue WHERE run_id = ?"
 SQL_RUN_STATUS = "SELECT status FROM runs WHERE id = ?"
 SQL_SET_RUN_STATUS = "UPDATE runs SET status = ?, updated_at = ? WHERE id = ?"
@@ -84,25 +81,29 @@ SQL_UNLEASE = (
     "UPDATE queue SET lease_owner = NULL, lease_expires_at = NULL, available_at = ? WHERE run_id = ?"
 )
 SQL_DELETE_QUEUE = "DELETE FROM queue WHERE run_id = ?"
-# Due rows nobody holds (never leased, released, or whose lease ran out).
+# Due rows nobody holds (never leased, released, or whose lease ran out). Every read of the queue
+# here is of pyworkflow's own rows (node_id NULL; a remote run's row is its node's workers'), and
+# walks queue_ready (node_id, available_at).
 SQL_READY = """
 SELECT run_id, epoch, wake_seq, lease_owner, crashes FROM queue
-WHERE available_at <= ?1 AND (lease_expires_at IS NULL OR lease_expires_at < ?1)
+WHERE node_id IS NULL AND available_at <= ?1 AND (lease_expires_at IS NULL OR lease_expires_at < ?1)
 ORDER BY available_at LIMIT ?2
 """
 SQL_ANY_READY = """
-SELECT 1 FROM queue WHERE available_at <= ?1 AND (lease_expires_at IS NULL OR lease_expires_at < ?1) LIMIT 1
+SELECT 1 FROM queue
+WHERE node_id IS NULL AND available_at <= ?1 AND (lease_expires_at IS NULL OR lease_expires_at < ?1) LIMIT 1
 """
 SQL_LEASE = """
 UPDATE queue SET epoch = epoch + 1, lease_owner = ?, lease_expires_at = ?, crashes = ? WHERE run_id = ?
 """
 SQL_RUN_FOR_CLAIM = "SELECT workflow, input, status FROM runs WHERE id = ?"
-SQL_HEARTBEAT = "UPDATE queue SET lease_expires_at = ? WHERE lease_owner = ?"
-SQL_EXPIRE_LEASES = "UPDATE queue SET lease_expires_at = ? WHERE lease_owner = ?"
-SQL_LEASE_OWNERS = (
-    "SELECT DISTINCT lease_owner FROM queue WHERE lease_owner IS NOT NULL AND lease_expires_at >= ?"
-)
-SQL_NEXT_QUEUE = "SELECT MIN(COALESCE(lease_expires_at, available_at)) FROM queue"
+SQL_HEARTBEAT = "UPDATE queue SET lease_expires_at = ? WHERE lease_owner = ? AND node_id IS NULL"
+SQL_EXPIRE_LEASES = "UPDATE queue SET lease_expires_at = ? WHERE lease_owner = ? AND node_id IS NULL"
+SQL_LEASE_OWNERS = """
+SELECT DISTINCT lease_owner FROM queue
+WHERE lease_owner IS NOT NULL AND lease_expires_at >= ? AND node_id IS NULL
+"""
+SQL_NEXT_QUEUE = "SELECT MIN(COALESCE(lease_expires_at, available_at)) FROM queue WHERE node_id IS NULL"
 SQL_NEXT_WAIT = "SELECT MIN(expires_at) FROM waits WHERE status = 'pending' AND expires_at IS NOT NULL"
 # Record a step's outcome unless it already has a final one (then nothing changes: rowcount 0).
 SQL_UPSERT_STEP = """
@@ -162,8 +163,9 @@ def _check_fence(conn: sqlite3.Connection, fence: Fence) -> None:
         raise LeaseLostError(f"run {fence.run_id}: lease epoch {fence.epoch} is no longer current")
 
 
-def _wake(conn: sqlite3.Connection, run_id: str, now: float) -> None:
-    conn.execute(SQL_WAKE, (run_id, now))
+def _wake(conn: sqlite3.Connection, run_id: str, wait_id: str, now: float) -> str | None:
+    """Wake a run after its wait ``wait_id`` left 'pending' (the one rule: :func:`wake_run`)."""
+    return wake_run(conn, run_id, wait_id, now)
 
 
 def _end_turn(conn: sqlite3.Connection, fence: Fence, now: float, *, keep_if_woken: bool) -> None:
@@ -493,6 +495,7 @@ class SQLiteStore:
                 wait = wait_from_row(row) if row else None
             if wait is None:
                 raise HookNotFoundError("no hook has this token" if token_digest else f"no hook {wait_id!r}")
+            refuse_approval(wait)
             raise_if_resolved(wait)
             if wait.expires_at is not None and wait.expires_at <= now:
                 # Past its deadline but not swept yet: the deadline wins, and is recorded now.
@@ -502,7 +505,7 @@ class SQLiteStore:
                 check(wait)
             conn.execute(SQL_RESOLVE_WAIT, (WaitStatus.RECEIVED, payload, now, wait.id))
             _event(conn, wait.run_id, now, "wait_received", wait.wait_key)
-            _wake(conn, wait.run_id, now)
+            _wake(conn, wait.run_id, wait.id, now)
             if also is not None:
                 also(conn)
             wait.status, wait.payload, wait.resolved_at = WaitStatus.RECEIVED, payload, now
@@ -525,7 +528,7 @@ class SQLiteStore:
             for wait_id, run_id, wait_key, _kind in conn.execute(SQL_DUE_WAITS, (now, limit)).fetchall():
                 if conn.execute(SQL_RESOLVE_WAIT, (WaitStatus.EXPIRED, None, now, wait_id)).rowcount:
                     _event(conn, run_id, now, "wait_expired", wait_key)
-                    _wake(conn, run_id, now)
+                    _wake(conn, run_id, wait_id, now)
                     count += 1
             return count
 
@@ -568,5 +571,5 @@ def _find_by_token(conn: sqlite3.Connection, token_digest: bytes) -> WaitRecord 
 def _expire(conn: sqlite3.Connection, wait: WaitRecord, now: float) -> None:
     if conn.execute(SQL_RESOLVE_WAIT, (WaitStatus.EXPIRED, None, now, wait.id)).rowcount:
         _event(conn, wait.run_id, now, "wait_expired", wait.wait_key)
-        _wake(conn, wait.run_id, now)
+        _wake(conn, wait.run_id, wait.id, now)
     wait.status, wait.resolved_at = WaitStatus.EXPIRED, now

@@ -43,15 +43,14 @@ async def claim_one(store: GraphStore, worker: str) -> dict[str, object]:
 HOT_QUERIES = [
     ("SQL_READY", ("n", 0.0, "1", 1)),
     ("SQL_EXPIRED_LEASES", (0.0, 10)),
-    ("SQL_DUE_APPROVALS", (0.0, 10)),
     ("SQL_PENDING_APPROVALS", (10,)),
     ("SQL_ALL_APPROVALS", (10,)),
-    ("SQL_APPROVALS_IN_STATUS", ("approved", 10)),
+    ("SQL_APPROVALS_IN_STATUS", ("received", "approved", 10)),
     ("SQL_APPROVAL_BY_KEY", ("t", "k")),
     ("SQL_APPROVALS_OF", ("t",)),
     ("SQL_STEPS", ("t",)),
     ("SQL_CHECKPOINTS", ("t",)),
-    ("SQL_LIST_TRAVERSERS", ("waiting", 10)),
+    ("SQL_LIST_TRAVERSERS", ("suspended", 10)),
     ("SQL_LOCK_TRAVERSER", ("t",)),
     ("SQL_LOCK_APPROVAL", ("a",)),
 ]
@@ -66,12 +65,10 @@ async def test_tables_are_prefixed_and_hot_queries_use_indexes(store: GraphStore
     # The graph's tables and identity's are prefixed; the rest are pyworkflow's, which share the
     # file so that one inbox shows pyworkflow hooks beside approvals.
     assert sorted(n for n in names if n.startswith("atfg_")) == [
-        "atfg_approvals",
         "atfg_audit",
         "atfg_console_sessions",
         "atfg_memory",
         "atfg_tokens",
-        "atfg_traversers",
         "atfg_workers",
     ]
     pyworkflow_tables = {"checkpoints", "events", "queue", "runs", "steps", "wait_tokens", "waits"}
@@ -83,7 +80,7 @@ async def test_tables_are_prefixed_and_hot_queries_use_indexes(store: GraphStore
     if ON_POSTGRES:
         # With sequential scans priced out, a query no index serves still plans a "Seq Scan".
         for name, params in HOT_QUERIES:
-            query = getattr(sql, name)
+            query = getattr(sql, name).format(where=sql.APPROVAL_STATUS_WHERE["approved"][0])
 
             def explain(c: object, q: str = query, p: tuple[object, ...] = params) -> list[str]:
                 c.execute("SET LOCAL enable_seqscan = off")  # type: ignore[attr-defined]
@@ -94,7 +91,7 @@ async def test_tables_are_prefixed_and_hot_queries_use_indexes(store: GraphStore
             assert any("Index" in line for line in plan), (name, plan)
         return
     for name, params in HOT_QUERIES:
-        query = getattr(sql, name)
+        query = getattr(sql, name).format(where=sql.APPROVAL_STATUS_WHERE["approved"][0])
         plan = store.db.read(lambda c, q=query, p=params: c.execute("EXPLAIN QUERY PLAN " + q, p).fetchall())
         details = [str(row[-1]) for row in plan]
         # "SCAN t USING INDEX i" walks an index in order (bounded by LIMIT); a bare SCAN reads a table.
