@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import asyncio
+import os
 import secrets
 from collections.abc import Iterator
 
@@ -433,6 +434,49 @@ async def test_crashes_are_counted_and_max_crashes_fails_the_run(store: Store) -
     assert (await store.get_wait(wait.id)).status == WaitStatus.CANCELLED  # type: ignore[union-attr]
     assert not await store.has_ready(now=now + 1000)
     assert [e.type for e in await store.get_events(run_id)][-1] == "run_failed"
+
+
+_CRASHED_TWICE = (
+    b'{"type":"pyworkflow.WorkerCrashed","message":"the worker running this run died 2 times;'
+    b' giving up (max_crashes)"}'
+)
+
+
+#: The claim paths of the store under test: a Celery turn's ``claim_run`` is the PostgreSQL store's.
+_CLAIM_PATHS = ["claim", "poll"] + (
+    ["claim_run"] if os.environ.get("PYWORKFLOW_TEST_STORE", "sqlite") in ("postgresql", "postgres") else []
+)
+
+
+@pytest.mark.parametrize("path", _CLAIM_PATHS)
+async def test_every_claim_path_applies_the_one_crash_limit(store: Store, path: str) -> None:
+    """The crash limit is one rule per dialect (SQLite: ``_claim_row``; PostgreSQL: the server-side
+    ``pyworkflow_claim_row``): ``claim``, a runtime's tick (``poll``) and a Celery turn's
+    ``claim_run`` (PostgreSQL) reach it and fail the run the same way, with the same bytes."""
+
+    async def take(now: float) -> list[Claim]:
+        if path == "claim":
+            return await store.claim("w", limit=1, now=now, lease_ttl=TTL, max_crashes=1)
+        if path == "poll":
+            return (await store.poll("w", limit=1, now=now, lease_ttl=TTL, max_crashes=1)).claims
+        one = await store.claim_run(run_id, "w", now=now, lease_ttl=TTL, max_crashes=1)  # type: ignore[attr-defined]
+        return [one] if one is not None else []
+
+    claim = await _started(store)
+    run_id = claim.fence.run_id
+    wait = await store.create_wait(claim.fence, _wait(expires_at=T0 + 10_000), now=T0)
+    [again] = await take(T0 + TTL + 1)  # the first crash is allowed
+    assert again.fence.epoch == 2 and again.resumed is True
+    assert await take(T0 + 2 * TTL + 2) == []  # the second is one too many
+    run = await store.get_run(run_id)
+    assert run is not None and run.status == RunStatus.FAILED and run.error == _CRASHED_TWICE
+    assert run.finished_at == T0 + 2 * TTL + 2
+    assert (await store.get_wait(wait.id)).status == WaitStatus.CANCELLED  # type: ignore[union-attr]
+    assert not await store.has_ready(now=T0 + 10_000) and await store.next_due() is None  # no queue row
+    last = (await store.get_events(run_id))[-1]
+    assert (last.type, last.data) == ("run_failed", _CRASHED_TWICE)
+    with pytest.raises(LeaseLostError):
+        await store.complete_run(again.fence, b"{}", now=T0 + 2 * TTL + 3)
 
 
 # -- cancel ------------------------------------------------------------------------------------

@@ -1,5 +1,5 @@
 """The PostgreSQL store's SQL, one statement per purpose (psycopg placeholders; the server-side
-functions ``pyworkflow_*`` come from migrations 0002-0004 and 0007)."""
+functions ``pyworkflow_*`` come from migrations 0002-0004, 0007 and 0008)."""
 
 from __future__ import annotations
 
@@ -43,19 +43,6 @@ SQL_UNLEASE = """
 UPDATE queue SET lease_owner = NULL, lease_expires_at = NULL, available_at = %s WHERE run_id = %s
 """
 SQL_DELETE_QUEUE = "DELETE FROM queue WHERE run_id = %s"
-# Due rows nobody holds (never leased, released, or whose lease ran out), locked with their run;
-# rows another claimer or a transition holds are skipped, not waited for. Every read of the queue
-# here is of pyworkflow's own rows (node_id NULL: a remote run's row is its node's workers'), and
-# walks queue_ready (node_id, available_at).
-SQL_CLAIMABLE = """
-SELECT q.run_id, q.epoch, q.wake_seq, q.lease_owner, q.crashes, r.workflow, r.input, r.status
-FROM queue q JOIN runs r ON r.id = q.run_id
-WHERE q.node_id IS NULL AND q.available_at <= %(now)s
-  AND (q.lease_expires_at IS NULL OR q.lease_expires_at < %(now)s)
-ORDER BY q.available_at
-LIMIT %(limit)s
-FOR UPDATE OF q, r SKIP LOCKED
-"""
 # Runs a claim would take: unleased rows that became due between %(after)s and %(due)s, and rows
 # whose lease ran out.
 SQL_READY_IDS = """
@@ -69,9 +56,6 @@ SQL_ANY_READY = """
 SELECT 1 FROM queue
 WHERE node_id IS NULL AND available_at <= %(now)s AND (lease_expires_at IS NULL OR lease_expires_at < %(now)s)
 LIMIT 1
-"""
-SQL_LEASE = """
-UPDATE queue SET epoch = epoch + 1, lease_owner = %s, lease_expires_at = %s, crashes = %s WHERE run_id = %s
 """
 # Several queue rows at once: locked in run id order first (the order groups lock runs in), so a
 # heartbeat never waits in a cycle with a group that holds some of the same runs. By owner, and
@@ -165,8 +149,12 @@ SQL_FN_CLAIM_RUN = """
 SELECT c_run, c_epoch, c_wake_seq, c_workflow, c_input, c_resumed
 FROM pyworkflow_claim_run(%s::text, %s::text, %s::double precision, %s::double precision, %s::integer)
 """
-
-_CRASHED = (
-    b'{"type":"pyworkflow.WorkerCrashed","message":"the worker running this run died %d times;'
-    b' giving up (max_crashes)"}'
-)
+# A claim of up to N due runs (every claim goes through pyworkflow_claim_row, migration 0008: the
+# crash limit once) and a cancellation (pyworkflow_end_run, as every end of a run), one statement each.
+SQL_FN_CLAIM = """
+SELECT c_run, c_epoch, c_wake_seq, c_workflow, c_input, c_resumed
+FROM pyworkflow_claim(%s::text, %s::integer, %s::double precision, %s::double precision, %s::integer)
+"""
+SQL_FN_CANCEL_RUN = "SELECT pyworkflow_cancel_run(%s::text, %s::double precision)"
+# The fence of a multi-statement transition: the run's lock and the epoch check (migration 0002).
+SQL_FN_FENCE = "SELECT pyworkflow_fence(%s::text, %s::integer)"

@@ -1,28 +1,17 @@
 """The building blocks of the PostgreSQL store's multi-statement transitions (run on a
-connection of its async pool, inside one transaction): the run's lock and the fence check, events,
-waits, a claimed row, and the outcome of the server-side turn writes."""
+connection of its async pool, inside one transaction): the fence check (by the server-side
+``pyworkflow_fence``), events, waits, and the outcome of the server-side turn writes."""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
 from typing import Any
 
 import psycopg
 
-from .._errors import CancellationError, LeaseLostError, StepAlreadyCompletedError
-from ._pg_sql import (
-    _CRASHED,
-    SQL_APPEND_EVENT,
-    SQL_CANCEL_WAITS,
-    SQL_DELETE_QUEUE,
-    SQL_FINISH_RUN,
-    SQL_INSERT_WAIT,
-    SQL_LEASE,
-    SQL_LOCK_RUN,
-    SQL_SET_RUN_STATUS,
-    SQL_STEP,
-)
-from ._protocol import Claim, Fence, NewWait, RunStatus, StepStatus, WaitRecord, WaitStatus
+from .._errors import StepAlreadyCompletedError
+from ._pg_sql import SQL_APPEND_EVENT, SQL_FN_FENCE, SQL_INSERT_WAIT, SQL_STEP
+from ._protocol import Fence, NewWait, StepStatus, WaitRecord, WaitStatus
+from ._rows import fence_refused
 
 Conn = psycopg.AsyncConnection[Any]
 
@@ -32,19 +21,16 @@ async def _event(conn: Conn, run_id: str, now: float, type_: str, key: str | Non
     await conn.execute(SQL_APPEND_EVENT, {"run": run_id, "at": now, "type": type_, "key": key, "data": data})
 
 
-async def _lock_run(conn: Conn, run_id: str) -> tuple[RunStatus, int | None] | None:
-    """Take the run's lock; return its status and its queue row's epoch (None: no queue row)."""
-    cur = await conn.execute(SQL_LOCK_RUN, (run_id,))
+async def _fenced(conn: Conn, fence: Fence) -> str:
+    """Take the run's lock and check the turn's fence (the server-side ``pyworkflow_fence``, the
+    rule every fenced write follows): 'ok', 'lease_lost' or 'cancelled'."""
+    cur = await conn.execute(SQL_FN_FENCE, (fence.run_id, fence.epoch))
     row = await cur.fetchone()
-    return (RunStatus(row[0]), row[1]) if row is not None else None
+    return str(row[0]) if row is not None else "lease_lost"
 
 
 async def _check_fence(conn: Conn, fence: Fence) -> None:
-    locked = await _lock_run(conn, fence.run_id)
-    if locked is None or locked[1] != fence.epoch:
-        if locked is not None and locked[0] == RunStatus.CANCELLED:
-            raise CancellationError(f"run {fence.run_id} was cancelled")
-        raise LeaseLostError(f"run {fence.run_id}: lease epoch {fence.epoch} is no longer current")
+    _check_outcome(await _fenced(conn, fence), fence.run_id, fence.epoch, "")
 
 
 async def _affected(conn: Conn, sql: str, params: Any) -> int:
@@ -67,38 +53,12 @@ async def _insert_wait(conn: Conn, run_id: str, wait: NewWait, now: float) -> Wa
     )  # fmt: skip
 
 
-async def _claim_row(
-    conn: Conn, row: Sequence[Any], owner: str, now: float, lease_ttl: float, max_crashes: int
-) -> Claim | None:
-    """Lease one locked claimable row, or fail its run when its workers died too often."""
-    run_id, epoch, wake_seq, previous_owner, crashes, workflow, input_, status = row
-    if RunStatus(status).is_terminal:
-        await conn.execute(SQL_DELETE_QUEUE, (run_id,))
-        return None
-    if previous_owner is not None:  # a turn that never ended: its worker died
-        crashes += 1
-        if crashes > max_crashes:
-            error = _CRASHED % crashes
-            await conn.execute(SQL_FINISH_RUN, (str(RunStatus.FAILED), None, error, now, now, run_id))
-            await conn.execute(SQL_CANCEL_WAITS, (now, run_id))
-            await conn.execute(SQL_DELETE_QUEUE, (run_id,))
-            await _event(conn, run_id, now, "run_failed", None, error)
-            return None
-    await conn.execute(SQL_LEASE, (owner, now + lease_ttl, crashes, run_id))
-    await conn.execute(SQL_SET_RUN_STATUS, (str(RunStatus.RUNNING), now, run_id))
-    await _event(conn, run_id, now, "run_resumed" if previous_owner is None else "run_recovered")
-    fresh = status == RunStatus.PENDING
-    return Claim(Fence(run_id, epoch + 1, wake_seq), workflow, input_, resumed=not fresh)
-
-
 def _check_outcome(outcome: str, run_id: str, epoch: int, what: str) -> str:
     """Raise the error a server-side turn write reported; return its value (after ``ok:``)."""
     if outcome == "ok" or outcome.startswith("ok:"):
         return outcome[3:]
-    if outcome == "cancelled":
-        raise CancellationError(f"run {run_id} was cancelled")
-    if outcome == "lease_lost":
-        raise LeaseLostError(f"run {run_id}: lease epoch {epoch} is no longer current")
+    if outcome in ("cancelled", "lease_lost"):
+        raise fence_refused(run_id, epoch, cancelled=outcome == "cancelled")
     if outcome == "has_result":
         raise StepAlreadyCompletedError(f"step {what!r} of run {run_id} already has a result")
     raise RuntimeError(f"unexpected outcome {outcome!r} of a turn write")

@@ -1,9 +1,11 @@
 """The PostgreSQL store: psycopg 3, for more than one machine.
 
 Every transition is one transaction. Nearly all are one statement each (a new run: one statement
-with CTEs; a turn's step result, checkpoint, wait, suspension and end, a decision, a Celery turn's
-claim, a runtime's tick and the sweeper's expiry: server-side functions from migrations
-0002-0004), and those, with the single-statement reads, go through a **group commit** (the
+with CTEs; a turn's step result, checkpoint, wait, suspension and end, a decision, a
+cancellation, a claim (a Celery turn's, a runtime's tick, ``claim``) and the sweeper's expiry:
+server-side functions from migrations 0002-0004, 0007 and 0008, where each rule is written once,
+e.g. the crash limit in ``pyworkflow_claim_row`` and the end of a run in ``pyworkflow_end_run``),
+and those, with the single-statement reads, go through a **group commit** (the
 statement jobs of :class:`~pyworkflow.store.GroupCommitWriter`, run by a
 :class:`~pyworkflow.store.PostgresDatabase`): two writer threads, each with one synchronous
 connection; a free writer takes every statement submitted
@@ -17,8 +19,8 @@ a refusal such as ``lease_lost`` is a result, not an error) rolls its group back
 statement of the group is then run again alone, so one caller's error is never another's. A lost
 connection fails the callers of the group in flight, as it would fail one call (whether it
 committed is unknown, as for any call); the writer reconnects for the next. The few
-multi-statement transitions (a failed step, a cancellation, a release, a checkpoint deletion, the
-statement-by-statement claim, heartbeats) keep their own transactions on a small async pool.
+multi-statement transitions (a failed step, a release, a checkpoint deletion, a second token,
+heartbeats) keep their own transactions on a small async pool.
 
 A run's ``runs`` row is its lock: each transaction that changes a run takes ``SELECT ... FOR
 UPDATE`` on it first (claims take it with ``SKIP LOCKED``) and then changes that run's rows, so
@@ -27,7 +29,7 @@ commits. Transactions that lock several runs lock them in run id order: a group 
 id (reads, which lock nothing, first), the sweeper's expiry goes in run id order, and the
 multi-row lease updates (heartbeat, freeing dead owners' leases), which touch queue rows without
 their runs' locks, lock those rows in run id order too. Statements that may lock several runs in
-another order (a runtime's ``poll``, the expiry) run alone, never in a group. So transactions
+another order (a runtime's ``poll``, ``claim``, the expiry) run alone, never in a group. So transactions
 never wait on each other in a cycle. A transaction that makes a run due sends ``NOTIFY
 pyworkflow_queue`` (delivered at commit, once per transaction); :meth:`PostgresStore.subscribe`
 listens.
@@ -51,11 +53,7 @@ from typing import Any, TypeVar
 import psycopg
 from psycopg_pool import AsyncConnectionPool
 
-from .._errors import (
-    HookExpiredError,
-    HookNotFoundError,
-    WorkflowNotFoundError,
-)
+from .._errors import WorkflowNotFoundError
 from ._group_commit import Rows
 from ._migrations import Migration
 from ._migrations import pyworkflow_migrations as _migrations_of
@@ -63,14 +61,12 @@ from ._pg_db import PgConnection, PostgresDatabase
 from ._pg_sql import (
     CHANNEL,
     SQL_ANY_READY,
-    SQL_CANCEL_WAITS,
-    SQL_CLAIMABLE,
     SQL_CREATE_RUN,
     SQL_DELETE_CHECKPOINT,
-    SQL_DELETE_QUEUE,
     SQL_EVENTS,
     SQL_EXPIRE_LEASES,
-    SQL_FINISH_RUN,
+    SQL_FN_CANCEL_RUN,
+    SQL_FN_CLAIM,
     SQL_FN_CLAIM_RUN,
     SQL_FN_COMPLETE_STEP,
     SQL_FN_CREATE_WAIT,
@@ -98,10 +94,9 @@ from ._pg_tx import (
     _affected,
     _check_fence,
     _check_outcome,
-    _claim_row,
     _event,
+    _fenced,
     _insert_wait,
-    _lock_run,
     _refuse_second_result,
 )
 from ._protocol import (
@@ -123,6 +118,7 @@ from ._protocol import (
 from ._rows import (
     RUN_COLUMNS,
     check_revision,
+    hook_not_found,
     list_waits_sql,
     raise_if_resolved,
     refuse_approval,
@@ -385,19 +381,11 @@ class PostgresStore:
         return state
 
     async def cancel_run(self, run_id: str, *, now: float) -> bool:
-        async def tx(conn: Conn) -> bool:
-            locked = await _lock_run(conn, run_id)
-            if locked is None:
-                raise WorkflowNotFoundError(f"no run {run_id!r}")
-            if locked[0].is_terminal:
-                return False
-            await conn.execute(SQL_FINISH_RUN, (str(RunStatus.CANCELLED), None, None, now, now, run_id))
-            await conn.execute(SQL_CANCEL_WAITS, (now, run_id))
-            await conn.execute(SQL_DELETE_QUEUE, (run_id,))
-            await _event(conn, run_id, now, "run_cancelled")
-            return True
-
-        return await self._tx(tx)
+        # One statement (migration 0008): the run ends as every run does (pyworkflow_end_run).
+        outcome = await self._call(SQL_FN_CANCEL_RUN, (run_id, now), run_id)
+        if outcome == "missing":
+            raise WorkflowNotFoundError(f"no run {run_id!r}")
+        return outcome == "ok"
 
     # -- the queue -------------------------------------------------------------------------------
 
@@ -407,16 +395,13 @@ class PostgresStore:
     async def claim(
         self, owner: str, *, limit: int, now: float, lease_ttl: float, max_crashes: int
     ) -> list[Claim]:
-        async def tx(conn: Conn) -> list[Claim]:
-            cur = await conn.execute(SQL_CLAIMABLE, {"now": now, "limit": limit})
-            claims: list[Claim] = []
-            for row in await cur.fetchall():
-                claim = await _claim_row(conn, row, owner, now, lease_ttl, max_crashes)
-                if claim is not None:
-                    claims.append(claim)
-            return claims
-
-        return await self._tx(tx)
+        # One statement (migration 0008): the rows are leased, or failed past the crash limit, by
+        # pyworkflow_claim_row, as in a tick and a Celery claim. It may lock several runs: alone.
+        rows = await self._alone(SQL_FN_CLAIM, (owner, max(limit, 0), now, lease_ttl, max_crashes))
+        return [
+            Claim(Fence(run_id, epoch, wake_seq), workflow, input_, resumed=resumed)
+            for run_id, epoch, wake_seq, workflow, input_, resumed in rows
+        ]
 
     async def claim_run(
         self, run_id: str, owner: str, *, now: float, lease_ttl: float, max_crashes: int
@@ -482,8 +467,7 @@ class PostgresStore:
 
     async def release(self, fence: Fence, *, now: float) -> None:
         async def tx(conn: Conn) -> None:
-            locked = await _lock_run(conn, fence.run_id)
-            if locked is not None and locked[1] == fence.epoch:
+            if await _fenced(conn, fence) == "ok":
                 await conn.execute(SQL_UNLEASE, (now, fence.run_id))
                 await conn.execute(SQL_NOTIFY)
 
@@ -632,7 +616,7 @@ class PostgresStore:
         else:
             rows = await self._fetch(SQL_WAIT_BY_ID, (wait_id,))
         if not rows:
-            raise HookNotFoundError("no hook has this token" if token_digest else f"no hook {wait_id!r}")
+            raise hook_not_found(token_digest, wait_id)
         wait = wait_from_row(rows[0])
         refuse_approval(wait)  # a wait's kind never changes: no need to read it again under the lock
         raise_if_resolved(wait)
@@ -653,16 +637,15 @@ class PostgresStore:
 
             outcome = await self._writer.write(tx)
         if outcome == "approval":  # the function refuses approvals too (checked above already)
-            raise HookNotFoundError(
-                f"wait {wait.id!r} is an approval; an approval is decided through the graph server"
-            )
+            wait.kind = WaitKind.APPROVAL
+            refuse_approval(wait)
         if outcome == "missing":
-            raise HookNotFoundError("no hook has this token" if token_digest else f"no hook {wait_id!r}")
-        if outcome.startswith("resolved:"):
-            wait.status = WaitStatus(outcome.split(":", 1)[1])
+            raise hook_not_found(token_digest, wait_id)
+        if outcome.startswith("resolved:") or outcome == "expired":
+            # Refused under the lock (a racing decision won), or past its deadline and expired
+            # now: the same refusal as before the write.
+            wait.status = WaitStatus(outcome.split(":", 1)[1]) if ":" in outcome else WaitStatus.EXPIRED
             raise_if_resolved(wait)
-        if outcome == "expired":
-            raise HookExpiredError(f"hook {wait.name!r} expired before the payload arrived", wait_id=wait.id)
         if outcome != "ok":
             raise RuntimeError(f"unexpected outcome {outcome!r} of a decision")
         wait.status, wait.payload, wait.resolved_at = WaitStatus.RECEIVED, payload, now

@@ -6,11 +6,13 @@ from collections.abc import Sequence
 from typing import Any
 
 from .._errors import (
+    CancellationError,
     CheckpointConflictError,
     HookAlreadyReceivedError,
     HookCancelledError,
     HookExpiredError,
     HookNotFoundError,
+    LeaseLostError,
 )
 from ._protocol import RunRecord, RunStatus, WaitKind, WaitRecord, WaitStatus
 
@@ -41,6 +43,19 @@ def wait_from_row(row: Sequence[Any]) -> WaitRecord:
         payload=row[11],
         payload_schema=row[12],
     )
+
+
+def fence_refused(run_id: str, epoch: int, *, cancelled: bool) -> Exception:
+    """The error of a fenced write whose turn no longer holds the run (its epoch is not the queue
+    row's): the run was cancelled, or the lease was lost (another turn took it, or it ended)."""
+    if cancelled:
+        return CancellationError(f"run {run_id} was cancelled")
+    return LeaseLostError(f"run {run_id}: lease epoch {epoch} is no longer current")
+
+
+def hook_not_found(token_digest: bytes | None, wait_id: str | None) -> HookNotFoundError:
+    """The error of a decision for a wait that does not exist (found by token or by id)."""
+    return HookNotFoundError("no hook has this token" if token_digest else f"no hook {wait_id!r}")
 
 
 def raise_if_resolved(wait: WaitRecord) -> None:

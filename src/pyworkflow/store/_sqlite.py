@@ -8,11 +8,7 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from .._errors import (
-    CancellationError,
     ConfigurationError,
-    HookExpiredError,
-    HookNotFoundError,
-    LeaseLostError,
     StepAlreadyCompletedError,
     WorkflowNotFoundError,
 )
@@ -38,6 +34,8 @@ from ._remote import wake_run
 from ._rows import (
     RUN_COLUMNS,
     WAIT_COLUMNS,
+    fence_refused,
+    hook_not_found,
     list_waits_sql,
     raise_if_resolved,
     refuse_approval,
@@ -154,13 +152,17 @@ def _event(conn: sqlite3.Connection, run_id: str, now: float, type_: str, key: s
     conn.execute(SQL_APPEND_EVENT, (run_id, now, type_, key, data))
 
 
-def _check_fence(conn: sqlite3.Connection, fence: Fence) -> None:
+def _holds(conn: sqlite3.Connection, fence: Fence) -> bool:
+    """Whether the turn of ``fence`` still holds its run (its epoch is the queue row's)."""
     row = conn.execute(SQL_FENCE, (fence.run_id,)).fetchone()
-    if row is None or row[0] != fence.epoch:
+    return row is not None and bool(row[0] == fence.epoch)
+
+
+def _check_fence(conn: sqlite3.Connection, fence: Fence) -> None:
+    if not _holds(conn, fence):
         status = conn.execute(SQL_RUN_STATUS, (fence.run_id,)).fetchone()
-        if status is not None and status[0] == RunStatus.CANCELLED:
-            raise CancellationError(f"run {fence.run_id} was cancelled")
-        raise LeaseLostError(f"run {fence.run_id}: lease epoch {fence.epoch} is no longer current")
+        cancelled = status is not None and status[0] == RunStatus.CANCELLED
+        raise fence_refused(fence.run_id, fence.epoch, cancelled=cancelled)
 
 
 def _wake(conn: sqlite3.Connection, run_id: str, wait_id: str, now: float) -> str | None:
@@ -168,12 +170,59 @@ def _wake(conn: sqlite3.Connection, run_id: str, wait_id: str, now: float) -> st
     return wake_run(conn, run_id, wait_id, now)
 
 
-def _end_turn(conn: sqlite3.Connection, fence: Fence, now: float, *, keep_if_woken: bool) -> None:
-    if keep_if_woken:
-        if conn.execute(SQL_DELETE_QUEUE_IF_QUIET, (fence.run_id, fence.wake_seq)).rowcount == 0:
-            conn.execute(SQL_UNLEASE, (now, fence.run_id))
-    else:
-        conn.execute(SQL_DELETE_QUEUE, (fence.run_id,))
+def _end_turn(conn: sqlite3.Connection, fence: Fence, now: float) -> None:
+    """A turn that waits ends: its queue row is dropped unless a wake-up arrived during the turn."""
+    if conn.execute(SQL_DELETE_QUEUE_IF_QUIET, (fence.run_id, fence.wake_seq)).rowcount == 0:
+        conn.execute(SQL_UNLEASE, (now, fence.run_id))
+
+
+_END_EVENTS = {
+    RunStatus.COMPLETED: "run_completed",
+    RunStatus.FAILED: "run_failed",
+    RunStatus.CANCELLED: "run_cancelled",
+}
+
+
+def _end_run(conn: sqlite3.Connection, run_id: str, status: RunStatus, result: bytes | None,
+             error: bytes | None, now: float) -> None:  # fmt: skip
+    """End a run (the one rule, for a turn's end, a cancellation and the crash limit): ``status``
+    with its result or error, its pending waits cancelled, its queue row deleted, the event."""
+    conn.execute(SQL_FINISH_RUN, (status, result, error, now, now, run_id))
+    conn.execute(SQL_CANCEL_WAITS, (now, run_id))
+    conn.execute(SQL_DELETE_QUEUE, (run_id,))
+    _event(conn, run_id, now, _END_EVENTS[status], None, error)
+
+
+def _crashed(crashes: int) -> bytes:
+    """The error of a run failed by the crash limit (the same bytes as PostgreSQL's)."""
+    return (
+        b'{"type":"pyworkflow.WorkerCrashed","message":"the worker running this run died %d times;'
+        b' giving up (max_crashes)"}' % crashes
+    )
+
+
+def _claim_row(conn: sqlite3.Connection, row: Sequence[Any], owner: str, now: float, lease_ttl: float,
+               max_crashes: int) -> Claim | None:  # fmt: skip
+    """The crash limit and the lease, for one claimable queue row (``SQL_READY``): a finished
+    run's leftover row is deleted; a row whose previous lease was never released counts as a
+    crash, and past ``max_crashes`` the run is failed with ``pyworkflow.WorkerCrashed`` instead of
+    claimed; otherwise the row is leased to ``owner``. PostgreSQL's copy of the rule is the
+    server-side ``pyworkflow_claim_row`` (migration 0008)."""
+    run_id, epoch, wake_seq, previous_owner, crashes = row
+    run = conn.execute(SQL_RUN_FOR_CLAIM, (run_id,)).fetchone()
+    if run is None or RunStatus(run[2]).is_terminal:
+        conn.execute(SQL_DELETE_QUEUE, (run_id,))
+        return None
+    if previous_owner is not None:  # a turn that never ended: its worker died
+        crashes += 1
+        if crashes > max_crashes:
+            _end_run(conn, run_id, RunStatus.FAILED, None, _crashed(crashes), now)
+            return None
+    conn.execute(SQL_LEASE, (owner, now + lease_ttl, crashes, run_id))
+    conn.execute(SQL_SET_RUN_STATUS, (RunStatus.RUNNING, now, run_id))
+    _event(conn, run_id, now, "run_resumed" if previous_owner is None else "run_recovered")
+    fresh = run[2] == RunStatus.PENDING
+    return Claim(Fence(run_id, epoch + 1, wake_seq), run[0], run[1], resumed=not fresh)
 
 
 class SQLiteStore:
@@ -260,10 +309,7 @@ class SQLiteStore:
                 raise WorkflowNotFoundError(f"no run {run_id!r}")
             if RunStatus(row[0]).is_terminal:
                 return False
-            conn.execute(SQL_FINISH_RUN, (RunStatus.CANCELLED, None, None, now, now, run_id))
-            conn.execute(SQL_CANCEL_WAITS, (now, run_id))
-            conn.execute(SQL_DELETE_QUEUE, (run_id,))
-            _event(conn, run_id, now, "run_cancelled")
+            _end_run(conn, run_id, RunStatus.CANCELLED, None, None, now)
             return True
 
         return await self.db.write(tx)
@@ -278,31 +324,10 @@ class SQLiteStore:
     ) -> list[Claim]:
         def tx(conn: sqlite3.Connection) -> list[Claim]:
             claims: list[Claim] = []
-            for run_id, epoch, wake_seq, previous_owner, crashes in conn.execute(
-                SQL_READY, (now, limit)
-            ).fetchall():
-                run = conn.execute(SQL_RUN_FOR_CLAIM, (run_id,)).fetchone()
-                if run is None or RunStatus(run[2]).is_terminal:
-                    conn.execute(SQL_DELETE_QUEUE, (run_id,))
-                    continue
-                if previous_owner is not None:  # a turn that never ended: its worker died
-                    crashes += 1
-                    if crashes > max_crashes:
-                        error = (
-                            b'{"type":"pyworkflow.WorkerCrashed","message":"the worker running this run died '
-                            + str(crashes).encode()
-                            + b' times; giving up (max_crashes)"}'
-                        )
-                        conn.execute(SQL_FINISH_RUN, (RunStatus.FAILED, None, error, now, now, run_id))
-                        conn.execute(SQL_CANCEL_WAITS, (now, run_id))
-                        conn.execute(SQL_DELETE_QUEUE, (run_id,))
-                        _event(conn, run_id, now, "run_failed", None, error)
-                        continue
-                conn.execute(SQL_LEASE, (owner, now + lease_ttl, crashes, run_id))
-                conn.execute(SQL_SET_RUN_STATUS, (RunStatus.RUNNING, now, run_id))
-                _event(conn, run_id, now, "run_resumed" if previous_owner is None else "run_recovered")
-                fresh = run[2] == RunStatus.PENDING
-                claims.append(Claim(Fence(run_id, epoch + 1, wake_seq), run[0], run[1], resumed=not fresh))
+            for row in conn.execute(SQL_READY, (now, limit)).fetchall():
+                claim = _claim_row(conn, row, owner, now, lease_ttl, max_crashes)
+                if claim is not None:
+                    claims.append(claim)
             return claims
 
         return await self.db.write(tx)
@@ -340,8 +365,7 @@ class SQLiteStore:
 
     async def release(self, fence: Fence, *, now: float) -> None:
         def tx(conn: sqlite3.Connection) -> None:
-            row = conn.execute(SQL_FENCE, (fence.run_id,)).fetchone()
-            if row is not None and row[0] == fence.epoch:
+            if _holds(conn, fence):
                 conn.execute(SQL_UNLEASE, (now, fence.run_id))
 
         await self.db.write(tx)
@@ -434,27 +458,21 @@ class SQLiteStore:
                 conn.execute(SQL_STEP_PROGRESS, (fence.run_id, step_key, count, now))
             conn.execute(SQL_SET_RUN_STATUS, (RunStatus.SUSPENDED, now, fence.run_id))
             _event(conn, fence.run_id, now, "run_suspended")
-            _end_turn(conn, fence, now, keep_if_woken=True)
+            _end_turn(conn, fence, now)
 
         await self.db.write(tx)
 
     async def complete_run(self, fence: Fence, result: bytes, *, now: float) -> None:
         def tx(conn: sqlite3.Connection) -> None:
             _check_fence(conn, fence)
-            conn.execute(SQL_FINISH_RUN, (RunStatus.COMPLETED, result, None, now, now, fence.run_id))
-            conn.execute(SQL_CANCEL_WAITS, (now, fence.run_id))
-            _event(conn, fence.run_id, now, "run_completed")
-            _end_turn(conn, fence, now, keep_if_woken=False)
+            _end_run(conn, fence.run_id, RunStatus.COMPLETED, result, None, now)
 
         await self.db.write(tx)
 
     async def fail_run(self, fence: Fence, error: bytes, *, now: float) -> None:
         def tx(conn: sqlite3.Connection) -> None:
             _check_fence(conn, fence)
-            conn.execute(SQL_FINISH_RUN, (RunStatus.FAILED, None, error, now, now, fence.run_id))
-            conn.execute(SQL_CANCEL_WAITS, (now, fence.run_id))
-            _event(conn, fence.run_id, now, "run_failed", None, error)
-            _end_turn(conn, fence, now, keep_if_woken=False)
+            _end_run(conn, fence.run_id, RunStatus.FAILED, None, error, now)
 
         await self.db.write(tx)
 
@@ -494,12 +512,13 @@ class SQLiteStore:
                 row = conn.execute(SQL_WAIT_BY_ID, (wait_id,)).fetchone()
                 wait = wait_from_row(row) if row else None
             if wait is None:
-                raise HookNotFoundError("no hook has this token" if token_digest else f"no hook {wait_id!r}")
+                raise hook_not_found(token_digest, wait_id)
             refuse_approval(wait)
             raise_if_resolved(wait)
             if wait.expires_at is not None and wait.expires_at <= now:
                 # Past its deadline but not swept yet: the deadline wins, and is recorded now.
-                _expire(conn, wait, now)
+                _expire_wait(conn, wait.id, wait.run_id, wait.wait_key, now)
+                wait.status, wait.resolved_at = WaitStatus.EXPIRED, now
                 return wait
             if check is not None:
                 check(wait)
@@ -512,8 +531,8 @@ class SQLiteStore:
             return wait
 
         wait = await self.db.write(tx)
-        if wait.status == WaitStatus.EXPIRED:
-            raise HookExpiredError(f"hook {wait.name!r} expired before the payload arrived", wait_id=wait.id)
+        if wait.status == WaitStatus.EXPIRED:  # past its deadline, and recorded as expired just now
+            raise_if_resolved(wait)
         return wait
 
     async def expire_due_waits(self, *, now: float, limit: int = 500) -> int:
@@ -526,10 +545,7 @@ class SQLiteStore:
         def tx(conn: sqlite3.Connection) -> int:
             count = 0
             for wait_id, run_id, wait_key, _kind in conn.execute(SQL_DUE_WAITS, (now, limit)).fetchall():
-                if conn.execute(SQL_RESOLVE_WAIT, (WaitStatus.EXPIRED, None, now, wait_id)).rowcount:
-                    _event(conn, run_id, now, "wait_expired", wait_key)
-                    _wake(conn, run_id, wait_id, now)
-                    count += 1
+                count += _expire_wait(conn, wait_id, run_id, wait_key, now)
             return count
 
         return await self.db.write(tx)
@@ -568,8 +584,11 @@ def _find_by_token(conn: sqlite3.Connection, token_digest: bytes) -> WaitRecord 
     return wait_from_row(row) if row else None
 
 
-def _expire(conn: sqlite3.Connection, wait: WaitRecord, now: float) -> None:
-    if conn.execute(SQL_RESOLVE_WAIT, (WaitStatus.EXPIRED, None, now, wait.id)).rowcount:
-        _event(conn, wait.run_id, now, "wait_expired", wait.wait_key)
-        _wake(conn, wait.run_id, wait.id, now)
-    wait.status, wait.resolved_at = WaitStatus.EXPIRED, now
+def _expire_wait(conn: sqlite3.Connection, wait_id: str, run_id: str, wait_key: str, now: float) -> bool:
+    """A pending wait's deadline passed: expire it and wake its run (the sweeper's expiry and a
+    decision that came too late). False when it had already left 'pending' (nothing changes)."""
+    if not conn.execute(SQL_RESOLVE_WAIT, (WaitStatus.EXPIRED, None, now, wait_id)).rowcount:
+        return False
+    _event(conn, run_id, now, "wait_expired", wait_key)
+    _wake(conn, run_id, wait_id, now)
+    return True
