@@ -21,12 +21,14 @@ from ._graph_sql import (
     TRAVERSER_SCOPE,
 )
 from ._refusals import NotFound
+from ._runs_reads import RunsReads
 
 T = TypeVar("T")
 
 
-class ConsoleReads:
-    """Mixed into :class:`~atfgraph.server._store.GraphStore`, which supplies the two readers."""
+class ConsoleReads(RunsReads):
+    """Mixed into :class:`~atfgraph.server._store.GraphStore`, which supplies the two readers
+    (and, through :class:`RunsReads`, every run's reads and the inbox's)."""
 
     def _read(self, fn: Callable[[Conn], T]) -> T:
         raise NotImplementedError
