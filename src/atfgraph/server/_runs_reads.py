@@ -35,10 +35,10 @@ INBOX_KINDS = (WaitKind.APPROVAL.value, WaitKind.HOOK.value, WaitKind.STEP_HOOK.
 #: there were more).
 RUN_PART_LIMIT = 1000
 
-#: A run's summary, as listings show it (no input, result or error).
+#: A run's summary, as listings show it (its error, but no input or result).
 _RUN_SUMMARY = """
 SELECT r.id, r.workflow, r.node_id, r.version, r.status, r.attempt, r.max_attempts, r.waiting_on,
-       r.created_at, r.updated_at, r.finished_at
+       r.error, r.created_at, r.updated_at, r.finished_at
 """
 #: Every run newest first, under the conditions given (``{where}``: kind, status). With a status:
 #: runs_by_status (status, created_at) walked backwards; without: runs_by_created. The kind is a
@@ -47,7 +47,7 @@ SQL_RUNS = _RUN_SUMMARY + "FROM runs r WHERE 1 = 1{where} ORDER BY r.created_at 
 #: The kind conditions of a listing.
 KIND_WHERE = {"all": "", "workflow": " AND r.node_id IS NULL", "traverser": " AND r.node_id IS NOT NULL"}
 #: One run of either kind, with its input, result and error (primary key).
-SQL_RUN = _RUN_SUMMARY.rstrip() + ", r.input, r.result, r.error\nFROM runs r WHERE r.id = ?"
+SQL_RUN = _RUN_SUMMARY.rstrip() + ", r.input, r.result\nFROM runs r WHERE r.id = ?"
 #: A run's step records: a traverser's in path order (seq), a pyworkflow run's (no seq) in the
 #: order they were recorded (primary key prefix run_id).
 SQL_RUN_STEPS = """
@@ -93,6 +93,7 @@ def run_summary(row: Row) -> dict[str, Any]:
         "kind": kind,
         "workflow": row["workflow"],
         "status": row["status"],
+        "error": fragment(row["error"]),
         "created_at": row["created_at"],
         "updated_at": row["updated_at"],
         "finished_at": row["finished_at"],
@@ -234,9 +235,7 @@ class RunsReads:
             waits, more_waits = _bounded(_rows(conn, SQL_RUN_WAITS, (run_id, n)), _wait)
             checkpoints, more_cps = _bounded(_rows(conn, SQL_RUN_CHECKPOINTS, (run_id, n)), _checkpoint)
             run = run_summary(row)
-            run.update(
-                input=fragment(row["input"]), result=fragment(row["result"]), error=fragment(row["error"])
-            )
+            run.update(input=fragment(row["input"]), result=fragment(row["result"]))
             truncated = [
                 name
                 for name, more in (("steps", more_steps), ("waits", more_waits), ("checkpoints", more_cps))

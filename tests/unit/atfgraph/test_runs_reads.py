@@ -89,7 +89,7 @@ async def test_every_run_newest_first_by_kind_and_status(store: GraphStore, runs
     wf = next(r for r in every if r["id"] == runs["reviewed"])
     assert wf["kind"] == "workflow" and wf["status"] == "suspended"
     assert wf["workflow"].endswith("runs_reviewed") and "traverser_status" not in wf
-    assert set(wf) == {"id", "kind", "workflow", "status", "created_at", "updated_at", "finished_at"}
+    assert set(wf) == {"id", "kind", "workflow", "status", "error", "created_at", "updated_at", "finished_at"}
     tv = next(r for r in every if r["id"] == runs["traverser"])
     assert (tv["kind"], tv["status"], tv["traverser_status"]) == ("traverser", "suspended", "waiting")
     assert (tv["target"], tv["node_id"], tv["attempt"], tv["max_attempts"]) == ("n.skill", "n", 1, 2)
