@@ -1,7 +1,9 @@
 """``atfg ps``, ``atfg runs list|show|watch`` and ``atfg checkpoints get``.
 
-A run is a traverser. Following one is a chain of long polls on ``GET /traversers/{id}`` that
-wait for any status other than the current one, so a change is printed the moment it happens.
+A run is a traverser or one of pyworkflow's own workflow runs in the server's database
+(``GET /runs``, ``GET /runs/{id}``). Following one (a traverser) is a chain of long polls on
+``GET /traversers/{id}`` that wait for any status other than the current one, so a change is
+printed the moment it happens.
 """
 
 from __future__ import annotations
@@ -18,6 +20,10 @@ from ._base import EXIT_ERROR, EXIT_UNAVAILABLE, AliasGroup, CliError, global_op
 from ._output import Column, compact, emit_list, emit_record, field, pretty, print_table, progress, when
 
 STATUSES = [s.value for s in TraverserStatus]
+#: What ``runs list --status`` takes: a traverser's status as the API names it, or the engine's
+#: name of one (``pending``, ``suspended``, ``completed``), which pyworkflow runs report.
+RUN_STATUSES = [*STATUSES, "pending", "suspended", "completed"]
+KINDS = ["all", "workflow", "traverser"]
 _TERMINAL = {s.value for s in TraverserStatus if s.is_terminal}
 #: One long poll; the server caps it at 60 s.
 _POLL_SECONDS = 30.0
@@ -26,13 +32,21 @@ _UNAVAILABLE_GRACE = 30.0
 
 
 def _attempt(item: dict[str, Any]) -> str:
+    if item.get("kind") == "workflow":
+        return "-"
     return f"{item.get('attempt')}/{item.get('max_attempts')}"
 
 
+def _status(item: dict[str, Any]) -> Any:
+    """A listed run's status: a traverser's as the API names it, a pyworkflow run's the engine's."""
+    return item.get("traverser_status") or item.get("status")
+
+
 def _error_text(item: dict[str, Any]) -> str:
+    """An error on one line: a traverser's ``code: message``, a pyworkflow run's ``type: message``."""
     error = item.get("error")
     if isinstance(error, dict):
-        return f"{error.get('code')}: {error.get('message')}"
+        return f"{error.get('code') or error.get('type')}: {error.get('message')}"
     return ""
 
 
@@ -100,33 +114,53 @@ def _traversers(client: Api, statuses: list[str], limit: int) -> list[dict[str, 
 
 @click.group("runs", cls=AliasGroup, aliases={"ls": "list", "get": "show", "follow": "watch"})
 def runs() -> None:
-    """Runs (traversers): list them, show one, follow one live."""
+    """Runs: traversers and pyworkflow workflow runs. List them, show one, follow a traverser."""
 
 
 @runs.command("list")
 @click.option(
+    "--kind",
+    "-k",
+    type=click.Choice(KINDS),
+    default="all",
+    show_default=True,
+    help="workflow: pyworkflow's own runs; traverser: atfgraph's.",
+)
+@click.option(
     "--status",
     "statuses",
     multiple=True,
-    type=click.Choice(STATUSES),
-    help="Only these statuses (repeatable) [default: all].",
+    type=click.Choice(RUN_STATUSES),
+    help="Only these statuses (repeatable; a traverser's or the engine's name) [default: all].",
 )
 @click.option("--limit", default=50, show_default=True, type=click.IntRange(1, 1000))
 @global_options
 @click.pass_context
-def runs_list(ctx: click.Context, statuses: tuple[str, ...], limit: int) -> None:
-    """Runs, newest first."""
-    items = _traversers(api(ctx), list(statuses) or STATUSES, limit)[:limit]
+def runs_list(ctx: click.Context, kind: str, statuses: tuple[str, ...], limit: int) -> None:
+    """Runs of either kind, newest first."""
+    client = api(ctx)
+    items: list[dict[str, Any]] = []
+    seen: set[str] = set()
+    for status in dict.fromkeys(statuses) or [None]:
+        params: dict[str, Any] = {"kind": kind, "limit": limit}
+        if status is not None:
+            params["status"] = status
+        for item in client.get("/runs", params)["items"]:
+            if item["id"] not in seen:  # 'waiting' and 'suspended' are one status
+                seen.add(item["id"])
+                items.append(item)
+    items.sort(key=lambda i: i.get("created_at") or 0.0, reverse=True)
     columns: list[Column] = [
         ("ID", field("id")),
-        ("TARGET", field("target")),
-        ("STATUS", field("status")),
+        ("TARGET", field("workflow")),
+        ("STATUS", _status),
         ("ATTEMPT", _attempt),
+        ("KIND", field("kind")),
         ("CREATED", lambda i: when(i.get("created_at"))),
         ("FINISHED", lambda i: when(i.get("finished_at"))),
         ("ERROR", _error_text),
     ]
-    emit_list(ctx, items, columns)
+    emit_list(ctx, items[:limit], columns)
 
 
 @runs.command("show")
@@ -141,12 +175,71 @@ def runs_list(ctx: click.Context, statuses: tuple[str, ...], limit: int) -> None
 @global_options
 @click.pass_context
 def runs_show(ctx: click.Context, run_id: str, follow: bool, timeout: float | None) -> None:
-    """One run: its status, attempts, result or error, and its path of steps."""
+    """One run. A traverser: its status, attempts, result or error, and its path of steps. A
+    pyworkflow run: its status, input, result or error, steps, waits, checkpoints and events."""
     client = api(ctx)
     if follow:
         _watch(ctx, client, run_id, timeout)
         return
-    _show(ctx, client, client.get(f"/traversers/{q(run_id)}"))
+    record = client.get(f"/runs/{q(run_id)}")
+    if record["run"]["kind"] == "traverser":
+        _show(ctx, client, client.get(f"/traversers/{q(run_id)}"))
+    else:
+        _show_workflow_run(ctx, record)
+
+
+def _show_workflow_run(ctx: click.Context, record: dict[str, Any]) -> None:
+    run = record["run"]
+
+    def parts() -> None:
+        if record["steps"]:
+            print_table(
+                ["STEP", "STATUS", "ATTEMPT", "RESULT / ERROR"],
+                [
+                    [s["key"], s["status"], s["attempt"], _error_text(s) or compact(s["result"])]
+                    for s in record["steps"]
+                ],
+                title="steps",
+            )
+        if record["waits"]:
+            print_table(
+                ["WAIT", "KIND", "NAME", "STATUS", "CREATED", "EXPIRES"],
+                [
+                    [w["id"], w["kind"], w["name"], w["status"], when(w["created_at"]), when(w["expires_at"])]
+                    for w in record["waits"]
+                ],
+                title="waits",
+            )
+        if record["checkpoints"]:
+            print_table(
+                ["SCOPE", "NAME", "REVISION", "VALUE"],
+                [[c["scope"], c["name"], c["revision"], compact(c["value"])] for c in record["checkpoints"]],
+                title="checkpoints",
+            )
+        if record["events"]:
+            print_table(
+                ["SEQ", "AT", "EVENT", "KEY"],
+                [[e["seq"], when(e["at"]), e["type"], e["key"] or ""] for e in record["events"]],
+                title="events",
+            )
+        if record["truncated"]:
+            progress(f"only the first 1000 shown of: {', '.join(record['truncated'])}")
+
+    rows: list[tuple[str, Any]] = [
+        ("id", run["id"]),
+        ("kind", run["kind"]),
+        ("workflow", run["workflow"]),
+        ("status", run["status"]),
+        ("created", when(run.get("created_at"))),
+        ("updated", when(run.get("updated_at"))),
+        ("finished", when(run.get("finished_at"))),
+        ("input", pretty(run.get("input"))),
+    ]
+    if run.get("error"):
+        rows.append(("error", _error_text(run)))
+    if run["status"] == "completed":
+        rows.append(("result", pretty(run.get("result"))))
+    emit_record(ctx, record, rows, after=parts if output_format(ctx) == "table" else None)
 
 
 @runs.command("watch")

@@ -28,6 +28,7 @@ from ._identity import Identity
 from ._refusals import Refusal
 from ._routes import error_response, router, unavailable_response
 from ._routes_admin import router as admin_router
+from ._routes_runs import router as runs_router
 from ._service import Service
 from ._store import GraphStore
 from .console import install_console
@@ -252,6 +253,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     app.state.hub = Hub()
     app.include_router(router)
     app.include_router(admin_router)
+    app.include_router(runs_router)
     install_console(app)
 
     @app.get("/livez")

@@ -10,23 +10,23 @@ from .._json import dumps, loads
 from ._graph_rows import Conn, _row, _rows, approval_view, step_view, traverser_view
 from ._graph_sql import (
     CONSOLE_FILTERS,
-    ENGINE_STATUS,
     SQL_APPROVALS_OF,
     SQL_CONSOLE_CHECKPOINTS,
     SQL_CONSOLE_DECIDED,
     SQL_CONSOLE_PENDING,
-    SQL_CONSOLE_TRAVERSERS,
     SQL_GET_TRAVERSER,
     SQL_STEPS,
     TRAVERSER_SCOPE,
 )
 from ._refusals import NotFound
+from ._runs_reads import KIND_WHERE, SQL_RUNS, RunsReads, engine_status, run_summary
 
 T = TypeVar("T")
 
 
-class ConsoleReads:
-    """Mixed into :class:`~atfgraph.server._store.GraphStore`, which supplies the two readers."""
+class ConsoleReads(RunsReads):
+    """Mixed into :class:`~atfgraph.server._store.GraphStore`, which supplies the two readers
+    (and, through :class:`RunsReads`, every run's reads and the inbox's)."""
 
     def _read(self, fn: Callable[[Conn], T]) -> T:
         raise NotImplementedError
@@ -34,22 +34,24 @@ class ConsoleReads:
     def _read1(self, fn: Callable[[Conn], T]) -> T:
         raise NotImplementedError
 
-    def console_traversers(
+    def console_runs(
         self,
+        kind: str,
         status: str | None,
         node_id: str | None,
         since: float | None,
         until: float | None,
         limit: int,
     ) -> list[dict[str, Any]]:
-        """Traversers matching every filter given (None: no filter), newest first, JSON decoded."""
-        values = (None if status is None else ENGINE_STATUS.get(status, status), node_id, since, until)
+        """Runs of ``kind`` (all, workflow, traverser) matching every filter given (None: no
+        filter; the status by the engine's name or the API's), newest first, as ``list_runs``
+        shows them. A node filter matches traversers only."""
+        values = (None if status is None else engine_status(status), node_id, since, until)
         given = [(c, v) for c, v in zip(CONSOLE_FILTERS, values, strict=True) if v is not None]
-        where = "".join(f" AND {cond}" for cond, _ in given)
-        sql = SQL_CONSOLE_TRAVERSERS.format(where=where)
+        where = KIND_WHERE[kind] + "".join(f" AND {cond}" for cond, _ in given)
+        sql = SQL_RUNS.format(where=where)
         params = [value for _, value in given] + [limit]
-        rows = self._read1(lambda c: _rows(c, sql, params))
-        return [self._decoded(traverser_view(r)) for r in rows]
+        return [run_summary(r) for r in self._read1(lambda c: _rows(c, sql, params))]
 
     def console_approvals(self, pending: bool, limit: int) -> list[dict[str, Any]]:
         """Pending approvals oldest first, or decided ones newest first; each with its traverser's

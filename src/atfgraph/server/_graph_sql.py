@@ -217,12 +217,9 @@ TRAVERSER_SCOPE = ""
 
 # -- the review console's reads (not a hot path; each bounded by its LIMIT) -----------------
 
-#: Traversers for the console's Runs page: any combination of status, node and a creation-time
-#: window, newest first; only the filters given become conditions (the status as the engine
-#: records it). runs_by_status or runs_by_created, bounded by LIMIT.
-SQL_CONSOLE_TRAVERSERS = (
-    TRAVERSER_ROW + "WHERE r.node_id IS NOT NULL{where} ORDER BY r.created_at DESC LIMIT ?"
-)
+#: The conditions of the console's Runs page filters (status as the engine records it, node, a
+#: creation-time window), added to ``_runs_reads.SQL_RUNS``: only the filters given become
+#: conditions; runs_by_status or runs_by_created, bounded by LIMIT.
 CONSOLE_FILTERS = ("r.status = ?", "r.node_id = ?", "r.created_at >= ?", "r.created_at < ?")
 _CONSOLE_APPROVAL = APPROVAL_ROW.replace(
     "FROM waits w",

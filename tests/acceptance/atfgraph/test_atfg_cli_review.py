@@ -18,7 +18,9 @@ from typing import IO, Any
 import pytest
 from atfg_harness import REPO, ServerProcess, WorkerProcess, free_port
 
+import pyworkflow
 from atfgraph import Client
+from pyworkflow import hook, workflow
 
 ATFG = str(Path(sys.executable).parent / "atfg")
 AGENT = "examples.python.features.approvals.agent:app"
@@ -334,7 +336,7 @@ def test_hooks_list_and_resume(server: ServerProcess) -> None:
 
 
 def test_errors_are_one_line(server: ServerProcess, tmp_path: Path) -> None:
-    assert failed(atfg(server, "runs", "show", "nope"), 1) == "atfg: not found: traverser 'nope'"
+    assert failed(atfg(server, "runs", "show", "nope"), 1) == "atfg: not found: run 'nope'"
     assert failed(atfg(server, "runs", "watch", "nope"), 1) == "atfg: not found: traverser 'nope'"
     assert failed(atfg(server, "approvals", "show", "nope"), 1) == "atfg: not found: approval 'nope'"
     assert (
@@ -461,3 +463,59 @@ def test_tables_are_coloured_only_on_a_terminal(server: ServerProcess) -> None:
     assert proc.wait(30) == 0
     assert b"\x1b[" in b"".join(chunks)
     assert "\x1b[" not in ok(atfg(server, "runs", "list"))
+
+
+@workflow
+async def cli_listed(doc: str) -> dict[str, Any]:
+    answer = await hook("cli_answer", payload_schema={"type": "object"})
+    return {"doc": doc, "answer": answer}
+
+
+async def test_runs_list_and_show_pyworkflow_runs_beside_traversers(server: ServerProcess) -> None:
+    async with Client(server.url, token=credential(server, "owner")) as client:
+        handle = await client.submit("refunds.request_refund", {"ticket": "XX-2", "amount_aud": 10})
+    pyworkflow.configure(storage=server.storage_url, poll_interval=0.05)
+    try:
+        run_id = await pyworkflow.start(cli_listed, "notes")
+        await pyworkflow.wait_for_run(run_id, timeout=15, until=("suspended",))
+
+        everything = as_json(atfg(server, "runs", "list", "-o", "json"))
+        kinds = {r["id"]: r["kind"] for r in everything}
+        assert (kinds[run_id], kinds[handle.id]) == ("workflow", "traverser")
+        workflows = jsonl(atfg(server, "r", "ls", "--kind", "workflow", "-o", "jsonl"))
+        assert run_id in [r["id"] for r in workflows] and {r["kind"] for r in workflows} == {"workflow"}
+        traversers = as_json(atfg(server, "runs", "list", "-k", "traverser", "-o", "json"))
+        assert handle.id in [r["id"] for r in traversers] and run_id not in [r["id"] for r in traversers]
+        # The engine's name or the API's: 'waiting' and 'suspended' are one status.
+        for args in (
+            ["--status", "suspended"],
+            ["--status", "waiting"],
+            ["--status", "waiting", "--status", "suspended"],
+        ):
+            listed = as_json(atfg(server, "runs", "list", *args, "-k", "workflow", "-o", "json"))
+            assert [r["id"] for r in listed].count(run_id) == 1, args
+        [row] = [r for r in rows(ok(atfg(server, "runs", "list"))) if r[0] == run_id]
+        assert row[2:5] == ["suspended", "-", "workflow"] and row[1].endswith("cli_listed")
+
+        shown = ok(atfg(server, "runs", "show", run_id))
+        assert "cli_answer" in shown and "run_created" in shown and "wait_created" in shown
+        record = as_json(atfg(server, "run", "get", run_id, "-o", "json"))
+        assert record["run"]["kind"] == "workflow" and record["run"]["status"] == "suspended"
+        assert [(w["kind"], w["name"]) for w in record["waits"]] == [("hook", "cli_answer")]
+        assert record["events"][0]["type"] == "run_created"
+        # A traverser is shown as before: its record from /traversers.
+        assert (
+            as_json(atfg(server, "runs", "show", handle.id, "-o", "json"))["target"]
+            == "refunds.request_refund"
+        )
+
+        assert failed(atfg(server, "runs", "list", "--kind", "bogus"), 2).startswith("atfg: Invalid value")
+        assert failed(atfg(server, "runs", "list", "--status", "bogus"), 2).startswith("atfg: Invalid value")
+        worker = credential(server, "worker")
+        line = failed(atfg(server, "runs", "list", "--token", worker), 3)
+        assert line.startswith("atfg: forbidden: role 'worker' may not run.list")
+        line = failed(atfg(server, "runs", "show", run_id, "--token", worker), 3)
+        assert line.startswith("atfg: forbidden: role 'worker' may not run.get")
+    finally:
+        await pyworkflow.shutdown()
+        pyworkflow.configure()

@@ -313,3 +313,104 @@ async def test_a_pyworkflow_step_hook_in_the_same_database_is_resumed_from_the_i
     finally:
         await pyworkflow.shutdown()
         pyworkflow.configure()
+
+
+@step
+async def console_outline(doc: str) -> str:
+    await pyworkflow.save_step_checkpoint({"outlined": doc})
+    return f"outline of {doc}"
+
+
+@workflow
+async def console_drafted(doc: str) -> dict[str, Any]:
+    outline = await console_outline(doc)
+    return await console_review_step(outline)
+
+
+async def test_the_runs_page_lists_pyworkflow_runs_beside_traversers_and_shows_one(
+    server: ServerProcess, client: Client, browser: Browser
+) -> None:
+    handle = await client.submit("nobody.skill", {"q": 1})  # no worker: it stays queued
+    pyworkflow.configure(storage=server.storage_url, poll_interval=0.05)
+    try:
+        run_id = await pyworkflow.start(console_drafted, "<b>release notes</b>")
+        await pyworkflow.wait_for_run(run_id, timeout=15, until=("suspended",))
+        reviewer = create_token(server, "rita", "reviewer")
+        page, dialogs = await new_page(browser)
+        assert await sign_in(page, server, reviewer) == 200
+
+        # Both kinds, newest first, each with its own status vocabulary.
+        await page.goto(server.url + "/runs")
+        rows = page.locator("table.runs tbody tr")
+        await expect(rows).to_have_count(2)
+        assert await rows.nth(0).get_attribute("data-run-id") == run_id
+        await expect(rows.nth(0)).to_contain_text("workflow")
+        await expect(rows.nth(0).locator(".status")).to_have_text("suspended")
+        await expect(page.locator(f"tr[data-traverser-id='{handle.id}'] .status")).to_have_text("queued")
+        await expect(page.locator("input[name=kind][value=all]")).to_be_checked()
+        await shot(page, "runs-kinds")
+
+        # The kind filter: workflows only, traversers only, back to all.
+        await page.get_by_label("workflows").check()
+        await page.get_by_role("button", name="Filter").click()
+        await expect(page.locator("input[name=kind][value=workflow]")).to_be_checked()
+        assert "kind=workflow" in page.url
+        await expect(rows).to_have_count(1)
+        await expect(page.locator(f"tr[data-run-id='{run_id}']")).to_have_count(1)
+        await page.get_by_label("traversers").check()
+        await page.get_by_role("button", name="Filter").click()
+        await expect(rows).to_have_count(1)
+        await expect(page.locator(f"tr[data-traverser-id='{handle.id}']")).to_have_count(1)
+        # The status filter takes the engine's name or the API's, for both kinds.
+        for query, expected in (
+            ("kind=all&status=waiting", run_id),
+            ("status=suspended", run_id),
+            ("status=pending", handle.id),
+            ("status=queued&kind=traverser", handle.id),
+        ):
+            await page.goto(f"{server.url}/runs?{query}")
+            await expect(rows).to_have_count(1)
+            assert await rows.first.get_attribute("data-run-id") == expected, query
+        await page.goto(f"{server.url}/runs?kind=workflow&node=nobody")
+        await expect(page.locator("table.runs")).to_contain_text("No run matches.")
+        await page.goto(f"{server.url}/runs?kind=%3Cscript%3E")
+        await expect(page.locator(".flash.error")).to_contain_text("kind: '<script>' is not one of")
+        await expect(rows).to_have_count(2)  # an unknown kind lists all, and says so
+
+        # The pyworkflow run's page: its step, its step hook (pending), its checkpoint, its events.
+        await page.goto(server.url + "/runs")
+        await page.locator(f"a[href='/runs/{run_id}']").click()
+        await expect(page.locator("#run-status")).to_have_text("suspended")
+        await expect(page.locator("#run-workflow")).to_contain_text("console_drafted")
+        step_row = page.locator("table.steps tbody tr").first
+        await expect(step_row).to_contain_text("completed")
+        await expect(step_row).to_contain_text("outline of <b>release notes</b>")
+        wait_row = page.locator("table.waits tbody tr").first
+        await expect(wait_row).to_contain_text("step_hook")
+        await expect(wait_row).to_contain_text("console_review")
+        await expect(wait_row.locator(".status")).to_have_text("pending")
+        await expect(page.locator("section.checkpoint")).to_contain_text('"outlined": "<b>release notes</b>"')
+        events = page.locator("table.events")
+        for event in ("run_created", "step_completed", "checkpoint_saved", "wait_created", "run_suspended"):
+            await expect(events).to_contain_text(event)
+        assert await page.locator("main b, main script").count() == 0  # stored text stays text
+        await shot(page, "workflow-run")
+
+        # Answered from the inbox (linked from the wait), the run completes and the page says so.
+        await wait_row.get_by_role("link", name="answer in the inbox").click()
+        card = page.locator("article.hook", has_text=run_id)
+        await card.locator("textarea[name=payload]").fill('{"approved": true}')
+        await card.get_by_role("button", name="Resume").click()
+        await expect(page.locator(".flash.ok")).to_contain_text("resumed by rita")
+        await pyworkflow.wait_for_run(run_id, timeout=15)
+        await page.goto(f"{server.url}/runs/{run_id}")
+        await expect(page.locator("#run-status")).to_have_text("completed")
+        await expect(page.locator("pre.result")).to_contain_text('"approved": true')
+        await expect(page.locator("table.waits tbody tr").first.locator(".status")).to_have_text("received")
+        await expect(page.locator("table.events")).to_contain_text("run_completed")
+        await page.goto(f"{server.url}/runs/nope")
+        await expect(page.locator("main")).to_contain_text("There is no run 'nope'.")
+        assert dialogs == []
+    finally:
+        await pyworkflow.shutdown()
+        pyworkflow.configure()

@@ -1,5 +1,6 @@
-"""The console's pages and forms: Policies (the landing page), Inbox, Runs, one run, Workers,
-sign-in and sign-out. Plain HTML forms with POST-redirect-GET; no script at all.
+"""The console's pages and forms: Policies (the landing page), Inbox, Runs (traversers and
+pyworkflow runs), one run of either kind, Workers, sign-in and sign-out. Plain HTML forms with
+POST-redirect-GET; no script at all.
 
 Decisions and hook resumptions call the service functions the API calls (``_service``:
 ``decide``, ``resume_hook``), so the console records exactly what
@@ -25,12 +26,14 @@ from fastapi.responses import HTMLResponse, RedirectResponse
 from jinja2 import Environment, PackageLoader, StrictUndefined
 from starlette.datastructures import FormData
 
-from pyworkflow.store import WaitKind, WaitStatus
+from pyworkflow.store import RunStatus, WaitKind
 
 from ..._json import MAX_BODY_BYTES, MAX_DEPTH, InexactNumberError, JSONTooDeepError, dumps, loads_exact
 from ..._models import TraverserStatus
+from .._graph_sql import ENGINE_STATUS
 from .._identity import Identity, Permission, Principal, Role
 from .._refusals import NotFound, Refusal
+from .._runs_reads import RUN_STATUSES
 from .._service import Service
 from .._store import GraphStore
 from ._session import LOGIN_COOKIE, SESSION_COOKIE, Session, Sessions, same_secret
@@ -378,30 +381,49 @@ async def policies(request: Request) -> Response:
 
 @router.get("/inbox")
 async def inbox(request: Request) -> Response:
+    """Pending approvals and pyworkflow hooks and step hooks: one query over the waits table
+    (``GraphStore.inbox``), oldest first, shown in two sections."""
     auth = await _reader(request)
-    store = _store(request)
-    hooks = []
-    waits = await store.pyworkflow.list_waits(
-        status=WaitStatus.PENDING, kinds=(WaitKind.HOOK, WaitKind.STEP_HOOK), limit=200
-    )
-    for wait in waits:
-        run = await store.pyworkflow.get_run(wait.run_id)
-        schema = None if wait.payload_schema is None else orjson.loads(wait.payload_schema)
-        hooks.append(
-            {
-                "id": wait.id,
-                "run_id": wait.run_id,
-                "workflow": None if run is None else run.workflow,
-                "run_status": None if run is None else run.status.value,
-                "kind": wait.kind.value,
-                "name": wait.name,
-                "step_key": wait.step_key,
-                "created_at": wait.created_at,
-                "expires_at": wait.expires_at,
-                "schema": schema,
-            }
-        )
-    return render(request, "inbox.html", auth, pending=store.console_approvals(True, 200), hooks=hooks)
+    approvals, hooks = [], []
+    for item in GraphStore._decoded({"items": _store(request).inbox(_INBOX_LIMIT)})["items"]:
+        run = item["run"]
+        if item["kind"] == WaitKind.APPROVAL:
+            approvals.append(
+                {
+                    "id": item["id"],
+                    "traverser_id": run["id"],
+                    "operation_key": item["key"],
+                    "status": "pending",
+                    "prompt": item["prompt"],
+                    "checkpoint": item["checkpoint"],
+                    "created_at": item["created_at"],
+                    "expires_at": item["expires_at"],
+                    "target": run.get("target"),
+                    "node_id": run.get("node_id"),
+                    "traverser_status": run.get("traverser_status", run["status"]),
+                    "attempt": run.get("attempt"),
+                }
+            )
+        else:
+            hooks.append(
+                {
+                    "id": item["id"],
+                    "run_id": run["id"],
+                    "workflow": run["workflow"],
+                    "run_status": run["status"],
+                    "kind": item["kind"],
+                    "name": item["name"],
+                    "step_key": item["step_key"],
+                    "created_at": item["created_at"],
+                    "expires_at": item["expires_at"],
+                    "schema": item["payload_schema"],
+                }
+            )
+    return render(request, "inbox.html", auth, pending=approvals, hooks=hooks)
+
+
+#: The inbox page's one read: at most this many waits (the two reads it replaced took 200 each).
+_INBOX_LIMIT = 400
 
 
 _STATUSES = [s.value for s in TraverserStatus]
@@ -421,32 +443,67 @@ def _parse_time(value: str, errors: list[str], label: str) -> float | None:
     return parsed.timestamp()
 
 
+_KINDS = {"all": "all", "workflow": "workflows", "traverser": "traversers"}
+
+
 @router.get("/runs")
 async def runs(request: Request) -> Response:
     auth = await _reader(request)
     q = request.query_params
     errors: list[str] = []
+    kind = q.get("kind", "") or "all"
+    if kind not in _KINDS:
+        errors.append(f"kind: {kind[:50]!r} is not one of {', '.join(_KINDS)}")
+        kind = "all"
     status = q.get("status", "")
-    if status and status not in _STATUSES:
-        errors.append(f"status: {status!r} is not one of {', '.join(_STATUSES)}")
+    if status and status not in RUN_STATUSES:
+        errors.append(f"status: {status[:50]!r} is not one of {', '.join(_STATUSES)}")
         status = ""
     node = q.get("node", "").strip()[:200]
     since = _parse_time(q.get("since", ""), errors, "since")
     until = _parse_time(q.get("until", ""), errors, "until")
-    items = _store(request).console_traversers(status or None, node or None, since, until, 200)
-    filters = {"status": status, "node": node, "since": q.get("since", ""), "until": q.get("until", "")}
-    return render(request, "runs.html", auth, items=items, statuses=_STATUSES, filters=filters, errors=errors)
+    items = _store(request).console_runs(kind, status or None, node or None, since, until, 200)
+    filters = {
+        "kind": kind,
+        "status": status,
+        "node": node,
+        "since": q.get("since", ""),
+        "until": q.get("until", ""),
+    }
+    return render(
+        request,
+        "runs.html",
+        auth,
+        items=items,
+        kinds=_KINDS,
+        statuses=[(s, ENGINE_STATUS[s]) for s in _STATUSES],
+        filters=filters,
+        errors=errors,
+    )
 
 
-@router.get("/runs/{traverser_id}")
-async def run_detail(request: Request, traverser_id: str) -> Response:
+@router.get("/runs/{run_id}")
+async def run_detail(request: Request, run_id: str) -> Response:
     auth = await _reader(request)
+    store = _store(request)
     try:
-        run = _store(request).console_run(traverser_id)
+        run = store.console_run(run_id)
     except NotFound:
-        return error_page(request, 404, "Not found", f"There is no traverser {traverser_id!r}.", auth)
+        try:
+            record = GraphStore._decoded(await store.get_run(run_id))
+        except NotFound:
+            return error_page(request, 404, "Not found", f"There is no run {run_id!r}.", auth)
+        return render(
+            request,
+            "workflow_run.html",
+            auth,
+            r=record["run"],
+            record=record,
+            terminal=RunStatus(record["run"]["status"]).is_terminal,
+            refresh_url=f"/runs/{quote(run_id, safe='')}",
+        )
     identity = _identity(request)
-    audit = await identity.list_audit(target=traverser_id, limit=100)
+    audit = await identity.list_audit(target=run_id, limit=100)
     for approval in run["approvals"]:
         audit += await identity.list_audit(target=approval["id"], limit=100)
     return render(
@@ -457,7 +514,7 @@ async def run_detail(request: Request, traverser_id: str) -> Response:
         t=run["traverser"],
         timeline=_timeline(run, audit),
         terminal=TraverserStatus(run["traverser"]["status"]).is_terminal,
-        refresh_url=f"/runs/{quote(traverser_id, safe='')}",
+        refresh_url=f"/runs/{quote(run_id, safe='')}",
     )
 
 

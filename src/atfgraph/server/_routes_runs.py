@@ -1,0 +1,100 @@
+"""HTTP API v2: every run in the database, of either kind, and the one inbox.
+
+``GET /runs`` lists pyworkflow's own runs (kind ``workflow``) beside traversers (kind
+``traverser``) newest first; ``GET /runs/{id}`` shows one with its steps, waits, checkpoints and
+event log; ``GET /inbox`` lists pending approvals, hooks and step hooks together, oldest first,
+each with its run's summary. Read-only (``_runs_reads``); permissions in ``_auth.RULES``."""
+
+from __future__ import annotations
+
+from enum import StrEnum
+from typing import Annotated, Any
+
+from fastapi import APIRouter, Query, Request, Response
+
+from ._routes import ok, store_of
+from ._runs_reads import RUN_PART_LIMIT, RUN_STATUSES
+
+router = APIRouter(prefix="/api/v2")
+
+
+class RunKind(StrEnum):
+    """Which runs a listing shows."""
+
+    ALL = "all"
+    WORKFLOW = "workflow"
+    TRAVERSER = "traverser"
+
+
+#: A status filter: the engine's name (pending, running, suspended, completed, failed, cancelled)
+#: or the API's name of a traverser status (queued, waiting, succeeded).
+class RunStatusFilter(StrEnum):
+    PENDING = "pending"
+    RUNNING = "running"
+    SUSPENDED = "suspended"
+    COMPLETED = "completed"
+    FAILED = "failed"
+    CANCELLED = "cancelled"
+    QUEUED = "queued"
+    WAITING = "waiting"
+    SUCCEEDED = "succeeded"
+
+
+assert {s.value for s in RunStatusFilter} == set(RUN_STATUSES)
+assert RUN_PART_LIMIT == 1000  # as get_run's description says
+
+_ERROR = {
+    "description": "the one error shape",
+    "content": {
+        "application/json": {
+            "schema": {
+                "type": "object",
+                "properties": {
+                    "error": {
+                        "type": "object",
+                        "properties": {"code": {"type": "string"}, "message": {"type": "string"}},
+                    }
+                },
+            }
+        }
+    },
+}
+_LISTED: dict[int | str, dict[str, Any]] = {422: _ERROR}
+_ONE: dict[int | str, dict[str, Any]] = {404: _ERROR, 422: _ERROR}
+
+
+@router.get("/runs", responses=_LISTED)
+async def list_runs(
+    request: Request,
+    kind: Annotated[
+        RunKind, Query(description="all, workflow (pyworkflow's own) or traverser")
+    ] = RunKind.ALL,
+    status: Annotated[
+        RunStatusFilter | None,
+        Query(description="the engine's status, or a traverser's API name (queued, waiting, succeeded)"),
+    ] = None,
+    limit: Annotated[int, Query(ge=1, le=1000)] = 100,
+) -> Response:
+    """Every run in this database, newest first: pyworkflow's own runs (``kind: workflow``) and
+    traversers (``kind: traverser``, with ``target``, ``node_id``, ``attempt``, ``max_attempts`` and
+    ``traverser_status``, the API's name of its status). ``status`` is the engine's status."""
+    items = store_of(request).list_runs(kind.value, None if status is None else status.value, limit)
+    return ok({"items": items})
+
+
+@router.get("/runs/{run_id}", responses=_ONE)
+async def get_run(request: Request, run_id: str) -> Response:
+    """One run of either kind: the run (with ``input``, ``result``, ``error``), its ``steps``,
+    its ``waits`` (hooks, step hooks, timers, retries, approvals), its ``checkpoints`` (every
+    scope) and its ``events`` (pyworkflow's event log), at most 1000 of each; ``truncated``
+    names the parts that had more."""
+    return ok(await store_of(request).get_run(run_id))
+
+
+@router.get("/inbox", responses=_LISTED)
+async def inbox(request: Request, limit: Annotated[int, Query(ge=1, le=1000)] = 100) -> Response:
+    """What people answer, in one list: pending approvals, pyworkflow hooks and step hooks,
+    oldest first, each with its run's summary (``run``). An approval carries its ``prompt`` and
+    ``checkpoint``; a hook its ``payload_schema``. Decide with ``POST /approvals/{id}/decide``,
+    resume with ``POST /hooks/{id}/resume``."""
+    return ok({"items": store_of(request).inbox(limit)})
