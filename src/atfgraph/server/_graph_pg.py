@@ -33,7 +33,10 @@ SQL_FN_REQUEST_APPROVAL = (
     f"SELECT * FROM atfg_request_approval(%s, %s, %s, %s, %s, %s, %s, %s, %s, {_STEPS}, %s::text[], %s)"
 )
 SQL_FN_DECIDE = "SELECT * FROM atfg_decide(%s, %s, %s, %s, %s, %s::text[], %s)"
+SQL_FN_SUBMIT = "SELECT * FROM atfg_submit(%s, %s, %s, %s, %s, %s, %s, %s::text[], %s)"
 SQL_FN_END_ATTEMPT = f"SELECT atfg_end_attempt(%s, %s, %s, %s, %s, %s, {_STEPS})"
+# One traverser, read in a writer's group (a read, key ""): no round trip of its own.
+SQL_TRAVERSER = "SELECT * FROM atfg_traverser(%s)"
 # The run an approval belongs to (never changes): the key of its decision.
 SQL_APPROVAL_RUN = "SELECT run_id FROM waits WHERE id = ? AND kind = 'approval'"
 
@@ -106,6 +109,31 @@ class PgTransitions:
         if len(self._approval_runs) >= _APPROVAL_RUNS_MAX:
             self._approval_runs.clear()
         self._approval_runs[approval_id] = run_id
+
+    async def get_traverser(self, traverser_id: str) -> dict[str, Any]:
+        rows = await self._call(SQL_TRAVERSER, (traverser_id,), "")
+        if not rows:
+            raise NotFound.of("traverser", traverser_id)
+        return traverser_view(dict(zip(TRAVERSER_FIELDS, rows[0], strict=True)))
+
+    async def submit(
+        self,
+        ident: str,
+        target: str,
+        input_json: bytes,
+        node_id: str,
+        max_attempts: int,
+        idempotency_key: str | None,
+        audit: AuditEntry | None,
+        now: float,
+    ) -> dict[str, Any] | None:
+        """The new traverser; None: its idempotency key is taken, the Python rule decides."""
+        audit_text, detail = _audit(None if audit is None else replace(audit, target=ident))
+        params = (ident, target, input_json, node_id, max_attempts, idempotency_key, now, audit_text, detail)
+        row = (await self._call(SQL_FN_SUBMIT, params, ident))[0]
+        if row[0] == FALLBACK:
+            return None
+        return traverser_view(dict(zip(TRAVERSER_FIELDS, row[1:], strict=True)))
 
     async def claim(self, worker_id: str, limit: int, now: float, expires: float) -> list[dict[str, Any]]:
         rows = await self._call(SQL_FN_CLAIM, (worker_id, limit, now, expires), None)

@@ -1,7 +1,10 @@
 """The graph server's durable state, on SQLite (the default: one file) or PostgreSQL (a URL).
 
 Each public coroutine is one state transition and runs as one write transaction on the shared
-writer thread (group commit); reads run on this thread's reader connection as one snapshot. Every
+writer thread (group commit); reads run on this thread's reader connection as one snapshot. On
+PostgreSQL the hot transitions are instead one statement each, a server-side function that is
+PostgreSQL's copy of the rule written here (``_graph_pg``, migration postgres/0007), pipelined by
+the same writer. Every
 lookup goes through a primary key or an index (see migrations/<dialect>/), so the cost of an
 operation does not grow with history.
 
@@ -213,6 +216,12 @@ class GraphStore(ConsoleReads):
         creation (its target becomes the new traverser's id)."""
         node_id = target.partition(".")[0]
         ident = new_id()
+        if self._pg is not None:
+            made = await self._pg.submit(
+                ident, target, input_json, node_id, max_attempts, idempotency_key, audit, time.time()
+            )
+            if made is not None:
+                return made, True
 
         def earlier(conn: Conn) -> Row | None:
             found = _row(conn, SQL_TRAVERSER_BY_KEY, (idempotency_key,))
@@ -253,6 +262,13 @@ class GraphStore(ConsoleReads):
         if row is None:
             raise NotFound.of("traverser", traverser_id)
         return traverser_view(row)
+
+    async def read_traverser(self, traverser_id: str) -> dict[str, Any]:
+        """:meth:`get_traverser` for a coroutine (a long poll): on PostgreSQL read in a writer's
+        pipelined group instead of a round trip that holds up the event loop."""
+        if self._pg is not None:
+            return await self._pg.get_traverser(traverser_id)
+        return self.get_traverser(traverser_id)
 
     def list_traversers(self, status: str, limit: int) -> list[dict[str, Any]]:
         return [
