@@ -1,5 +1,5 @@
 """The graph store's hot transitions on PostgreSQL: each one statement that calls a server-side
-function (atfgraph migration ``postgres/0007_graph_functions.sql``), handed to the kit's writer
+function (atfgraph migration ``postgres/0008_graph_functions.sql``), handed to the kit's writer
 with :meth:`~pyworkflow.store.GroupCommitWriter.submit` and the traverser's run id as its key,
 so the writer pipelines many callers' transitions in one round trip and groups lock runs in run id
 order (as pyworkflow's PostgreSQL store does). The rules are SQLite's Python ones in ``_store``

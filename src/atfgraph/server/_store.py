@@ -3,7 +3,7 @@
 Each public coroutine is one state transition and runs as one write transaction on the shared
 writer thread (group commit); reads run on this thread's reader connection as one snapshot. On
 PostgreSQL the hot transitions are instead one statement each, a server-side function that is
-PostgreSQL's copy of the rule written here (``_graph_pg``, migration postgres/0007), pipelined by
+PostgreSQL's copy of the rule written here (``_graph_pg``, migration postgres/0008), pipelined by
 the same writer. Every
 lookup goes through a primary key or an index (see migrations/<dialect>/), so the cost of an
 operation does not grow with history.

@@ -1,5 +1,5 @@
 """Every refusal of the graph store's hot transitions, on both dialects: on PostgreSQL they are
-server-side functions (atfgraph migration postgres/0007), on SQLite Python write functions, and
+server-side functions (atfgraph migration postgres/0008), on SQLite Python write functions, and
 both must refuse the same things with the same codes and messages, and write nothing when they
 refuse (a reported step, an approval, an audit entry)."""
 
