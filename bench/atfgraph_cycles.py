@@ -7,9 +7,11 @@
 
 A cycle: submit, the handler prepares (a child step and a checkpoint) and pauses, the client finds
 the approval and decides it, the handler resumes and succeeds. Reported: cycles/s, HTTP requests
-per cycle (counted by the server), store commits per cycle, and the latency from
-``decide_approval`` returning to the handler running again (p50/p99). Then ``--park`` traversers
-are left waiting with a capacity-2 worker: permits in use must be 0 and memory flat.
+per cycle (counted by the server), store commits per cycle (write-function commits and
+pipelined statement groups; a statement sent alone is its own, uncounted, transaction),
+statements sent in those groups, and the latency from ``decide_approval`` returning to the
+handler running again (p50/p99). Then ``--park`` traversers are left waiting with a capacity-2
+worker: permits in use must be 0 and memory flat.
 
 The worker runs this module's ``app`` (``--module bench.atfgraph_cycles:app``).
 """
@@ -138,9 +140,12 @@ class Stack:
                 proc.kill()
 
 
-async def _counts(client: Client) -> tuple[int, int]:
+async def _counts(client: Client) -> tuple[int, int, int]:
+    """Requests; transactions of the store's writer (write-function commits and statement
+    groups); statements sent as single jobs (pipelined server-side transitions and reads)."""
     stats = await client.request("GET", "/stats")
-    return int(stats["requests"]), int(stats["commits"])
+    commits = int(stats["commits"]) + int(stats.get("groups", 0))
+    return int(stats["requests"]), commits, int(stats.get("statements", 0))
 
 
 async def one_cycle(client: Client, i: int, latencies: list[float]) -> None:
@@ -161,7 +166,7 @@ async def one_cycle(client: Client, i: int, latencies: list[float]) -> None:
 async def run_cycles(url: str, token: str, n: int, concurrency: int) -> dict[str, Any]:
     latencies: list[float] = []
     async with Client(url, token=token) as client:
-        requests0, commits0 = await _counts(client)
+        requests0, commits0, statements0 = await _counts(client)
         queue: asyncio.Queue[int] = asyncio.Queue()
         for i in range(n):
             queue.put_nowait(i)
@@ -173,7 +178,7 @@ async def run_cycles(url: str, token: str, n: int, concurrency: int) -> dict[str
         started = time.perf_counter()
         await asyncio.gather(*(runner() for _ in range(concurrency)))
         elapsed = time.perf_counter() - started
-        requests1, commits1 = await _counts(client)
+        requests1, commits1, statements1 = await _counts(client)
     ms = sorted(x * 1000 for x in latencies)
     return {
         "cycles": n,
@@ -182,6 +187,7 @@ async def run_cycles(url: str, token: str, n: int, concurrency: int) -> dict[str
         "cycles_per_s": round(n / elapsed, 1),
         "requests_per_cycle": round((requests1 - requests0 - 1) / n, 2),
         "commits_per_cycle": round((commits1 - commits0) / n, 2),
+        "statements_per_cycle": round((statements1 - statements0) / n, 2),
         "resume_latency_ms_p50": round(statistics.median(ms), 1),
         "resume_latency_ms_p99": round(ms[min(len(ms) - 1, int(len(ms) * 0.99))], 1),
     }

@@ -183,18 +183,21 @@ class AuditEntry:
 def write_audit(conn: Any, entry: AuditEntry, now: float) -> None:
     """Append ``entry`` on ``conn``, inside the caller's transaction, within the bounds of a row
     (:data:`MAX_AUDIT_TARGET`, :data:`MAX_AUDIT_DETAIL`): no input can make the insert fail."""
+    conn.execute(SQL_AUDIT, (now, *audit_values(entry)))
+
+
+def audit_values(entry: AuditEntry) -> tuple[str, str, str, str | None, str, bytes | None]:
+    """The columns of ``entry``'s row after ``at`` (principal, role, action, target, outcome,
+    detail), bounded and encoded as :func:`write_audit` stores them (PostgreSQL's server-side
+    transitions take them as parameters)."""
     who = entry.principal
-    conn.execute(
-        SQL_AUDIT,
-        (
-            now,
-            who.name if who else "anonymous",
-            who.role.value if who else "anonymous",
-            entry.action,
-            None if entry.target is None else _storable(entry.target, MAX_AUDIT_TARGET),
-            entry.outcome,
-            None if entry.detail is None else _detail_json(entry.detail),
-        ),
+    return (
+        who.name if who else "anonymous",
+        who.role.value if who else "anonymous",
+        entry.action,
+        None if entry.target is None else _storable(entry.target, MAX_AUDIT_TARGET),
+        entry.outcome,
+        None if entry.detail is None else _detail_json(entry.detail),
     )
 
 

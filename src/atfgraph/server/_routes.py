@@ -143,12 +143,12 @@ async def _follow(
     while True:
         fut = hub.subscribe(traverser_key(traverser_id))
         try:
-            view = store.get_traverser(traverser_id)
+            view = await store.read_traverser(traverser_id)
             remaining = deadline - time.monotonic()
             if not wanted or view["status"] in wanted or remaining <= 0 or hub.closing:
                 return ok(view, code)
             if not await hub.wait(fut, remaining):
-                return ok(store.get_traverser(traverser_id), code)
+                return ok(await store.read_traverser(traverser_id), code)
         finally:
             hub.unsubscribe(traverser_key(traverser_id), fut)
 
@@ -457,10 +457,13 @@ async def put_memory(request: Request, scope: str, key: str) -> Response:
 
 @router.get("/stats")
 async def stats(request: Request) -> Response:
-    """Request counts since start (the benchmark divides them by cycles) and store commits."""
+    """Request counts since start (the benchmark divides them by cycles), store commits of write
+    functions, and the statement groups and statements the writer sent (PostgreSQL's pipelined
+    transitions: a group is one transaction, one round trip)."""
     counter = getattr(request.app.state, "counter", None)
     requests = 0 if counter is None else counter.requests
-    return ok({"requests": requests, "commits": store_of(request).db.commits})
+    db = store_of(request).db
+    return ok({"requests": requests, "commits": db.commits, "groups": db.groups, "statements": db.statements})
 
 
 __all__ = ["ApiError", "router"]

@@ -1,7 +1,10 @@
 """The graph server's durable state, on SQLite (the default: one file) or PostgreSQL (a URL).
 
 Each public coroutine is one state transition and runs as one write transaction on the shared
-writer thread (group commit); reads run on this thread's reader connection as one snapshot. Every
+writer thread (group commit); reads run on this thread's reader connection as one snapshot. On
+PostgreSQL the hot transitions are instead one statement each, a server-side function that is
+PostgreSQL's copy of the rule written here (``_graph_pg``, migration postgres/0008), pipelined by
+the same writer. Every
 lookup goes through a primary key or an index (see migrations/<dialect>/), so the cost of an
 operation does not grow with history.
 
@@ -41,6 +44,7 @@ from .._json import dumps, fragment, loads
 from .._models import ApprovalStatus, TraverserStatus
 from ._console_reads import ConsoleReads
 from ._dburl import parse_location
+from ._graph_pg import PgTransitions
 from ._graph_rows import (
     STEP_STATUS_IN,
     Conn,
@@ -138,6 +142,8 @@ class GraphStore(ConsoleReads):
                 self.db.close()
                 raise
             self._own_pyworkflow = True
+            #: the hot transitions as server-side functions (SQLite runs the write functions)
+            self._pg: PgTransitions | None = PgTransitions(self.db, self.db.reader)
         else:
             self.db = SQLiteDatabase(
                 location, migrations=server_migrations("sqlite"), synchronous=synchronous
@@ -145,6 +151,7 @@ class GraphStore(ConsoleReads):
             # Shares the writer; never closed on its own.
             self.pyworkflow = SQLiteStore(location, db=self.db)
             self._own_pyworkflow = False
+            self._pg = None
 
     @property
     def is_postgres(self) -> bool:
@@ -209,6 +216,12 @@ class GraphStore(ConsoleReads):
         creation (its target becomes the new traverser's id)."""
         node_id = target.partition(".")[0]
         ident = new_id()
+        if self._pg is not None:
+            made = await self._pg.submit(
+                ident, target, input_json, node_id, max_attempts, idempotency_key, audit, time.time()
+            )
+            if made is not None:
+                return made, True
 
         def earlier(conn: Conn) -> Row | None:
             found = _row(conn, SQL_TRAVERSER_BY_KEY, (idempotency_key,))
@@ -249,6 +262,13 @@ class GraphStore(ConsoleReads):
         if row is None:
             raise NotFound.of("traverser", traverser_id)
         return traverser_view(row)
+
+    async def read_traverser(self, traverser_id: str) -> dict[str, Any]:
+        """:meth:`get_traverser` for a coroutine (a long poll): on PostgreSQL read in a writer's
+        pipelined group instead of a round trip that holds up the event loop."""
+        if self._pg is not None:
+            return await self._pg.get_traverser(traverser_id)
+        return self.get_traverser(traverser_id)
 
     def list_traversers(self, status: str, limit: int) -> list[dict[str, Any]]:
         return [
@@ -323,6 +343,9 @@ class GraphStore(ConsoleReads):
     async def claim(self, worker_id: str, limit: int) -> list[dict[str, Any]]:
         """Lease up to ``limit`` queued traversers of the worker's (node, version), each returned
         with everything its handler reads on replay: checkpoints, recorded steps, approvals."""
+        if self._pg is not None:
+            now = time.time()
+            return await self._pg.claim(worker_id, limit, now, now + self.lease_seconds)
 
         def fn(conn: Conn) -> list[dict[str, Any]]:
             now = time.time()
@@ -375,6 +398,10 @@ class GraphStore(ConsoleReads):
     async def complete(
         self, traverser_id: str, epoch: int, result: bytes, steps: Sequence[StepRecord]
     ) -> None:
+        if self._pg is not None:
+            await self._pg.end_attempt(traverser_id, epoch, "succeeded", result, False, steps, time.time())
+            return
+
         def fn(conn: Conn) -> None:
             now = time.time()
             row = self._leased(conn, traverser_id, epoch, now)
@@ -388,6 +415,10 @@ class GraphStore(ConsoleReads):
     ) -> str:
         """End the attempt with an error: queued again while attempts remain and the error is
         retryable, else failed. Returns the new status."""
+        if self._pg is not None:
+            return await self._pg.end_attempt(
+                traverser_id, epoch, "failed", error, retryable, steps, time.time()
+            )
 
         def fn(conn: Conn) -> str:
             now = time.time()
@@ -403,6 +434,9 @@ class GraphStore(ConsoleReads):
 
     async def release(self, traverser_id: str, epoch: int, steps: Sequence[StepRecord]) -> None:
         """Give a lease back unfinished (worker shutdown): queued again, the attempt not charged."""
+        if self._pg is not None:
+            await self._pg.end_attempt(traverser_id, epoch, "released", None, False, steps, time.time())
+            return
 
         def fn(conn: Conn) -> None:
             now = time.time()
@@ -437,6 +471,11 @@ class GraphStore(ConsoleReads):
         expected_revision: int | None,
         steps: Sequence[StepRecord],
     ) -> int:
+        if self._pg is not None:
+            return await self._pg.save_checkpoint(
+                traverser_id, epoch, name, value, expected_revision, steps, time.time()
+            )
+
         def fn(conn: Conn) -> int:
             now = time.time()
             row = self._leased(conn, traverser_id, epoch, now)
@@ -514,6 +553,15 @@ class GraphStore(ConsoleReads):
         """Find or create the approval (traverser, operation_key). Returns it and whether the
         traverser is now paused on it (a pending approval requested with ``pause``). ``audit``
         is recorded when the approval is created (its target becomes the approval's id)."""
+        if self._pg is not None:
+            now = time.time()
+            expires_at = None if expires_in_seconds is None else now + expires_in_seconds
+            found = await self._pg.request_approval(
+                traverser_id, epoch, operation_key, prompt, checkpoint, expires_at, pause, steps, audit,
+                new_id(), now,
+            )  # fmt: skip
+            if found is not None:
+                return found
 
         def fn(conn: Conn) -> tuple[dict[str, Any], bool]:
             now = time.time()
@@ -587,6 +635,10 @@ class GraphStore(ConsoleReads):
         """Record a decision and, in the same transaction, queue the continuation of a traverser
         paused on it and record ``audit`` (with the decision and the stored response as its
         detail). Returns the approval and the node to wake (None when nothing was queued)."""
+        if self._pg is not None:
+            found = await self._pg.decide(approval_id, decision, response, decided_by, audit, time.time())
+            if found is not None:
+                return found
 
         def fn(conn: Conn) -> tuple[dict[str, Any], str | None]:
             now = time.time()
