@@ -472,7 +472,10 @@ async def heartbeat(request: Request, worker_id: str) -> Response:
         g = Fields(item, f"body.leases[{index}]")
         leases.append((g.key("id"), g.integer("epoch")))
     stats = f.obj("stats", required=False)
-    lost = await store_of(request).heartbeat(worker_id, leases, None if stats is None else dumps_read(stats))
+    store = store_of(request)
+    lost, was_silent = await store.heartbeat(worker_id, leases, None if stats is None else dumps_read(stats))
+    if was_silent:  # its long polls got nothing while it was silent: let them look again
+        hub_of(request).notify(node_key(store.worker_node(worker_id)))
     return ok({"lost": lost})
 
 
