@@ -44,6 +44,15 @@ async def _claim(http: httpx.AsyncClient, worker: str) -> dict[str, Any]:
     return dict(task)
 
 
+async def _one_held_one_queued(http: httpx.AsyncClient, node: str) -> tuple[str, str, dict[str, Any], str]:
+    """A worker of ``node`` holding one traverser while another is queued:
+    (worker, held traverser, its task, queued traverser)."""
+    worker = await _worker(http, node)
+    held = await _submit(http, f"{node}.s")
+    task = await _claim(http, worker)
+    return worker, held, task, await _submit(http, f"{node}.s")
+
+
 async def test_a_completion_carries_the_next_queued_task(http: httpx.AsyncClient) -> None:
     worker = await _worker(http, "nx")
     first, second = await _submit(http, "nx.s"), await _submit(http, "nx.s")
@@ -83,10 +92,7 @@ async def test_a_completion_carries_the_next_queued_task(http: httpx.AsyncClient
 async def test_a_pause_carries_the_next_task_and_a_non_pausing_request_hands_out_none(
     http: httpx.AsyncClient,
 ) -> None:
-    worker = await _worker(http, "np")
-    first = await _submit(http, "np.s")
-    task = await _claim(http, worker)
-    second = await _submit(http, "np.s")
+    worker, first, task, second = await _one_held_one_queued(http, "np")
     body = {
         "traverser_id": first,
         "operation_key": "k",
@@ -109,10 +115,7 @@ async def test_a_pause_carries_the_next_task_and_a_non_pausing_request_hands_out
 async def test_a_claim_for_an_unknown_worker_hands_out_nothing_but_the_report_stands(
     http: httpx.AsyncClient,
 ) -> None:
-    worker = await _worker(http, "nu")
-    first = await _submit(http, "nu.s")
-    task = await _claim(http, worker)
-    second = await _submit(http, "nu.s")
+    _, first, task, second = await _one_held_one_queued(http, "nu")
     done = await http.post(
         f"/traversers/{first}/complete",
         json={"epoch": task["epoch"], "claim": {"worker_id": "no-such-worker", "max": 1}},
