@@ -81,6 +81,23 @@ def _cpu_seconds(pid: int) -> float:
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
+def _postgres_cpu_seconds(db: str | None) -> float:
+    """CPU of the PostgreSQL backends serving the benchmark's database (0 on SQLite)."""
+    if db is None:
+        return 0.0
+    import psycopg
+
+    with psycopg.connect(db, autocommit=True) as conn:
+        rows = conn.execute(
+            "SELECT pid FROM pg_stat_activity WHERE datname = current_database() AND pid <> pg_backend_pid()"
+        ).fetchall()
+    total = 0.0
+    for (pid,) in rows:
+        with contextlib.suppress(OSError):  # a backend that ended meanwhile
+            total += _cpu_seconds(int(pid))
+    return total
+
+
 def _rss_mib(pid: int) -> float:
     for line in Path(f"/proc/{pid}/status").read_text().splitlines():
         if line.startswith("VmRSS:"):
@@ -270,14 +287,24 @@ def main() -> None:
             report["warmup"] = asyncio.run(
                 run_cycles(stack.url, stack.token(), min(50, args.cycles), args.concurrency)
             )
-            cpu0 = (_cpu_seconds(stack.server.pid), _cpu_seconds(stack.worker.pid), time.process_time())
+            cpu0 = (
+                _cpu_seconds(stack.server.pid),
+                _cpu_seconds(stack.worker.pid),
+                time.process_time(),
+                _postgres_cpu_seconds(db),
+            )
             report["throughput"] = asyncio.run(
                 run_cycles(stack.url, stack.token(), args.cycles, args.concurrency)
             )
-            cpu1 = (_cpu_seconds(stack.server.pid), _cpu_seconds(stack.worker.pid), time.process_time())
+            cpu1 = (
+                _cpu_seconds(stack.server.pid),
+                _cpu_seconds(stack.worker.pid),
+                time.process_time(),
+                _postgres_cpu_seconds(db),
+            )
             report["throughput"]["cpu_ms_per_cycle"] = {
                 name: round((b - a) * 1000 / args.cycles, 2)
-                for name, a, b in zip(("server", "worker", "client"), cpu0, cpu1, strict=True)
+                for name, a, b in zip(("server", "worker", "client", "postgres"), cpu0, cpu1, strict=True)
             }
             report["sequential"] = asyncio.run(run_cycles(stack.url, stack.token(), min(200, args.cycles), 1))
             if args.park:

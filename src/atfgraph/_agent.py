@@ -233,10 +233,13 @@ class Agent:
             expires_in_seconds=expires_in_seconds,
             pause=pause,
         )
+        if pause and attempt.claim_next is not None:
+            body["claim"] = attempt.claim_next
         answer = await _leased_call(attempt, "POST", "/approvals", body)
         approval: dict[str, Any] = answer["approval"]
         attempt.approvals[operation_key] = approval
         if answer["paused"]:
+            attempt.next_tasks = answer.get("tasks") or []
             raise _TraversalPaused(approval)
         return dict(approval)
 
@@ -257,12 +260,15 @@ def _record(attempt: _Attempt, key: str, seq: int, target: str, outcome: dict[st
 
 async def _leased_call(attempt: _Attempt, method: str, path: str, body: dict[str, Any]) -> Any:
     """A write under the task lease; a lost lease stops the handler (``_LeaseLost``)."""
+    attempt.calls_in_flight += 1
     try:
         return await attempt.transport.request(method, path, body)
     except ConflictError as exc:
         if exc.code == "lease_lost":
             raise _LeaseLost(exc.message) from None
         raise
+    finally:
+        attempt.calls_in_flight -= 1
 
 
 async def _run_child(attempt: _Attempt, target: str, kwargs: dict[str, Any], step_key: str) -> Any:

@@ -55,6 +55,14 @@ class _Attempt:
     approvals: dict[str, dict[str, Any]]
     pending_steps: list[dict[str, Any]] = field(default_factory=list)
     seq: int = 0
+    #: what a report that frees this attempt's permit (a pause, the completion) asks the server
+    #: to hand out with its answer (the worker's id and one task), None: nothing
+    claim_next: dict[str, Any] | None = None
+    #: the tasks such an answer carried, for the worker to start once this attempt is over
+    next_tasks: list[dict[str, Any]] = field(default_factory=list)
+    #: calls under the lease waiting for their answer: while one is out, that answer (not a
+    #: heartbeat's) says whether the lease is lost, since the call itself may have closed it
+    calls_in_flight: int = 0
 
     def next_seq(self) -> int:
         self.seq += 1

@@ -3,8 +3,10 @@ most ``capacity`` handlers at once and reports each attempt's outcome under its 
 
 Round trips per task: one claim (which carries the task's checkpoints, recorded steps and
 approvals, so the handler's reads are local), one call per write the handler makes (child steps
-ride along with the next write), and one to report the outcome. Heartbeats extend all of a
-worker's leases in one request every lease/3 seconds.
+ride along with the next write), and one to report the outcome. The report that frees a permit
+(the completion, or the approval request that pauses) asks for the next task in its answer, so
+a busy worker claims nothing separately between tasks; it long-polls only when that answer
+brought none. Heartbeats extend all of a worker's leases in one request every lease/3 seconds.
 
 A handler that pauses ends with ``_TraversalPaused`` after the server has closed its lease: the
 worker just frees the permit. Nothing of a waiting traverser stays in the worker.
@@ -50,6 +52,7 @@ class _Running:
     epoch: int
     task: asyncio.Task[None]
     lost: bool = False
+    attempt: _Attempt | None = None
 
 
 class Worker:
@@ -203,11 +206,17 @@ class Worker:
         except (ServerUnavailableError, ServerError) as exc:
             log.warning("heartbeat failed: %s", exc)
             return
+        sent = {lease["id"]: lease["epoch"] for lease in leases}
         for ident in answer["lost"]:
             running = self._running.get(ident)
-            if running is not None:
-                running.lost = True
-                running.task.cancel()
+            # Only the attempt the heartbeat spoke for: by the time it answers, the same
+            # traverser may be running again here under a newer lease (its continuation).
+            if running is None or running.epoch != sent.get(ident):
+                continue
+            if running.attempt is not None and running.attempt.calls_in_flight:
+                continue  # that call's answer tells (it may be the pause or report that closed it)
+            running.lost = True
+            running.task.cancel()
 
     # -- one attempt ---------------------------------------------------------------------------
 
@@ -229,7 +238,11 @@ class Worker:
             checkpoints={name: (c["value"], c["revision"]) for name, c in task["checkpoints"].items()},
             steps={s["key"]: s for s in task["steps"]},
             approvals={a["operation_key"]: a for a in task["approvals"]},
+            claim_next=None if self._stopping.is_set() else {"worker_id": self.worker_id, "max": 1},
         )
+        running = self._running.get(ident)
+        if running is not None:
+            running.attempt = attempt
         token = _current.set(attempt)
         try:
             await self._attempt(attempt, trav)
@@ -239,6 +252,11 @@ class Worker:
         finally:
             _current.reset(token)
             self._running.pop(ident, None)
+            # The permit this attempt held goes to the task its last report brought, if any
+            # (once stopping, such a lease is given back with the rest: _release_leftovers).
+            if not self._stopping.is_set():
+                for following in attempt.next_tasks:
+                    self._start(following)
             self.stats.permits_in_use = len(self._running)
             self._slot_freed.set()
 
@@ -256,7 +274,14 @@ class Worker:
             async with asyncio.timeout(skill.timeout_seconds):
                 result = await skill.fn(**kwargs)
             body = attempt.leased(result=_jsonable(result))
-            await self._report(path + "/complete", body)
+            if attempt.claim_next is not None and not self._stopping.is_set():
+                body["claim"] = attempt.claim_next
+            attempt.calls_in_flight += 1
+            try:
+                answer = await self._report(path + "/complete", body)
+            finally:
+                attempt.calls_in_flight -= 1
+            attempt.next_tasks = answer.get("tasks") or []
             self.stats.succeeded += 1
         except _TraversalPaused:
             self.stats.paused += 1  # the server closed the lease with the pause

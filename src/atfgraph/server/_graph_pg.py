@@ -27,7 +27,7 @@ from ._refusals import Conflict, LeaseLost, NotFound
 
 _STEPS = "%s::text[], %s::int[], %s::text[], %s::text[], %s::bytea[], %s::bytea[]"
 # Lease up to N tasks for a worker; may lock several runs (SKIP LOCKED), so it runs alone.
-SQL_FN_CLAIM = "SELECT * FROM atfg_claim(%s, %s, %s, %s)"
+SQL_FN_CLAIM = "SELECT * FROM atfg_claim(%s, %s, %s, %s, %s)"
 SQL_FN_SAVE_CHECKPOINT = f"SELECT atfg_save_checkpoint(%s, %s, %s, %s, %s, %s, {_STEPS})"
 SQL_FN_REQUEST_APPROVAL = (
     f"SELECT * FROM atfg_request_approval(%s, %s, %s, %s, %s, %s, %s, %s, %s, {_STEPS}, %s::text[], %s)"
@@ -135,8 +135,10 @@ class PgTransitions:
             return None
         return traverser_view(dict(zip(TRAVERSER_FIELDS, row[1:], strict=True)))
 
-    async def claim(self, worker_id: str, limit: int, now: float, expires: float) -> list[dict[str, Any]]:
-        rows = await self._call(SQL_FN_CLAIM, (worker_id, limit, now, expires), None)
+    async def claim(
+        self, worker_id: str, limit: int, now: float, expires: float, silent_before: float
+    ) -> list[dict[str, Any]]:
+        rows = await self._call(SQL_FN_CLAIM, (worker_id, limit, now, expires, silent_before), None)
         if rows and rows[0][0] is None:
             raise NotFound.of("worker", worker_id)
         tasks: list[dict[str, Any]] = []

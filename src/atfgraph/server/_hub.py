@@ -21,6 +21,10 @@ class Hub:
         self.closing = False
         #: passes each notification on to the other servers sharing the database (PostgreSQL)
         self.forward: Callable[[str], None] | None = None
+        # Per key: how many notifications it has had, and that count when a claim last found
+        # nothing (see may_have_work).
+        self._generation: dict[str, int] = {}
+        self._empty_at: dict[str, int] = {}
 
     def close(self) -> None:
         """Wake every waiter and make later waits return at once (graceful shutdown: a long
@@ -49,9 +53,25 @@ class Hub:
 
     def wake(self, key: str) -> None:
         """Wake this server's waiters on ``key``."""
+        if key.startswith(_NODE):
+            self._generation[key] = self._generation.get(key, 0) + 1
         for fut in self._waiters.pop(key, ()):
             if not fut.done():
                 fut.set_result(None)
+
+    def generation(self, key: str) -> int:
+        return self._generation.get(key, 0)
+
+    def found_nothing(self, key: str, generation: int) -> None:
+        """A claim on node ``key`` that began at ``generation`` found nothing queued."""
+        self._empty_at[key] = generation
+
+    def may_have_work(self, key: str) -> bool:
+        """Whether node ``key`` may have queued work: False only when a claim found nothing and
+        no notification on it (here or, on PostgreSQL, from another server) came since. A hint
+        for the claims that ride on reports (a wrong False only means the worker long-polls);
+        long polls themselves never skip a claim on it."""
+        return self._empty_at.get(key) != self._generation.get(key, 0)
 
     async def wait(self, fut: asyncio.Future[None], timeout: float) -> bool:
         """Wait for a notification; False on timeout."""
@@ -63,8 +83,11 @@ class Hub:
         return False
 
 
+_NODE = "node:"
+
+
 def node_key(node_id: str) -> str:
-    return f"node:{node_id}"
+    return _NODE + node_id
 
 
 def traverser_key(traverser_id: str) -> str:

@@ -15,6 +15,7 @@ from ._auth import Principal, caller
 from ._body import Fields, error_info, read_json
 from ._errors import RETRY_AFTER_SECONDS, ApiError, bad_request
 from ._hub import Hub, node_key, traverser_key
+from ._refusals import Refusal
 from ._service import Service
 from ._store import GraphStore
 
@@ -180,19 +181,26 @@ async def cancel(request: Request, traverser_id: str, who: Annotated[Principal, 
 
 
 _LEASED = {"epoch": _INT, "steps": _STEPS}
+#: The next tasks a report that frees a permit may ask for (see next_claim).
+_NEXT_CLAIM = {
+    "type": "object",
+    "properties": {"worker_id": _STR, "max": {"type": "integer", "minimum": 1, "maximum": 100}},
+    "required": ["worker_id", "max"],
+}
 
 
 @router.post(
     "/traversers/{traverser_id}/complete",
-    openapi_extra=_doc({**_LEASED, "result": _ANY}, ["epoch"]),
+    openapi_extra=_doc({**_LEASED, "result": _ANY, "claim": _NEXT_CLAIM}, ["epoch"]),
 )
 async def complete(request: Request, traverser_id: str) -> Response:
     """A worker reports the handler's result (under its lease)."""
     f = Fields(await read_json(request))
     result = f.json("result", required=False) or b"null"
+    wanted = next_claim(f)
     await store_of(request).complete(traverser_id, f.integer("epoch"), result, f.steps())
     hub_of(request).notify(traverser_key(traverser_id))
-    return ok({"status": TraverserStatus.SUCCEEDED.value})
+    return ok({"status": TraverserStatus.SUCCEEDED.value, "tasks": await hand_out(request, wanted)})
 
 
 @router.post(
@@ -269,6 +277,7 @@ async def put_checkpoint(request: Request, traverser_id: str, name: str) -> Resp
             "checkpoint": _ANY,
             "expires_in_seconds": {"type": "number"},
             "pause": {"type": "boolean"},
+            "claim": _NEXT_CLAIM,
         },
         ["traverser_id", "operation_key", "prompt"],
     ),
@@ -280,6 +289,7 @@ async def request_approval(request: Request, who: Annotated[Principal, Depends(c
     traverser_id = f.key("traverser_id")
     prompt = f.json("prompt")
     assert prompt is not None
+    wanted = next_claim(f)
     approval, paused = await service_of(request).request_approval(
         who,
         traverser_id,
@@ -291,7 +301,9 @@ async def request_approval(request: Request, who: Annotated[Principal, Depends(c
         f.boolean("pause", True),
         f.steps(),
     )
-    return ok({"approval": approval, "paused": paused})
+    # The pause frees the worker's permit: its next task may come with this answer.
+    tasks = await hand_out(request, wanted) if paused else []
+    return ok({"approval": approval, "paused": paused, "tasks": tasks})
 
 
 @router.get("/approvals")
@@ -378,16 +390,57 @@ async def claim(request: Request, worker_id: str) -> Response:
             if await request.is_disconnected():
                 tasks = []
                 break
+            generation = hub.generation(node_key(node))
             tasks = await store.claim(worker_id, limit)
+            if not tasks:
+                hub.found_nothing(node_key(node), generation)
             remaining = deadline - time.monotonic()
             if tasks or remaining <= 0 or hub.closing:
                 break
             await hub.wait(fut, min(remaining, 5.0))
         finally:
             hub.unsubscribe(node_key(node), fut)
-    for task in tasks:
-        hub.notify(traverser_key(task["traverser"]["id"]))
+    _announce(hub, tasks)
     return ok({"tasks": tasks, "lease_seconds": store.lease_seconds})
+
+
+def next_claim(f: Fields) -> tuple[str, int] | None:
+    """The optional ``claim`` of a worker's report that frees a permit (a completion, a pause):
+    ``{"worker_id": ..., "max": n}`` asks for up to n queued tasks in the answer, so that a
+    busy worker needs no claim request of its own between tasks. Checked before anything
+    changes."""
+    raw = f.obj("claim", required=False)
+    if raw is None:
+        return None
+    g = Fields(raw, "body.claim")
+    return g.key("worker_id"), g.integer("max", minimum=1, maximum=100)
+
+
+async def hand_out(request: Request, wanted: tuple[str, int] | None) -> list[dict[str, Any]]:
+    """Lease what ``wanted`` asks for, without waiting (nothing queued: an empty list). The
+    report it rides on has already committed, so a refusal here (an unknown worker) only
+    means no task comes with it."""
+    if wanted is None:
+        return []
+    store, hub = store_of(request), hub_of(request)
+    try:
+        key = node_key(store.worker_node(wanted[0]))
+        if not hub.may_have_work(key):
+            return []  # a claim found the node's queue empty and nothing was queued since
+        generation = hub.generation(key)
+        tasks = await store.claim(*wanted)
+    except Refusal:
+        return []
+    if tasks:
+        _announce(hub, tasks)
+    else:
+        hub.found_nothing(key, generation)
+    return tasks
+
+
+def _announce(hub: Hub, tasks: list[dict[str, Any]]) -> None:
+    for task in tasks:  # clients following a traverser see it running
+        hub.notify(traverser_key(task["traverser"]["id"]))
 
 
 @router.post("/workers/{worker_id}/release")
@@ -419,7 +472,10 @@ async def heartbeat(request: Request, worker_id: str) -> Response:
         g = Fields(item, f"body.leases[{index}]")
         leases.append((g.key("id"), g.integer("epoch")))
     stats = f.obj("stats", required=False)
-    lost = await store_of(request).heartbeat(worker_id, leases, None if stats is None else dumps_read(stats))
+    store = store_of(request)
+    lost, was_silent = await store.heartbeat(worker_id, leases, None if stats is None else dumps_read(stats))
+    if was_silent:  # its long polls got nothing while it was silent: let them look again
+        hub_of(request).notify(node_key(store.worker_node(worker_id)))
     return ok({"lost": lost})
 
 

@@ -121,6 +121,14 @@ def server_migrations(dialect: str) -> list[Migration]:
     ]
 
 
+#: A worker that has sent no heartbeat for this many lease durations is taken to have stopped
+#: answering (frozen, paused by a debugger, its loop blocked, or gone): claims in its name get
+#: nothing, so a re-dispatched attempt goes to a worker that answers instead of into a long poll
+#: the stopped one opened before it stopped. Heartbeats come every third of a lease, so a live
+#: worker is never near it; its next heartbeat makes it eligible again.
+SILENT_AFTER = 0.75
+
+
 class GraphStore(ConsoleReads):
     """The graph server's store: a SQLite file path, or a ``postgresql://`` URL. pyworkflow's
     tables live in the same database."""
@@ -345,13 +353,17 @@ class GraphStore(ConsoleReads):
         with everything its handler reads on replay: checkpoints, recorded steps, approvals."""
         if self._pg is not None:
             now = time.time()
-            return await self._pg.claim(worker_id, limit, now, now + self.lease_seconds)
+            return await self._pg.claim(
+                worker_id, limit, now, now + self.lease_seconds, self._silent_before(now)
+            )
 
         def fn(conn: Conn) -> list[dict[str, Any]]:
             now = time.time()
             worker = _row(conn, SQL_GET_WORKER, (worker_id,))
             if worker is None:
                 raise NotFound.of("worker", worker_id)
+            if worker["last_seen"] < self._silent_before(now):
+                return []  # it stopped answering: its open long polls get nothing (see SILENT_AFTER)
             ids = [r[0] for r in conn.execute(SQL_READY, (worker["node_id"], now, worker["version"], limit))]
             tasks: list[dict[str, Any]] = []
             expires = now + self.lease_seconds
@@ -378,20 +390,26 @@ class GraphStore(ConsoleReads):
 
         return await self.db.write(fn)
 
+    def _silent_before(self, now: float) -> float:
+        return now - SILENT_AFTER * self.lease_seconds
+
     async def heartbeat(
         self, worker_id: str, leases: Sequence[tuple[str, int]], stats: bytes | None
-    ) -> list[str]:
-        """Extend the worker's leases; return the ids whose lease it no longer holds."""
+    ) -> tuple[list[str], bool]:
+        """Extend the worker's leases; return the ids whose lease it no longer holds, and whether
+        the worker had been silent (no heartbeat for SILENT_AFTER leases) until now."""
 
-        def fn(conn: Conn) -> list[str]:
+        def fn(conn: Conn) -> tuple[list[str], bool]:
             now = time.time()
-            if conn.execute(SQL_WORKER_SEEN, (now, stats, worker_id)).rowcount == 0:
+            worker = _row(conn, SQL_GET_WORKER, (worker_id,))
+            if worker is None:
                 raise NotFound.of("worker", worker_id)
+            conn.execute(SQL_WORKER_SEEN, (now, stats, worker_id))
             lost: list[str] = []
             for ident, epoch in leases:
                 if conn.execute(SQL_RENEW, (now + self.lease_seconds, ident, epoch, worker_id)).rowcount == 0:
                     lost.append(ident)
-            return lost
+            return lost, worker["last_seen"] < self._silent_before(now)
 
         return await self.db.write(fn)
 

@@ -48,7 +48,17 @@ WRONG_FIELDS: dict[str, list[dict[str, Any]]] = {
         {"target": "a.b", "max_attempts": 10**30},
         {"target": "x" * 10_000 + ".y"},
     ],
-    "/api/v2/traversers/{t}/complete": [{}, {"epoch": "1"}, {"epoch": -1}, {"epoch": 1, "steps": "no"}],
+    "/api/v2/traversers/{t}/complete": [
+        {},
+        {"epoch": "1"},
+        {"epoch": -1},
+        {"epoch": 1, "steps": "no"},
+        {"epoch": 1, "claim": 1},
+        {"epoch": 1, "claim": {"max": 1}},
+        {"epoch": 1, "claim": {"worker_id": "{w}"}},
+        {"epoch": 1, "claim": {"worker_id": "{w}", "max": 0}},
+        {"epoch": 1, "claim": {"worker_id": "{w}", "max": 101}},
+    ],
     "/api/v2/traversers/{t}/fail": [
         {"epoch": 1},
         {"epoch": 1, "error": "boom"},
@@ -72,6 +82,13 @@ WRONG_FIELDS: dict[str, list[dict[str, Any]]] = {
         {"traverser_id": "{t}", "operation_key": "k", "prompt": "p", "pause": "no"},
         {"traverser_id": "{t}", "operation_key": "k", "prompt": "p", "expires_in_seconds": -1},
         {"traverser_id": "{t}", "operation_key": "k", "prompt": "p", "expires_in_seconds": "soon"},
+        {"traverser_id": "{t}", "operation_key": "k", "prompt": "p", "claim": []},
+        {
+            "traverser_id": "{t}",
+            "operation_key": "k",
+            "prompt": "p",
+            "claim": {"worker_id": "{w}", "max": "1"},
+        },
     ],
     "/api/v2/approvals/{a}/decide": [{}, {"decision": "maybe"}, {"decision": "pending"}, {"decision": 1}],
     "/api/v2/workers": [

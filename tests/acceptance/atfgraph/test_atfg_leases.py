@@ -4,6 +4,7 @@ expiry after SIGKILL, HandlerError surfaced in ``client.get(...).error``."""
 from __future__ import annotations
 
 import asyncio
+import signal
 import time
 from collections.abc import Callable
 
@@ -189,3 +190,32 @@ async def test_heartbeats_keep_a_long_attempt_alive(
     assert await handle.result(timeout=20) == "finished"
     info = await client.get(handle.id)
     assert (info.attempt, info.status) == (1, "succeeded")
+
+
+async def test_a_frozen_worker_gets_no_work_and_its_lost_attempts_go_to_one_that_answers(
+    server: ServerProcess, spawn_worker: Callable[..., WorkerProcess], client: Client
+) -> None:
+    """Issue 11 A.4: worker A stopped with SIGSTOP mid-handler still has a long poll open for its
+    free permit. When its leases run out, the attempts must go to worker B, which answers, not
+    into A's poll (where they would be lost again and, with max_attempts=2, fail). New work while
+    A is frozen goes to B too; once A answers again (SIGCONT, a heartbeat) it gets work again."""
+    frozen = spawn_worker("atfg_agents:app", "--capacity", "3")
+    held = [await client.submit("tester.sleeper", {"seconds": 120}, max_attempts=2) for _ in range(2)]
+    for handle in held:
+        await reach(client, handle.id, "running")
+        wait_until(lambda h=handle: _has_checkpoint(server, h.id), 10, "attempt 1 never started")
+    assert frozen.proc is not None
+    frozen.proc.send_signal(signal.SIGSTOP)
+    try:
+        other = spawn_worker()
+        for handle in held:  # lost once to A (charged), then run by B
+            assert await handle.result(timeout=30) == {"attempt": 2}
+        # One attempt each: a task handed into A's poll would fail with lease_expired.
+        quick = [await client.submit("tester.sleeper", {"seconds": 0}, max_attempts=1) for _ in range(5)]
+        for handle in quick:
+            assert await handle.result(timeout=30) == {"attempt": 1}
+    finally:
+        frozen.proc.send_signal(signal.SIGCONT)
+    other.kill()
+    after = await client.submit("tester.sleeper", {"seconds": 0}, max_attempts=1)
+    assert await after.result(timeout=30) == {"attempt": 1}

@@ -29,7 +29,9 @@ def location(tmp_path: Path, request: pytest.FixtureRequest) -> str:
 
 @pytest.fixture
 async def store(location: str) -> AsyncIterator[GraphStore]:
-    s = GraphStore(location, lease_seconds=0.2)
+    # A lease far longer than any test step: these workers never heartbeat, and one silent for
+    # SILENT_AFTER leases gets no claims (the expiry tests make their own short-lease store).
+    s = GraphStore(location, lease_seconds=30.0)
     yield s
     s.close()
 
@@ -152,7 +154,15 @@ async def test_decision_racing_expiry_has_one_winner(store: GraphStore) -> None:
     assert (view["status"], view["max_attempts"]) == ("queued", 2)  # continued exactly once
 
 
-async def test_expired_lease_is_retried_then_failed(store: GraphStore) -> None:
+async def test_expired_lease_is_retried_then_failed(location: str) -> None:
+    store = GraphStore(location, lease_seconds=0.2)
+    try:
+        await _retried_then_failed(store)
+    finally:
+        store.close()
+
+
+async def _retried_then_failed(store: GraphStore) -> None:
     worker = (await store.register_worker("n", "1", 1))["id"]
     trav, _ = await store.submit("n.skill", b"{}", max_attempts=2)
     first = await claim_one(store, worker)
@@ -161,6 +171,10 @@ async def test_expired_lease_is_retried_then_failed(store: GraphStore) -> None:
     assert store.get_traverser(trav["id"])["status"] == "queued"
     with pytest.raises(Refusal):  # the old attempt is fenced off
         await store.complete(trav["id"], first["epoch"], b"1", [])  # type: ignore[arg-type]
+    # Silent for more than SILENT_AFTER leases (no heartbeat): claims in its name get nothing,
+    # until it answers again.
+    assert await store.claim(worker, 1) == []
+    assert await store.heartbeat(worker, [], None) == ([], True)
     await claim_one(store, worker)
     time.sleep(0.25)
     await store.sweep()
@@ -175,13 +189,19 @@ async def test_heartbeat_extends_only_held_leases(location: str) -> None:
         trav, _ = await store.submit("n.skill", b"{}", max_attempts=2)
         epoch = (await claim_one(store, worker))["epoch"]
         assert isinstance(epoch, int)
-        assert await store.heartbeat(worker, [(trav["id"], epoch), ("other", 1)], dumps({})) == ["other"]
+        assert await store.heartbeat(worker, [(trav["id"], epoch), ("other", 1)], dumps({})) == (
+            ["other"],
+            False,
+        )
         time.sleep(0.6)
-        assert await store.heartbeat(worker, [(trav["id"], epoch)], None) == []
+        assert await store.heartbeat(worker, [(trav["id"], epoch)], None) == ([], False)
         time.sleep(0.6)  # past the first deadline, well before the renewed one
         await store.sweep()
         assert store.get_traverser(trav["id"])["status"] == "running"
-        assert await store.heartbeat(worker, [(trav["id"], epoch - 1)], None) == [trav["id"]]  # fenced
+        assert await store.heartbeat(worker, [(trav["id"], epoch - 1)], None) == (
+            [trav["id"]],
+            False,
+        )  # fenced
     finally:
         store.close()
 

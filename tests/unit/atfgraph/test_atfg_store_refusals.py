@@ -41,6 +41,7 @@ async def leased(store: GraphStore, max_attempts: int = 2) -> tuple[str, str, in
     """A worker, and a traverser it holds: (worker, traverser, epoch)."""
     worker = (await store.register_worker("n", "1", 4))["id"]
     trav, _ = await store.submit("n.skill", b"{}", max_attempts=max_attempts)
+    await store.heartbeat(worker, [], None)  # it answers: claims skip a worker silent for long
     (task,) = await store.claim(worker, 1)
     return worker, trav["id"], int(task["epoch"])
 
