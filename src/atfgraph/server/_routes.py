@@ -95,8 +95,8 @@ async def submit(request: Request, who: Annotated[Principal, Depends(caller)]) -
     ``wait_for`` and ``wait_seconds`` the answer comes once it reaches one of those statuses
     (as ``GET /traversers/{id}?wait_for=`` would), or after that many seconds. A repeated
     ``idempotency_key`` answers 200 with the traverser it created first. A handler's child step
-    names its lease (``parent_id``, ``epoch``; a worker submits nothing else) and its key is
-    ``child:<parent_id>:<step>``."""
+    names its parent's lease (``parent_id``, ``epoch``, ``worker_id``; a worker submits nothing
+    else) and its key is ``child:<parent_id>:<step>``."""
     f = Fields(await read_json(request))
     parent = await under_lease(request, f.lease("parent_id"))
     target = f.key("target")

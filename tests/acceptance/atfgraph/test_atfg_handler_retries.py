@@ -12,7 +12,10 @@ from pathlib import Path
 import pytest
 from atfg_harness import ServerProcess, WorkerProcess, wait_until
 
-from atfgraph import Client, TraverserFailedError
+from atfgraph import Client, RevisionConflictError, TraverserFailedError
+from atfgraph._agent import _own_write
+from atfgraph._context import TraversalContext, _Attempt
+from atfgraph._transport import Transport
 
 
 def _server(home: Path, lease_seconds: float) -> ServerProcess:
@@ -109,3 +112,34 @@ async def test_the_attempt_fails_as_before_when_the_lease_is_lost_meanwhile(
             )
         finally:
             worker.kill()
+
+
+async def test_a_refused_retry_of_a_compare_and_set_write_finds_its_own_commit(
+    long_lease_server: ServerProcess,
+) -> None:
+    """When a write's first request committed but its answer was lost (the server died), the
+    retry is refused as stale; the stored value, its own at expected_revision + 1, settles it."""
+    server = long_lease_server
+    transport = Transport(server.url, token=server.token("worker"), kind="worker")
+    try:
+        worker = await transport.request(
+            "POST", "/workers", {"node_id": "cas", "version": "1", "capacity": 1}
+        )
+        async with Client(server.url) as client:
+            handle = await client.submit("cas.run")
+        [task] = (await transport.request("POST", f"/workers/{worker['id']}/claim", {"max": 1}))["tasks"]
+        context = TraversalContext(handle.id, "cas.run", "cas", "1", 1, 3, task["epoch"], worker["id"])
+        attempt = _Attempt(context, transport, {}, {}, {})
+        path = f"/traversers/{handle.id}/checkpoints/c"
+        body = attempt.leased(value={"v": 1}, expected_revision=0)
+        assert (await attempt.call("PUT", path, body))["revision"] == 1  # the request that committed
+        with pytest.raises(RevisionConflictError) as refused:
+            await attempt.call("PUT", path, body)  # its retry
+        settled = await _own_write(attempt, refused.value, path, attempt.lease(), {"v": 1}, 0)
+        assert (settled["value"], settled["revision"]) == ({"v": 1}, 1)
+        # Not its own write: another value, or the stored revision is not the one it would make.
+        for value, expected in (({"v": 2}, 0), ({"v": 1}, 1)):
+            with pytest.raises(RevisionConflictError):
+                await _own_write(attempt, refused.value, path, attempt.lease(), value, expected)
+    finally:
+        await transport.aclose()
