@@ -8,14 +8,13 @@ again, checkpoints hold prepared state, and approval identity is (traverser, ope
 
 from __future__ import annotations
 
-import asyncio
 import inspect
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any, ParamSpec, TypeVar, overload
 
-from ._context import _Attempt, _attempt, _LeaseLost, _TraversalPaused
-from ._errors import ApprovalConflictError, ConflictError, HandlerError, NotFoundError
+from ._context import _Attempt, _attempt, _TraversalPaused
+from ._errors import ApprovalConflictError, HandlerError, NotFoundError, RevisionConflictError, ServerError
 from ._json import dumps, loads
 from ._transport import q
 
@@ -159,12 +158,16 @@ class Agent:
         """Save JSON ``value`` on the current traverser; returns the new revision. With
         ``expected_revision`` (0 = create only) a competing write raises RevisionConflictError."""
         attempt = _attempt()
-        body = attempt.leased(value=value, expected_revision=expected_revision)
-        answer = await _leased_call(
-            attempt, "PUT", f"/traversers/{q(attempt.context.traverser_id)}/checkpoints/{q(name)}", body
-        )
+        normalized = loads(dumps(value, what=f"checkpoint {name!r}", root="value"))
+        path = f"/traversers/{q(attempt.context.traverser_id)}/checkpoints/{q(name)}"
+        body = attempt.leased(value=normalized, expected_revision=expected_revision)
+
+        async def settle(exc: ServerError) -> Any:
+            return await _own_write(attempt, exc, path, attempt.lease(), normalized, expected_revision)
+
+        answer = await attempt.call("PUT", path, body, settle=settle)
         revision = int(answer["revision"])
-        attempt.checkpoints[name] = (loads(dumps(value)), revision)
+        attempt.checkpoints[name] = (normalized, revision)
         return revision
 
     async def load_checkpoint(self, name: str, default: Any = None) -> Any:
@@ -181,20 +184,21 @@ class Agent:
         """Write scoped memory (shared between traversers) under this task's lease; same revision
         rules as checkpoints."""
         attempt = _attempt()
-        body = {
-            "value": value,
-            "expected_revision": expected_revision,
-            "traverser_id": attempt.context.traverser_id,
-            "epoch": attempt.context.epoch,
-        }
-        answer = await _leased_call(attempt, "PUT", f"/memory/{q(scope)}/{q(key)}", body)
+        normalized = loads(dumps(value, what=f"memory {scope}/{key}", root="value"))
+        path = f"/memory/{q(scope)}/{q(key)}"
+        body = {"value": normalized, "expected_revision": expected_revision, **_lease(attempt)}
+
+        async def settle(exc: ServerError) -> Any:
+            return await _own_write(attempt, exc, path, _lease(attempt), normalized, expected_revision)
+
+        answer = await attempt.call("PUT", path, body, settle=settle)
         return int(answer["revision"])
 
     async def load_memory(self, scope: str, key: str, default: Any = None) -> Any:
         """The current value of scoped memory ``scope``/``key``, or ``default``."""
         attempt = _attempt()
         try:
-            found = await attempt.transport.request("GET", f"/memory/{q(scope)}/{q(key)}")
+            found = await attempt.call("GET", f"/memory/{q(scope)}/{q(key)}", params=_lease(attempt))
         except NotFoundError:
             return default
         return found["value"]
@@ -235,7 +239,7 @@ class Agent:
         )
         if pause and attempt.claim_next is not None:
             body["claim"] = attempt.claim_next
-        answer = await _leased_call(attempt, "POST", "/approvals", body)
+        answer = await attempt.call("POST", "/approvals", body)
         approval: dict[str, Any] = answer["approval"]
         attempt.approvals[operation_key] = approval
         if answer["paused"]:
@@ -258,32 +262,49 @@ def _record(attempt: _Attempt, key: str, seq: int, target: str, outcome: dict[st
     attempt.pending_steps.append({"key": key, "seq": seq, "target": target, **outcome})
 
 
-async def _leased_call(attempt: _Attempt, method: str, path: str, body: dict[str, Any]) -> Any:
-    """A write under the task lease; a lost lease stops the handler (``_LeaseLost``)."""
-    attempt.calls_in_flight += 1
-    try:
-        return await attempt.transport.request(method, path, body)
-    except ConflictError as exc:
-        if exc.code == "lease_lost":
-            raise _LeaseLost(exc.message) from None
-        raise
-    finally:
-        attempt.calls_in_flight -= 1
+def _lease(attempt: _Attempt) -> dict[str, Any]:
+    """The task lease with its traverser, as a request that does not name it otherwise does."""
+    return {"traverser_id": attempt.context.traverser_id, **attempt.lease()}
+
+
+async def _own_write(
+    attempt: _Attempt,
+    exc: ServerError,
+    path: str,
+    params: dict[str, Any],
+    value: Any,
+    expected_revision: int | None,
+) -> Any:
+    """A compare-and-set write refused on its retry: the request that got no answer may have
+    been carried out (the server stopped after its commit). Then the stored value is ours at
+    ``expected_revision + 1``, and that is the write's answer; anything else is the conflict."""
+    if isinstance(exc, RevisionConflictError) and expected_revision is not None:
+        try:
+            stored = await attempt.call("GET", path, params=params)
+        except NotFoundError:
+            raise exc from None
+        if stored["revision"] == expected_revision + 1 and stored["value"] == value:
+            return stored
+    raise exc
 
 
 async def _run_child(attempt: _Attempt, target: str, kwargs: dict[str, Any], step_key: str) -> Any:
-    """Another node's skill: submit a child traverser and wait for its outcome."""
+    """Another node's skill: submit a child traverser under this task's lease and wait for its
+    outcome. The submission follows the child (a long poll); submitting again with the same key
+    follows the same child, so the handler never needs to read traversers."""
     # Keyed by parent and step, so an attempt that crashed after submitting finds the same child.
     key = f"child:{attempt.context.traverser_id}:{step_key}"
-    body = {"target": target, "input": kwargs, "idempotency_key": key}
-    child = await attempt.transport.request("POST", "/traversers", body)
+    body = {
+        "target": target,
+        "input": kwargs,
+        "idempotency_key": key,
+        "parent_id": attempt.context.traverser_id,
+        **attempt.lease(),
+        "wait_for": "terminal",
+        "wait_seconds": _CHILD_POLL_SECONDS,
+    }
     while True:
-        view = await attempt.transport.request(
-            "GET",
-            f"/traversers/{q(child['id'])}",
-            params={"wait_for": "terminal", "timeout": _CHILD_POLL_SECONDS},
-            read_timeout=_CHILD_POLL_SECONDS + 10,
-        )
+        view = await attempt.call("POST", "/traversers", body, read_timeout=_CHILD_POLL_SECONDS + 10)
         if view["status"] == "succeeded":
             return view["result"]
         if view["status"] in ("failed", "cancelled"):
@@ -292,4 +313,4 @@ async def _run_child(attempt: _Attempt, target: str, kwargs: dict[str, Any], ste
                 error.get("message", f"child {target} {view['status']}"),
                 code=error.get("code", "child_failed"),
             )
-        await asyncio.sleep(0)  # still running after the long poll: ask again
+        # still running after the long poll: ask again

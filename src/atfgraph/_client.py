@@ -140,8 +140,15 @@ class Client:
 
     async def wait(self, traverser_id: str, timeout: float | None = None) -> TraverserInfo:
         """Wait until the traverser is terminal (through any pauses)."""
+        deadline = None if timeout is None else asyncio.get_running_loop().time() + timeout
+        return await self._wait_until(traverser_id, deadline, timeout)
+
+    async def _wait_until(
+        self, traverser_id: str, deadline: float | None, timeout: float | None
+    ) -> TraverserInfo:
+        """:meth:`wait` until the loop's clock reads ``deadline``; ``timeout`` is the caller's,
+        for the message of TraverserTimeoutError (the time it waited in all)."""
         loop = asyncio.get_running_loop()
-        deadline = None if timeout is None else loop.time() + timeout
         while True:
             remaining = _POLL_SECONDS if deadline is None else deadline - loop.time()
             try:
@@ -162,12 +169,13 @@ class Client:
     async def traverse(
         self, target: str, input: dict[str, Any] | None = None, *, timeout: float | None = None, **kwargs: Any
     ) -> Any:
-        """Submit and wait for the result (``input`` and keyword arguments are merged)."""
+        """Submit and wait for the result (``input`` and keyword arguments are merged);
+        TraverserTimeoutError once ``timeout`` seconds have passed in all."""
+        deadline = None if timeout is None else asyncio.get_running_loop().time() + timeout
         first_wait = _POLL_SECONDS if timeout is None else min(timeout, _POLL_SECONDS)
         handle, info = await self.submit_and_wait(target, {**(input or {}), **kwargs}, timeout=first_wait)
         if not info.is_terminal:
-            remaining = None if timeout is None else max(0.0, timeout - first_wait)
-            info = await self.wait(handle.id, timeout=remaining)
+            info = await self._wait_until(handle.id, deadline, timeout)
         if info.status != "succeeded":
             raise TraverserFailedError(handle.id, info.status, info.error)
         return info.result

@@ -8,12 +8,33 @@ worker catches them, at the handler boundary.
 
 from __future__ import annotations
 
+import asyncio
 import contextvars
+import logging
+from collections.abc import Awaitable, Callable, Iterator
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from ._errors import ServerError, ServerUnavailableError
+
 if TYPE_CHECKING:
     from ._transport import Transport
+
+log = logging.getLogger("atfgraph.worker")
+
+#: Delays between the retries of a call the server could not answer (a restart, a 503).
+_RETRY_DELAYS = (0.05, 0.1, 0.2, 0.5, 1.0, 2.0)
+
+
+def backoff(limit: float | None = None) -> Iterator[float]:
+    """Delays between retries; with ``limit``, stops once they add up to it."""
+    total = 0.0
+    index = 0
+    while limit is None or total < limit:
+        delay = _RETRY_DELAYS[min(index, len(_RETRY_DELAYS) - 1)]
+        total += delay
+        index += 1
+        yield delay
 
 
 class _TraversalPaused(BaseException):
@@ -63,6 +84,8 @@ class _Attempt:
     #: calls under the lease waiting for their answer: while one is out, that answer (not a
     #: heartbeat's) says whether the lease is lost, since the call itself may have closed it
     calls_in_flight: int = 0
+    #: how long the lease lasts without a heartbeat (the server's answer to the claim)
+    lease_seconds: float = 30.0
 
     def next_seq(self) -> int:
         self.seq += 1
@@ -73,8 +96,54 @@ class _Attempt:
         steps, self.pending_steps = self.pending_steps, []
         return steps
 
+    def lease(self) -> dict[str, Any]:
+        """The task lease as a request names it: the epoch and the worker holding it."""
+        return {"epoch": self.context.epoch, "worker_id": self.context.worker_id}
+
     def leased(self, **body: Any) -> dict[str, Any]:
-        return {"epoch": self.context.epoch, "steps": self.take_steps(), **body}
+        """A write's body under the lease, with the child steps not yet sent."""
+        return {**self.lease(), "steps": self.take_steps(), **body}
+
+    async def call(
+        self,
+        method: str,
+        path: str,
+        body: Any = None,
+        *,
+        params: dict[str, Any] | None = None,
+        read_timeout: float | None = None,
+        settle: Callable[[ServerError], Awaitable[Any]] | None = None,
+    ) -> Any:
+        """A request of this attempt, under its lease: every call a handler makes (checkpoints,
+        memory, approvals, child steps) and the worker's report of its outcome.
+
+        While the server cannot be reached or cannot reach its database (a restart, a 503) the
+        same request is sent again with back-off for as long as a lease lasts: the worker keeps
+        heartbeating it, and the server keeps it through its own restart, so a brief outage
+        costs the handler a delay, not its attempt. A lost lease stops the handler
+        (``_LeaseLost``): the server's ``409 lease_lost`` (it expired, or another attempt has
+        taken over), or no answer for a whole lease. ``settle``: after a retry, the request that
+        got no answer may have been carried out; a refusal of the retry is handed to ``settle``,
+        which may find that write done and answer for it (or raise)."""
+        retried = False
+        self.calls_in_flight += 1
+        try:
+            for delay in backoff(limit=self.lease_seconds):
+                try:
+                    return await self.transport.request(method, path, body, params, read_timeout)
+                except ServerError as exc:
+                    if exc.code == "lease_lost":
+                        raise _LeaseLost(exc.message) from None
+                    if retried and settle is not None:
+                        return await settle(exc)
+                    raise
+                except ServerUnavailableError as exc:
+                    log.warning("%s %s: %s (retrying under the lease)", method, path, exc)
+                    retried = True
+                    await asyncio.sleep(delay)
+            raise _LeaseLost("the server was unreachable for a whole lease")
+        finally:
+            self.calls_in_flight -= 1
 
 
 _current: contextvars.ContextVar[_Attempt] = contextvars.ContextVar("atfgraph_attempt")

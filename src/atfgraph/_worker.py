@@ -23,13 +23,12 @@ from typing import Any
 
 from ._agent import Agent
 from ._context import TraversalContext, _Attempt, _current, _LeaseLost, _TraversalPaused
+from ._context import backoff as _backoff
 from ._errors import HandlerError, NotFoundError, SerializationError, ServerError, ServerUnavailableError
 from ._json import dumps
 from ._transport import Transport, q
 
 log = logging.getLogger("atfgraph.worker")
-
-_RETRY_DELAYS = (0.05, 0.1, 0.2, 0.5, 1.0, 2.0)
 
 
 @dataclass(slots=True)
@@ -239,6 +238,7 @@ class Worker:
             steps={s["key"]: s for s in task["steps"]},
             approvals={a["operation_key"]: a for a in task["approvals"]},
             claim_next=None if self._stopping.is_set() else {"worker_id": self.worker_id, "max": 1},
+            lease_seconds=self.lease_seconds,
         )
         running = self._running.get(ident)
         if running is not None:
@@ -276,11 +276,7 @@ class Worker:
             body = attempt.leased(result=_jsonable(result))
             if attempt.claim_next is not None and not self._stopping.is_set():
                 body["claim"] = attempt.claim_next
-            attempt.calls_in_flight += 1
-            try:
-                answer = await self._report(path + "/complete", body)
-            finally:
-                attempt.calls_in_flight -= 1
+            answer = await self._report(attempt, path + "/complete", body)
             attempt.next_tasks = answer.get("tasks") or []
             self.stats.succeeded += 1
         except _TraversalPaused:
@@ -299,7 +295,7 @@ class Worker:
                 self.stats.lost += 1
             elif self._releasing:
                 with contextlib.suppress(_LeaseLost, ServerUnavailableError, ServerError):
-                    await self._report(path + "/release", attempt.leased())
+                    await self._report(attempt, path + "/release", attempt.leased())
                     self.stats.released += 1
             else:
                 raise
@@ -310,7 +306,7 @@ class Worker:
     async def _fail(self, attempt: _Attempt, path: str, code: str, message: str, retryable: bool) -> None:
         body = attempt.leased(error={"code": code, "message": message[:10_000]}, retryable=retryable)
         try:
-            answer = await self._report(path + "/fail", body)
+            answer = await self._report(attempt, path + "/fail", body)
         except _LeaseLost:
             self.stats.lost += 1
             return
@@ -319,20 +315,12 @@ class Worker:
         else:
             self.stats.failed += 1
 
-    async def _report(self, path: str, body: dict[str, Any]) -> Any:
-        """Report under the lease, retrying while the server is unreachable; a lease lost in the
-        meantime means another attempt has taken over, so the outcome is dropped."""
-        for delay in _backoff(limit=self.lease_seconds):
-            try:
-                return await self.transport.request("POST", path, body)
-            except ServerError as exc:
-                if exc.code == "lease_lost":
-                    raise _LeaseLost(exc.message) from None
-                raise
-            except ServerUnavailableError as exc:
-                log.warning("cannot report %s: %s", path, exc)
-                await asyncio.sleep(delay)
-        raise _LeaseLost("server unreachable for a whole lease")
+    @staticmethod
+    async def _report(attempt: _Attempt, path: str, body: dict[str, Any]) -> Any:
+        """Report under the lease, retrying while the server is unreachable (``_Attempt.call``);
+        a lease lost in the meantime means another attempt has taken over, so the outcome is
+        dropped (``_LeaseLost``)."""
+        return await attempt.call("POST", path, body)
 
 
 def _jsonable(result: Any) -> Any:
@@ -341,17 +329,6 @@ def _jsonable(result: Any) -> Any:
     except SerializationError as exc:
         raise HandlerError(str(exc), code="result_not_json") from None
     return result
-
-
-def _backoff(limit: float | None = None) -> Any:
-    """Delays between retries; with ``limit``, stops once they add up to it."""
-    total = 0.0
-    index = 0
-    while limit is None or total < limit:
-        delay = _RETRY_DELAYS[min(index, len(_RETRY_DELAYS) - 1)]
-        total += delay
-        index += 1
-        yield delay
 
 
 async def _first(*aws: Any) -> None:

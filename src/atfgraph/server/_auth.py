@@ -13,16 +13,23 @@ from __future__ import annotations
 import logging
 import re
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import orjson
 from fastapi import FastAPI, Request
 from starlette.types import ASGIApp, Receive, Scope, Send
 
+from ._errors import ApiError
+from ._graph_rows import Lease
 from ._identity import Identity, Permission, Principal, Role
+from ._refusals import Forbidden
+
+if TYPE_CHECKING:
+    from ._store import GraphStore
 
 log = logging.getLogger("atfgraph.server")
 
-__all__ = ["RULES", "AuthMiddleware", "Principal", "caller", "rule_for"]
+__all__ = ["RULES", "AuthMiddleware", "Lease", "Principal", "caller", "rule_for", "under_lease"]
 
 R, S, D, W, A = Permission.READ, Permission.SUBMIT, Permission.DECIDE, Permission.WORK, Permission.ADMINISTER
 _ID = "([^/]+)"
@@ -34,26 +41,35 @@ class Rule:
     pattern: re.Pattern[str]
     allowed: frozenset[Permission]
     action: str
+    #: the permissions of ``allowed`` that allow the route only under a task lease the request
+    #: carries (see :func:`under_lease`)
+    leased: frozenset[Permission] = frozenset()
 
 
-def _rule(method: str, path: str, action: str, *allowed: Permission) -> Rule:
-    return Rule(method, re.compile("/api/v2" + path.replace("{id}", _ID)), frozenset(allowed), action)
+def _rule(
+    method: str, path: str, action: str, *allowed: Permission, leased: tuple[Permission, ...] = ()
+) -> Rule:
+    pattern = re.compile("/api/v2" + path.replace("{id}", _ID))
+    return Rule(method, pattern, frozenset(allowed) | frozenset(leased), action, frozenset(leased))
 
 
-#: Who may call what. Workers act only through the worker protocol (claims, leases, checkpoints
-#: and approvals of the tasks they hold, child traversers); they cannot decide or browse.
+#: Who may call what. Workers act only through the worker protocol, and every call of it that
+#: names a run is marked ``leased=(W,)``: a worker may make it only under the task lease it
+#: holds on that run (see :func:`under_lease`): the outcome, checkpoints, approvals, memory and
+#: child steps of the task it holds. Workers cannot decide, browse, or read a traverser. Owners
+#: and administrators keep every route (A on the worker's own: they may stand in for a worker).
 RULES: tuple[Rule, ...] = (
-    _rule("POST", "/traversers", "traverser.submit", S, W),  # W: a handler's cross-node child step
+    _rule("POST", "/traversers", "traverser.submit", S, leased=(W,)),  # W: a child step of its task
     _rule("GET", "/traversers", "traverser.list", R),
-    _rule("GET", "/traversers/{id}", "traverser.get", R, W),  # W: following that child step
+    _rule("GET", "/traversers/{id}", "traverser.get", R),
     _rule("GET", "/traversers/{id}/path", "traverser.path", R),
     _rule("POST", "/traversers/{id}/cancel", "traverser.cancel", S),
-    _rule("POST", "/traversers/{id}/complete", "task.complete", W),
-    _rule("POST", "/traversers/{id}/fail", "task.fail", W),
-    _rule("POST", "/traversers/{id}/release", "task.release", W),
-    _rule("GET", "/traversers/{id}/checkpoints/{id}", "checkpoint.get", R, W),
-    _rule("PUT", "/traversers/{id}/checkpoints/{id}", "checkpoint.put", W),
-    _rule("POST", "/approvals", "approval.request", W, S),  # S: Client.request_approval(pause=False)
+    _rule("POST", "/traversers/{id}/complete", "task.complete", A, leased=(W,)),
+    _rule("POST", "/traversers/{id}/fail", "task.fail", A, leased=(W,)),
+    _rule("POST", "/traversers/{id}/release", "task.release", A, leased=(W,)),
+    _rule("GET", "/traversers/{id}/checkpoints/{id}", "checkpoint.get", R, leased=(W,)),
+    _rule("PUT", "/traversers/{id}/checkpoints/{id}", "checkpoint.put", A, leased=(W,)),
+    _rule("POST", "/approvals", "approval.request", S, leased=(W,)),  # S: Client.request_approval
     _rule("GET", "/approvals", "approval.list", R),
     _rule("GET", "/approvals/{id}", "approval.get", R),
     _rule("POST", "/approvals/{id}/decide", "approval.decide", D),
@@ -63,8 +79,8 @@ RULES: tuple[Rule, ...] = (
     _rule("POST", "/workers/{id}/claim", "worker.claim", W),
     _rule("POST", "/workers/{id}/heartbeat", "worker.heartbeat", W),
     _rule("POST", "/workers/{id}/release", "worker.release", W),
-    _rule("GET", "/memory/{id}/{id}", "memory.get", R, W),
-    _rule("PUT", "/memory/{id}/{id}", "memory.put", W, S),
+    _rule("GET", "/memory/{id}/{id}", "memory.get", R, leased=(W,)),
+    _rule("PUT", "/memory/{id}/{id}", "memory.put", S, leased=(W,)),
     _rule("GET", "/hooks", "hook.list", R),
     _rule("POST", "/hooks/{id}/resume", "hook.resume", D),
     _rule("GET", "/tokens", "token.list", A),
@@ -141,7 +157,10 @@ class AuthMiddleware:
                 send, 403, "forbidden", f"role {principal.role.value!r} may not {rule.action} (needs {need})"
             )
             return
-        scope.setdefault("state", {})["principal"] = principal
+        state = scope.setdefault("state", {})
+        state["principal"] = principal
+        if rule is not None and rule.leased and not any(principal.can(p) for p in rule.allowed - rule.leased):
+            state["leased_rule"] = (rule, target)  # under_lease: this caller needs a task lease
         await identity.touch(principal)
         await self.app(scope, receive, send)
 
@@ -165,3 +184,42 @@ async def caller(request: Request) -> Principal:
 
 def is_worker_only(principal: Principal) -> bool:
     return principal.role is Role.WORKER
+
+
+async def under_lease(request: Request, lease: Lease | None, *, read: bool = False) -> Lease | None:
+    """The task lease this request acts under, as its route read it (None: it names none).
+
+    The worker-scope rule, for every route whose rule is ``leased``: a caller whose role allows
+    the route only under a lease (a worker) must name the lease it holds on the run the request
+    is about: the traverser, the lease's epoch and its own worker id, else ``403 forbidden``.
+    The lease must be live (``409 lease_lost``, the protocol's answer to a worker whose lease
+    ran out or was taken over) and held by that worker (``403 forbidden``). Its write then runs
+    under the same epoch, checked again in its transaction by the store, so nothing changes
+    unless the lease is still live at commit. A caller with another permission for the route (an
+    owner, an administrator) may name a lease or not; a lease it names is checked by the write
+    (and here, for a ``read``, or when it names a worker). Denials are audited."""
+    leased = request.scope.get("state", {}).get("leased_rule")
+    if leased is not None and (lease is None or lease.worker_id is None):
+        await _deny_lease(request, leased, "no task lease")
+        principal = await caller(request)
+        raise ApiError(
+            403,
+            "forbidden",
+            f"role {principal.role.value!r} may {leased[0].action} only under the task lease it holds "
+            "(send the traverser's id, the lease's epoch and your worker_id)",
+        )
+    if lease is not None and (read or lease.worker_id is not None):
+        store: GraphStore = request.app.state.store
+        try:
+            await store.check_lease(lease)
+        except Forbidden:
+            if leased is not None:
+                await _deny_lease(request, leased, "lease held by another worker")
+            raise
+    return lease
+
+
+async def _deny_lease(request: Request, leased: tuple[Rule, str], detail: str) -> None:
+    identity: Identity = request.app.state.identity
+    rule, target = leased
+    await identity.audit(await caller(request), rule.action, target=target, outcome="denied", detail=detail)

@@ -13,7 +13,7 @@ from fastapi import Request
 
 from .._json import MAX_BODY_BYTES, MAX_DEPTH, InexactNumberError, JSONTooDeepError, dumps_read, loads_exact
 from ._errors import ApiError, bad_request
-from ._graph_rows import StepRecord
+from ._graph_rows import Lease, StepRecord
 
 _MAX_KEY = 512  # names, operation keys, targets: short identifiers, not payloads
 #: The largest integer a field may hold: PostgreSQL's ``integer``, the type of the columns they go to
@@ -123,6 +123,25 @@ class Fields:
         """Any JSON value, re-serialized for storage (``null`` counts as absent)."""
         value = self._get(name, required)
         return None if value is None else dumps_read(value)
+
+    def lease(
+        self, id_field: str = "traverser_id", paired: bool = True, traverser_id: str | None = None
+    ) -> Lease | None:
+        """The task lease the request names, or None: ``id_field`` (its traverser; or
+        ``traverser_id``, the one the path names) with ``epoch`` and ``worker_id`` (the worker
+        holding it). ``paired``: ``id_field`` without ``epoch`` is refused (else it may come
+        alone, as the approval's traverser)."""
+        named = None if traverser_id is not None else self.key(id_field, required=False)
+        ident = traverser_id or named
+        epoch, worker = self.integer("epoch", required=False), self.key("worker_id", required=False)
+        if (epoch is not None and ident is None) or (paired and named is not None and epoch is None):
+            raise bad_request(f"{self.where}.{id_field} and {self.where}.epoch go together")
+        if worker is not None and epoch is None:
+            raise bad_request(f"{self.where}.worker_id needs {self.where}.epoch")
+        if epoch is None:
+            return None
+        assert ident is not None
+        return Lease(ident, epoch, worker)
 
     def steps(self) -> list[StepRecord]:
         """The child steps a worker reports along with a write."""

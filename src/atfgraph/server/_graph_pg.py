@@ -111,10 +111,14 @@ class PgTransitions:
         self._approval_runs[approval_id] = run_id
 
     async def get_traverser(self, traverser_id: str) -> dict[str, Any]:
+        return traverser_view(await self.traverser_row(traverser_id))
+
+    async def traverser_row(self, traverser_id: str) -> dict[str, Any]:
+        """The traverser's row (its lease's epoch, worker and expiry included)."""
         rows = await self._call(SQL_TRAVERSER, (traverser_id,), "")
         if not rows:
             raise NotFound.of("traverser", traverser_id)
-        return traverser_view(dict(zip(TRAVERSER_FIELDS, rows[0], strict=True)))
+        return dict(zip(TRAVERSER_FIELDS, rows[0], strict=True))
 
     async def submit(
         self,

@@ -8,7 +8,7 @@ import sqlite3
 import uuid
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, NamedTuple
 
 from pyworkflow.store import StepStatus
 
@@ -19,6 +19,16 @@ from .._json import fragment
 Row = Any
 #: A connection of either dialect (``sqlite3.Connection`` or the PostgreSQL database's).
 Conn = Any
+
+
+class Lease(NamedTuple):
+    """A task lease as a request names it: the traverser, the epoch of its live lease and the
+    worker holding it (a worker names itself; an owner's request may leave it out)."""
+
+    traverser_id: str
+    epoch: int
+    worker_id: str | None = None
+
 
 #: A child step's status as the API reports it <-> as the engine records it.
 STEP_STATUS_OUT = {StepStatus.COMPLETED.value: "succeeded", StepStatus.FAILED.value: "failed"}

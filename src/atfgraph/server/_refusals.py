@@ -6,6 +6,7 @@ each kind to one::
     Refusal                  a transition was refused; nothing changed
     ├── NotFound             the traverser, approval, checkpoint, worker, ... does not exist
     ├── LeaseLost            the caller's lease (epoch) is not the live one, or it ran out
+    ├── Forbidden            the caller may not do this (a worker naming a lease it does not hold)
     ├── Conflict             the current state forbids it: approval_decided, approval_conflict,
     │                        revision_conflict, idempotency_conflict, invalid_state, lease_required,
     │                        hook_not_pending
@@ -46,6 +47,10 @@ class LeaseLost(Refusal):
         return cls(f"the lease on traverser {traverser_id!r} is not held (stale epoch or expired)")
 
 
+class Forbidden(Refusal):
+    code = "forbidden"
+
+
 class Conflict(Refusal):
     code = "conflict"
 
@@ -54,4 +59,4 @@ class Invalid(Refusal):
     code = "invalid"
 
 
-__all__ = ["Conflict", "Invalid", "LeaseLost", "NotFound", "Refusal"]
+__all__ = ["Conflict", "Forbidden", "Invalid", "LeaseLost", "NotFound", "Refusal"]

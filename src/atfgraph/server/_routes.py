@@ -11,7 +11,7 @@ from fastapi import APIRouter, Depends, Query, Request, Response
 
 from .._json import dumps_read
 from .._models import DECISIONS, ApprovalStatus, TraverserStatus
-from ._auth import Principal, caller
+from ._auth import Principal, caller, under_lease
 from ._body import Fields, error_info, read_json
 from ._errors import RETRY_AFTER_SECONDS, ApiError, bad_request
 from ._hub import Hub, node_key, traverser_key
@@ -84,6 +84,9 @@ def service_of(request: Request) -> Service:
             "wait_for": _STR,
             "wait_seconds": {"type": "number"},
             "idempotency_key": _STR,
+            "parent_id": _STR,
+            "epoch": _INT,
+            "worker_id": _STR,
         },
         ["target"],
     ),
@@ -92,8 +95,11 @@ async def submit(request: Request, who: Annotated[Principal, Depends(caller)]) -
     """Submit a traverser: run skill ``node.skill`` with ``input`` as keyword arguments. With
     ``wait_for`` and ``wait_seconds`` the answer comes once it reaches one of those statuses
     (as ``GET /traversers/{id}?wait_for=`` would), or after that many seconds. A repeated
-    ``idempotency_key`` answers 200 with the traverser it created first."""
+    ``idempotency_key`` answers 200 with the traverser it created first. A handler's child step
+    names its parent's lease (``parent_id``, ``epoch``, ``worker_id``; a worker submits nothing
+    else) and its key is ``child:<parent_id>:<step>``."""
     f = Fields(await read_json(request))
+    parent = await under_lease(request, f.lease("parent_id"))
     target = f.key("target")
     node, dot, skill = target.partition(".")
     if not dot or not node or not skill:
@@ -104,7 +110,7 @@ async def submit(request: Request, who: Annotated[Principal, Depends(caller)]) -
     wanted = _parse_statuses(f.key("wait_for", required=False))
     wait = f.number("wait_seconds", required=False, maximum=MAX_CLIENT_WAIT) or 0.0
     key = f.key("idempotency_key", required=False)
-    view, created = await service_of(request).submit(who, target, input_json, max_attempts, key)
+    view, created = await service_of(request).submit(who, target, input_json, max_attempts, key, parent)
     code = 201 if created else 200
     if not wanted or wait <= 0:
         return ok(view, code)
@@ -180,7 +186,7 @@ async def cancel(request: Request, traverser_id: str, who: Annotated[Principal, 
     return ok(await service_of(request).cancel(who, traverser_id))
 
 
-_LEASED = {"epoch": _INT, "steps": _STEPS}
+_LEASED = {"epoch": _INT, "worker_id": _STR, "steps": _STEPS}
 #: The next tasks a report that frees a permit may ask for (see next_claim).
 _NEXT_CLAIM = {
     "type": "object",
@@ -196,6 +202,7 @@ _NEXT_CLAIM = {
 async def complete(request: Request, traverser_id: str) -> Response:
     """A worker reports the handler's result (under its lease)."""
     f = Fields(await read_json(request))
+    await under_lease(request, f.lease(traverser_id=traverser_id))
     result = f.json("result", required=False) or b"null"
     wanted = next_claim(f)
     await store_of(request).complete(traverser_id, f.integer("epoch"), result, f.steps())
@@ -212,6 +219,7 @@ async def complete(request: Request, traverser_id: str) -> Response:
 async def fail(request: Request, traverser_id: str) -> Response:
     """A worker reports the handler's error; retried while attempts remain if ``retryable``."""
     f = Fields(await read_json(request))
+    await under_lease(request, f.lease(traverser_id=traverser_id))
     error = dumps_read(error_info(Fields(f.obj("error"), "body.error")))
     store = store_of(request)
     status = await store.fail(
@@ -225,6 +233,7 @@ async def fail(request: Request, traverser_id: str) -> Response:
 async def release(request: Request, traverser_id: str) -> Response:
     """A stopping worker gives a lease back; the attempt is not charged."""
     f = Fields(await read_json(request))
+    await under_lease(request, f.lease(traverser_id=traverser_id))
     await store_of(request).release(traverser_id, f.integer("epoch"), f.steps())
     _after_change(request, traverser_id, TraverserStatus.QUEUED.value)
     return ok({"status": TraverserStatus.QUEUED.value})
@@ -239,7 +248,15 @@ def _after_change(request: Request, traverser_id: str, status: str) -> None:
 
 
 @router.get("/traversers/{traverser_id}/checkpoints/{name}")
-async def get_checkpoint(request: Request, traverser_id: str, name: str) -> Response:
+async def get_checkpoint(
+    request: Request,
+    traverser_id: str,
+    name: str,
+    epoch: Annotated[int | None, Query(ge=0, description="the task lease a worker reads under")] = None,
+    worker_id: Annotated[str | None, Query(max_length=200, description="the worker holding it")] = None,
+) -> Response:
+    query = Fields({"epoch": epoch, "worker_id": worker_id}, "query")
+    await under_lease(request, query.lease(traverser_id=traverser_id), read=True)
     return ok(store_of(request).get_checkpoint(traverser_id, name))
 
 
@@ -250,6 +267,7 @@ async def get_checkpoint(request: Request, traverser_id: str, name: str) -> Resp
 async def put_checkpoint(request: Request, traverser_id: str, name: str) -> Response:
     """Save a checkpoint under the task lease; ``expected_revision`` 0 creates only if absent."""
     f = Fields(await read_json(request))
+    await under_lease(request, f.lease(traverser_id=traverser_id))
     value = f.json("value")
     assert value is not None
     revision = await store_of(request).save_checkpoint(
@@ -286,6 +304,7 @@ async def request_approval(request: Request, who: Annotated[Principal, Depends(c
     """Find or create the approval (traverser_id, operation_key). With ``pause`` (the default,
     which needs the task lease) a pending approval also closes the lease and parks the traverser."""
     f = Fields(await read_json(request))
+    lease = await under_lease(request, f.lease(paired=False))
     traverser_id = f.key("traverser_id")
     prompt = f.json("prompt")
     assert prompt is not None
@@ -293,7 +312,7 @@ async def request_approval(request: Request, who: Annotated[Principal, Depends(c
     approval, paused = await service_of(request).request_approval(
         who,
         traverser_id,
-        f.integer("epoch", required=False),
+        None if lease is None else lease.epoch,
         f.key("operation_key"),
         prompt,
         f.json("checkpoint", required=False),
@@ -483,25 +502,34 @@ async def heartbeat(request: Request, worker_id: str) -> Response:
 
 
 @router.get("/memory/{scope}/{key}")
-async def get_memory(request: Request, scope: str, key: str) -> Response:
+async def get_memory(
+    request: Request,
+    scope: str,
+    key: str,
+    traverser_id: Annotated[str | None, Query(max_length=200, description="with epoch: a lease")] = None,
+    epoch: Annotated[int | None, Query(ge=0, description="the task lease a worker reads under")] = None,
+    worker_id: Annotated[str | None, Query(max_length=200, description="the worker holding it")] = None,
+) -> Response:
+    query = Fields({"traverser_id": traverser_id, "epoch": epoch, "worker_id": worker_id}, "query")
+    await under_lease(request, query.lease(), read=True)
     return ok(store_of(request).get_memory(scope, key))
 
 
 @router.put(
     "/memory/{scope}/{key}",
     openapi_extra=_doc(
-        {"value": _ANY, "expected_revision": _INT, "traverser_id": _STR, "epoch": _INT}, ["value"]
+        {"value": _ANY, "expected_revision": _INT, "traverser_id": _STR, "epoch": _INT, "worker_id": _STR},
+        ["value"],
     ),
 )
 async def put_memory(request: Request, scope: str, key: str) -> Response:
-    """Write scoped memory; with (traverser_id, epoch) the write also requires that live lease."""
+    """Write scoped memory; with (traverser_id, epoch) the write also requires that live lease
+    (a worker writes only under the lease of the task it holds; an owner, an administrator may
+    write without one)."""
     f = Fields(await read_json(request))
+    lease = await under_lease(request, f.lease())
     value = f.json("value")
     assert value is not None
-    traverser_id, epoch = f.key("traverser_id", required=False), f.integer("epoch", required=False)
-    if (traverser_id is None) != (epoch is None):
-        raise bad_request("body.traverser_id and body.epoch go together")
-    lease = None if traverser_id is None else (traverser_id, epoch)
     revision = await store_of(request).save_memory(
         scope, key, value, f.integer("expected_revision", required=False), lease
     )

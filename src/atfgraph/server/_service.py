@@ -20,7 +20,7 @@ from pyworkflow import validate_payload
 from pyworkflow.store import WaitKind, WaitRecord
 
 from .._models import DECISIONS
-from ._graph_rows import StepRecord
+from ._graph_rows import Lease, StepRecord
 from ._hub import Hub, node_key, traverser_key
 from ._identity import AuditEntry, Identity, Principal, write_audit
 from ._refusals import Conflict, Invalid, NotFound, Refusal
@@ -28,6 +28,8 @@ from ._store import GraphStore
 
 #: The wait kinds a person may resume through the server (approvals are decided instead).
 HOOK_KINDS = (WaitKind.HOOK, WaitKind.STEP_HOOK)
+#: The idempotency keys of a handler's child steps: ``child:<parent traverser id>:<step>``.
+CHILD_KEY_PREFIX = "child:"
 
 
 class Service:
@@ -45,11 +47,25 @@ class Service:
         input_json: bytes,
         max_attempts: int,
         idempotency_key: str | None = None,
+        parent: Lease | None = None,
     ) -> tuple[dict[str, Any], bool]:
         """Queue a traverser (``node.skill``); returns it and whether it was created (False: the
-        earlier submission with this idempotency key)."""
-        audit = AuditEntry(who, "traverser.submit", None, "allowed", {"target": target})
-        view, created = await self.store.submit(target, input_json, max_attempts, idempotency_key, audit)
+        earlier submission with this idempotency key). ``parent``: the live lease of the handler
+        whose child step it is (a worker submits nothing else); its idempotency key is then
+        ``child:<parent id>:<step>``, so that a repeated submission (the handler following its
+        child) reaches only that handler's children."""
+        detail: dict[str, Any] = {"target": target}
+        if parent is not None:
+            prefix = f"{CHILD_KEY_PREFIX}{parent.traverser_id}:"
+            if idempotency_key is None or not idempotency_key.startswith(prefix):
+                raise Invalid(
+                    f"a child step's idempotency_key must start with {prefix!r}", "validation_error"
+                )
+            detail["parent_id"] = parent.traverser_id
+        audit = AuditEntry(who, "traverser.submit", None, "allowed", detail)
+        view, created = await self.store.submit(
+            target, input_json, max_attempts, idempotency_key, audit, parent
+        )
         if created:
             self.hub.notify(node_key(view["node_id"]))
         return view, created
@@ -138,4 +154,4 @@ class Service:
         await self.identity.audit(who, action, target=target, outcome="refused", detail=detail)
 
 
-__all__ = ["HOOK_KINDS", "Service"]
+__all__ = ["CHILD_KEY_PREFIX", "HOOK_KINDS", "Service"]

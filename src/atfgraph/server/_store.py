@@ -48,6 +48,7 @@ from ._graph_pg import PgTransitions
 from ._graph_rows import (
     STEP_STATUS_IN,
     Conn,
+    Lease,
     Row,
     StepRecord,
     SweepOutcome,
@@ -105,7 +106,7 @@ from ._graph_sql import (
     TRAVERSER_SCOPE,
 )
 from ._identity import AuditEntry, identity_migrations, write_audit
-from ._refusals import Conflict, LeaseLost, NotFound
+from ._refusals import Conflict, Forbidden, LeaseLost, NotFound
 
 T = TypeVar("T")
 
@@ -184,12 +185,21 @@ class GraphStore(ConsoleReads):
     @staticmethod
     def _leased(conn: Conn, traverser_id: str, epoch: int, now: float) -> Row:
         """The traverser row, locked, if ``epoch`` is its live lease, else the transition is refused."""
-        row = _row(conn, SQL_LOCK_TRAVERSER, (traverser_id,))
-        if row is None:
-            raise NotFound.of("traverser", traverser_id)
-        if row["status"] != TraverserStatus.RUNNING or row["epoch"] != epoch or row["lease_expires_at"] < now:
-            raise LeaseLost.of(traverser_id)
-        return row
+        return _live(_row(conn, SQL_LOCK_TRAVERSER, (traverser_id,)), traverser_id, epoch, now)
+
+    async def check_lease(self, lease: Lease) -> None:
+        """Refuse a request made under ``lease`` unless it is the traverser's live lease now
+        (NotFound, LeaseLost) held by the worker it names (Forbidden). A lease's worker never
+        changes while its epoch stands (a claim sets both), so a write checked here and whose
+        transaction then finds the same epoch live is that worker's."""
+        ident = lease.traverser_id
+        if self._pg is not None:
+            row: Row | None = await self._pg.traverser_row(ident)
+        else:
+            row = self._read1(lambda c: _row(c, SQL_GET_TRAVERSER, (ident,)))
+        row = _live(row, ident, lease.epoch, time.time())
+        if lease.worker_id is not None and row["lease_worker"] != lease.worker_id:
+            raise Forbidden(f"the lease on traverser {ident!r} is held by another worker")
 
     @staticmethod
     def _record_steps(conn: Conn, row: Row, steps: Sequence[StepRecord], now: float) -> None:
@@ -218,13 +228,15 @@ class GraphStore(ConsoleReads):
         max_attempts: int,
         idempotency_key: str | None = None,
         audit: AuditEntry | None = None,
+        parent: Lease | None = None,
     ) -> tuple[dict[str, Any], bool]:
         """Queue a traverser; returns it and whether it was created (False: an earlier submission
         with the same idempotency key, returned as it is now). ``audit`` is recorded with the
-        creation (its target becomes the new traverser's id)."""
+        creation (its target becomes the new traverser's id). ``parent``: the lease (traverser,
+        epoch) of the handler whose child step this is, refused unless it is live."""
         node_id = target.partition(".")[0]
         ident = new_id()
-        if self._pg is not None:
+        if self._pg is not None and parent is None:
             made = await self._pg.submit(
                 ident, target, input_json, node_id, max_attempts, idempotency_key, audit, time.time()
             )
@@ -244,6 +256,8 @@ class GraphStore(ConsoleReads):
 
         def fn(conn: Conn) -> tuple[dict[str, Any], bool]:
             now = time.time()
+            if parent is not None:
+                self._leased(conn, parent.traverser_id, parent.epoch, now)
             if idempotency_key is not None and (found := earlier(conn)) is not None:
                 return traverser_view(found), False
             inserted = conn.execute(
@@ -525,12 +539,12 @@ class GraphStore(ConsoleReads):
         key: str,
         value: bytes,
         expected_revision: int | None,
-        lease: tuple[str, int] | None,
+        lease: Lease | None,
     ) -> int:
         def fn(conn: Conn) -> int:
             now = time.time()
             if lease is not None:
-                self._leased(conn, lease[0], lease[1], now)
+                self._leased(conn, lease.traverser_id, lease.epoch, now)
             current = conn.execute(SQL_GET_MEMORY, (scope, key)).fetchone()
             revision = 0 if current is None else int(current[1])
             try:
@@ -720,6 +734,16 @@ class GraphStore(ConsoleReads):
             return out
 
         return await self.db.write(reap)
+
+
+def _live(row: Row | None, traverser_id: str, epoch: int, now: float) -> Row:
+    """The rule of a live lease, for every write and read made under one: the traverser is
+    running, ``epoch`` is its queue row's and the lease has not run out."""
+    if row is None:
+        raise NotFound.of("traverser", traverser_id)
+    if row["status"] != TraverserStatus.RUNNING or row["epoch"] != epoch or row["lease_expires_at"] < now:
+        raise LeaseLost.of(traverser_id)
+    return row
 
 
 def _finish(conn: Conn, traverser_id: str, status: TraverserStatus, result: bytes | None,

@@ -172,3 +172,15 @@ async def decided_while_running(wait_seconds: float = 1.5) -> dict[str, Any]:
     await asyncio.sleep(wait_seconds)
     decision = await app.request_approval("early?", operation_key="early")
     return {"status": decision["status"], "attempt": current_context().attempt}
+
+
+@app.skill()
+async def checkpoint_across_restart(gate: str) -> dict[str, Any]:
+    """Saves a checkpoint, waits for the test to open ``gate`` (a file; the test stops the server
+    first), then saves again: that call is made while the server is down."""
+    first = await app.save_checkpoint("c", {"step": 1}, expected_revision=0)
+    while not os.path.exists(gate):
+        await asyncio.sleep(0.02)
+    second = await app.save_checkpoint("c", {"step": 2}, expected_revision=first)
+    await app.save_memory("restart", current_context().traverser_id, {"saved": second})
+    return {"first": first, "second": second, "attempt": current_context().attempt}

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Callable
+from typing import Any
 
 import httpx
 import pytest
@@ -12,7 +13,7 @@ from atfg_harness import ServerProcess, WorkerProcess, database_dump
 
 from atfgraph import Client, ForbiddenError
 from atfgraph.server._auth import RULES
-from atfgraph.server._identity import ROLE_PERMISSIONS, Role
+from atfgraph.server._identity import ROLE_PERMISSIONS, Permission, Role
 
 ROLES = ("anonymous", "worker", "reviewer", "administrator", "owner")
 
@@ -40,10 +41,13 @@ async def test_every_route_by_every_role(server: ServerProcess) -> None:
                 headers = {} if role == "anonymous" else {"Authorization": f"Bearer {tokens[role]}"}
                 body = None if rule.method == "GET" else {}
                 r = await http.request(rule.method, path, json=body, headers=headers)
+                granted = ROLE_PERMISSIONS[Role(role)] if role != "anonymous" else frozenset()
                 if role == "anonymous":
                     expected: set[int] | None = {401}
-                elif not any(p in ROLE_PERMISSIONS[Role(role)] for p in rule.allowed):
+                elif not granted & rule.allowed:
                     expected = {403}
+                elif not granted & (rule.allowed - rule.leased):
+                    expected = {403}  # only under a task lease, and this request names none
                 else:
                     expected = None
                 where = f"{rule.method} {path} as {role}: {r.status_code} {r.text[:200]}"
@@ -145,3 +149,140 @@ async def test_the_database_holds_no_raw_token(server: ServerProcess) -> None:
         assert token.encode().hex() not in dump and secret.encode().hex() not in dump  # bytea as hex
         assert token.encode() not in raw_bytes and secret.encode() not in raw_bytes
     assert "atfg_tokens" in dump  # the dump did include the credentials table
+
+
+#: Every route of the worker protocol that names a run: a worker token acts there only under the
+#: task lease it holds on that run.
+LEASED_ACTIONS = {
+    "traverser.submit",
+    "task.complete",
+    "task.fail",
+    "task.release",
+    "checkpoint.get",
+    "checkpoint.put",
+    "approval.request",
+    "memory.get",
+    "memory.put",
+}
+
+
+async def test_a_worker_acts_only_under_a_lease_it_holds(server: ServerProcess) -> None:
+    assert {r.action for r in RULES if r.leased} == LEASED_ACTIONS
+    assert "traverser.get" not in {r.action for r in RULES if Permission.WORK in r.allowed}
+    owner, worker = server.headers("owner"), server.headers("worker")
+    async with httpx.AsyncClient(base_url=server.url, timeout=30) as http:
+
+        async def call(headers: dict[str, str], method: str, path: str, **kw: Any) -> httpx.Response:
+            return await http.request(method, "/api/v2" + path, headers=headers, **kw)
+
+        # Two workers of node "scope", each holding the lease of one traverser (both epoch 1).
+        ids = []
+        for _ in range(2):
+            r = await call(
+                worker, "POST", "/workers", json={"node_id": "scope", "version": "1", "capacity": 1}
+            )
+            ids.append(r.json()["id"])
+        w1, w2 = ids
+        a = (await call(owner, "POST", "/traversers", json={"target": "scope.run"})).json()["id"]
+        b = (await call(owner, "POST", "/traversers", json={"target": "scope.run"})).json()["id"]
+        held = {}
+        for wid in (w1, w2):
+            task = (await call(worker, "POST", f"/workers/{wid}/claim", json={"max": 1})).json()["tasks"][0]
+            held[wid] = (task["traverser"]["id"], task["epoch"])
+        assert {held[w1][0], held[w2][0]} == {a, b}
+        a, ea = held[w1]
+        b, eb = held[w2]
+        assert ea == eb == 1  # epochs alone are guessable: the lease names its worker too
+        mine = {"epoch": ea, "worker_id": w1}
+        theirs = {"epoch": eb, "worker_id": w1}  # B's epoch, claimed as W1's
+        child = {"target": "scope.child", "input": {"n": 1}, "parent_id": a, **mine}
+
+        # Under the lease it holds, everything the protocol needs is allowed.
+        r = await call(worker, "PUT", f"/traversers/{a}/checkpoints/c", json={"value": 1, **mine})
+        assert r.status_code == 200, r.text
+        r = await call(worker, "GET", f"/traversers/{a}/checkpoints/c", params=mine)
+        assert r.status_code == 200 and r.json()["value"] == 1
+        r = await call(worker, "PUT", "/memory/s/k", json={"value": "w1", "traverser_id": a, **mine})
+        assert r.status_code == 200, r.text
+        r = await call(worker, "GET", "/memory/s/k", params={"traverser_id": a, **mine})
+        assert r.status_code == 200 and r.json()["value"] == "w1"
+        approval = {"operation_key": "op", "prompt": "ok?", "pause": False}
+        r = await call(worker, "POST", "/approvals", json={"traverser_id": a, **approval, **mine})
+        assert r.status_code == 200 and r.json()["paused"] is False
+        r = await call(worker, "POST", "/traversers", json={**child, "idempotency_key": f"child:{a}:1:c"})
+        assert r.status_code == 201, r.text
+        child_id = r.json()["id"]
+        # Following its own child is submitting it again (same key): the same child, 200.
+        again = {**child, "idempotency_key": f"child:{a}:1:c", "wait_for": "terminal", "wait_seconds": 0.1}
+        r = await call(worker, "POST", "/traversers", json=again)
+        assert r.status_code == 200 and r.json()["id"] == child_id
+
+        # Without a lease: 403, whatever the body holds (the issue's 201, own prompt, memory, reads).
+        refused = [
+            await call(worker, "POST", "/traversers", json={"target": "scope.run"}),
+            await call(
+                worker, "POST", "/traversers", json={"target": "scope.run", "parent_id": a, "epoch": ea}
+            ),
+            await call(worker, "POST", "/approvals", json={"traverser_id": b, **approval}),
+            await call(worker, "PUT", "/memory/s/k", json={"value": "x"}),
+            await call(worker, "GET", "/memory/s/k"),
+            await call(worker, "GET", f"/traversers/{b}"),
+            await call(worker, "GET", f"/traversers/{b}/checkpoints/c"),
+            await call(worker, "PUT", f"/traversers/{b}/checkpoints/c", json={"value": 2, "epoch": eb}),
+            await call(worker, "POST", f"/traversers/{b}/complete", json={"epoch": eb, "result": 1}),
+        ]
+        # Naming a live lease another worker holds: 403 too.
+        refused += [
+            await call(worker, "PUT", f"/traversers/{b}/checkpoints/c", json={"value": 2, **theirs}),
+            await call(worker, "GET", f"/traversers/{b}/checkpoints/c", params=theirs),
+            await call(worker, "POST", "/approvals", json={"traverser_id": b, **approval, **theirs}),
+            await call(worker, "POST", f"/traversers/{b}/complete", json={"result": 1, **theirs}),
+            await call(worker, "POST", f"/traversers/{b}/fail", json={"error": {"code": "x"}, **theirs}),
+            await call(worker, "POST", f"/traversers/{b}/release", json=theirs),
+            await call(worker, "PUT", "/memory/s/k", json={"value": "x", "traverser_id": b, **theirs}),
+            await call(worker, "POST", "/traversers", json={**child, "parent_id": b, **theirs}),
+        ]
+        for r in refused:
+            assert r.status_code == 403 and r.json()["error"]["code"] == "forbidden", r.text
+        # A lease that is not live (a stale or made-up epoch): the protocol's 409 lease_lost.
+        for stale in ({"epoch": ea + 1, "worker_id": w1}, {"epoch": 99, "worker_id": w1}):
+            r = await call(worker, "PUT", f"/traversers/{a}/checkpoints/c", json={"value": 3, **stale})
+            assert r.status_code == 409 and r.json()["error"]["code"] == "lease_lost", r.text
+            r = await call(
+                worker, "POST", "/traversers", json={**child, "idempotency_key": f"child:{a}:2:c", **stale}
+            )
+            assert r.status_code == 409 and r.json()["error"]["code"] == "lease_lost", r.text
+        # Its own lease, but another traverser's child key: it cannot reach B's children (nor any
+        # traverser submitted with some other key) by submitting again.
+        for key in (f"child:{b}:1:c", "someone-elses-key", None):
+            r = await call(worker, "POST", "/traversers", json={**child, "idempotency_key": key})
+            assert r.status_code == 422 and r.json()["error"]["code"] == "validation_error", r.text
+
+        # Nothing the refusals named changed.
+        assert (await call(owner, "GET", f"/traversers/{b}/checkpoints/c")).status_code == 404
+        assert (
+            await call(owner, "GET", "/approvals", params={"traverser_id": b, "status": "all"})
+        ).json() == {"items": []}
+        assert (await call(owner, "GET", "/memory/s/k")).json()["value"] == "w1"
+        assert (await call(owner, "GET", f"/traversers/{b}")).json()["status"] == "running"
+        queued = (await call(owner, "GET", "/traversers", params={"status": "queued"})).json()["items"]
+        assert [t["id"] for t in queued] == [child_id]
+        assert (await call(owner, "GET", f"/traversers/{a}/checkpoints/c")).json()["revision"] == 1
+
+        # The denials are in the audit trail, with the worker's name and why.
+        audit = (await call(owner, "GET", "/audit", params={"limit": 200})).json()["items"]
+        denied = {
+            (e["action"], e["detail"])
+            for e in audit
+            if e["principal"] == "worker" and e["outcome"] == "denied"
+        }
+        assert ("traverser.submit", "no task lease") in denied
+        assert ("memory.put", "no task lease") in denied
+        assert ("checkpoint.put", "lease held by another worker") in denied
+        assert ("approval.request", "lease held by another worker") in denied
+
+        # Owners keep what they had: no lease needed for a submission, memory, an approval.
+        assert (await call(owner, "POST", "/traversers", json={"target": "scope.run"})).status_code == 201
+        assert (await call(owner, "PUT", "/memory/s/k", json={"value": "owner"})).status_code == 200
+        r = await call(owner, "POST", "/approvals", json={"traverser_id": b, **approval})
+        assert r.status_code == 200 and r.json()["approval"]["traverser_id"] == b

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import asyncio
+import re
+import time
 from collections.abc import Callable
 
 import pytest
@@ -51,6 +53,18 @@ async def test_waits_time_out_and_failures_raise(
     with pytest.raises(TraverserFailedError) as refused:
         await client.traverse("tester.refuse", code="no", timeout=15)
     assert refused.value.error is not None and refused.value.error.code == "no"
+
+
+async def test_traverse_times_out_after_the_whole_timeout_and_says_so(
+    spawn_worker: Callable[..., WorkerProcess], client: Client
+) -> None:
+    spawn_worker()
+    started = time.monotonic()
+    with pytest.raises(TraverserTimeoutError) as timed_out:
+        await client.traverse("tester.pausing", {"key": "timed"}, timeout=1.5)
+    # The time it waited in all (it said "after 0.0s": what was left after the first long poll).
+    assert re.search(r"is still (queued|running|waiting) after 1\.5s$", str(timed_out.value)), timed_out.value
+    assert time.monotonic() - started >= 1.5
 
 
 async def test_traverse_to_another_node_runs_once_across_a_pause(

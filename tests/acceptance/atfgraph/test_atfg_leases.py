@@ -44,16 +44,21 @@ async def test_rule5_checkpoint_revisions_and_conflicts(
     assert (memory.value, memory.revision) == ({"v": 1}, 1)
 
     # Writes need the live task lease: the finished traverser's last epoch no longer counts.
+    worker_id = server.workers("tester")[0]["id"]
     async with httpx.AsyncClient(base_url=server.url, headers=server.headers("worker")) as http:
         for epoch in (1, 2, 99):
             r = await http.put(
-                f"/api/v2/traversers/{handle.id}/checkpoints/c", json={"value": 1, "epoch": epoch}
+                f"/api/v2/traversers/{handle.id}/checkpoints/c",
+                json={"value": 1, "epoch": epoch, "worker_id": worker_id},
             )
             assert r.status_code == 409 and r.json()["error"]["code"] == "lease_lost"
-        r = await http.put(
-            "/api/v2/memory/shared/m", json={"value": 1, "traverser_id": handle.id, "epoch": 1}
-        )
+        lease = {"traverser_id": handle.id, "epoch": 1, "worker_id": worker_id}
+        r = await http.put("/api/v2/memory/shared/m", json={"value": 1, **lease})
         assert r.status_code == 409 and r.json()["error"]["code"] == "lease_lost"
+        # A worker writes only under a lease it names (see test_atfg_auth for the whole rule).
+        r = await http.put("/api/v2/memory/shared/m", json={"value": 2, "expected_revision": 5})
+        assert r.status_code == 403 and r.json()["error"]["code"] == "forbidden"
+    async with httpx.AsyncClient(base_url=server.url, headers=server.headers("owner")) as http:
         r = await http.put("/api/v2/memory/shared/m", json={"value": 2, "expected_revision": 5})
         assert r.status_code == 409 and r.json()["error"]["code"] == "revision_conflict"
     assert (await client.get_checkpoint(handle.id, "c")).revision == 3

@@ -149,3 +149,61 @@ async def test_a_run_whose_worker_keeps_dying_fails_after_max_crashes(client: Cl
     assert run.error is not None and run.error["type"] == "pyworkflow.WorkerCrashed"
     assert "died 3 times" in run.error["message"]
     assert cwf.counts("die") == {"p": 3}  # the first turn and max_crashes=2 retries
+
+
+def _plain_celery_worker(cluster: Cluster, name: str) -> subprocess.Popen[bytes]:
+    """A worker started as docs/deployment.md writes the plain Celery command: every setting from
+    the environment (queue, lease and crash limit included), the sweeper run on its own."""
+    env = {
+        **cluster.env,
+        "PYWORKFLOW_STORAGE": cluster.storage,
+        "CELERY_BROKER_URL": cluster.broker,
+        "PYWORKFLOW_IMPORTS": "cwf",
+        "PYWORKFLOW_QUEUE": cluster.queue,
+        "PYWORKFLOW_LEASE_TTL": str(cluster.lease_ttl),
+        "PYWORKFLOW_MAX_CRASHES": str(cluster.max_crashes),
+        "PWTEST_SLOW": "1.5",
+    }
+    cmd = [
+        sys.executable, "-m", "celery", "-A", "pyworkflow.runtime._celery_worker", "worker",
+        "-P", "threads", "-c", "8", "-Q", cluster.queue, "--without-gossip", "--without-mingle",
+        "-l", "WARNING", "-n", f"{name}-{cluster.queue}@localhost",
+    ]  # fmt: skip
+    log = open(cluster.workdir / f"worker{len(cluster.workers)}.log", "ab")  # noqa: SIM115 - the process's
+    proc = subprocess.Popen(cmd, env=env, stdout=log, stderr=log, cwd=HERE.parents[2])
+    log.close()
+    cluster.workers.append(proc)  # killed at teardown
+    return proc
+
+
+async def test_a_worker_restarted_by_its_supervisor_picks_up_every_run(client: Cluster) -> None:
+    """A worker process that dies (one did inside kombu's Redis transport when Redis restarted)
+    loses no run: started again, as a supervisor does, it picks up the turns it was running and
+    those published while no worker was up. The only worker of the queue, plain Celery."""
+    sweeper_log = open(client.workdir / "worker-sweeper.log", "ab")  # noqa: SIM115 - the process's
+    sweeper = subprocess.Popen(
+        [sys.executable, "-m", "pyworkflow.cli", "sweeper", "--storage", client.storage,
+         "--broker", client.broker, "--queue", client.queue, "--lease-ttl", str(client.lease_ttl),
+         "--sweep-interval", "0.3", "--loglevel", "WARNING"],
+        env=client.env, stdout=sweeper_log, stderr=sweeper_log, cwd=HERE.parents[2],
+    )  # fmt: skip
+    sweeper_log.close()
+    client.workers.append(sweeper)
+    first = _plain_celery_worker(client, "first")
+    count = 6
+    await _start_hitl(count)
+    client.wait_for("steps in progress", lambda: len(cwf.counts(f"slow-{first.pid}")) >= 1, timeout=60)
+    client.kill(first)  # it dies mid-step: no shutdown, no ack, its leases left in the database
+    for i in range(count, 2 * count):  # published while no worker is up: they wait in the broker
+        await pyworkflow.start(cwf.hitl, i)
+    assert client.alive() == [sweeper]
+    restarted = _plain_celery_worker(client, "restarted")
+    client.wait_statuses("suspended", 2 * count, timeout=90)
+    client.wait_for("every token", lambda: _tokens_ready(2 * count), timeout=10)
+    recovered = client.sql("SELECT count(DISTINCT run_id) FROM events WHERE type = 'run_recovered'")[0][0]
+    assert recovered >= 1  # the kill really interrupted turns, which the restarted worker resumed
+    assert len(cwf.counts(f"slow-{restarted.pid}")) >= count  # the runs queued meanwhile, at least
+    for i in range(2 * count):
+        await pyworkflow.resume_hook(cwf.token_of(i), {"ok": i})
+    client.wait_statuses("completed", 2 * count, timeout=90)
+    _check_hitl_results(client, 2 * count)
