@@ -1,5 +1,5 @@
 """The PostgreSQL store's SQL, one statement per purpose (psycopg placeholders; the server-side
-functions ``pyworkflow_*`` come from migrations 0002-0004, 0007 and 0008)."""
+functions ``pyworkflow_*`` come from migrations 0002-0004 and 0007-0009)."""
 
 from __future__ import annotations
 
@@ -90,6 +90,9 @@ ON CONFLICT (run_id, step_key) DO UPDATE SET
     delivered = GREATEST(steps.delivered, EXCLUDED.delivered), updated_at = EXCLUDED.updated_at
 """
 SQL_DELETE_CHECKPOINT = "DELETE FROM checkpoints WHERE run_id = %s AND scope = %s AND name = %s"
+# A step's checkpoints, deleted with its final failure (its completion and the end of a run do it
+# server-side, migration 0009); primary key prefix.
+SQL_DELETE_STEP_CHECKPOINTS = "DELETE FROM checkpoints WHERE run_id = %s AND scope = %s"
 SQL_WAIT_BY_KEY = f"SELECT {WAIT_COLUMNS} FROM waits WHERE run_id = %s AND wait_key = %s"
 SQL_WAIT_BY_ID = f"SELECT {WAIT_COLUMNS} FROM waits WHERE id = %s"
 # A wait by its first token or by one handed out again later (wait_tokens).

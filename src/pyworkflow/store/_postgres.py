@@ -3,7 +3,7 @@
 Every transition is one transaction. Nearly all are one statement each (a new run: one statement
 with CTEs; a turn's step result, checkpoint, wait, suspension and end, a decision, a
 cancellation, a claim (a Celery turn's, a runtime's tick, ``claim``) and the sweeper's expiry:
-server-side functions from migrations 0002-0004, 0007 and 0008, where each rule is written once,
+server-side functions from migrations 0002-0004 and 0007-0009, where each rule is written once,
 e.g. the crash limit in ``pyworkflow_claim_row`` and the end of a run in ``pyworkflow_end_run``),
 and those, with the single-statement reads, go through a **group commit** (the
 statement jobs of :class:`~pyworkflow.store.GroupCommitWriter`, run by a
@@ -63,6 +63,7 @@ from ._pg_sql import (
     SQL_ANY_READY,
     SQL_CREATE_RUN,
     SQL_DELETE_CHECKPOINT,
+    SQL_DELETE_STEP_CHECKPOINTS,
     SQL_EVENTS,
     SQL_EXPIRE_LEASES,
     SQL_FN_CANCEL_RUN,
@@ -505,6 +506,8 @@ class PostgresStore:
             await _event(conn, fence.run_id, now, kind, step_key, error)
             if retry is not None:
                 await _insert_wait(conn, fence.run_id, retry, now)
+            else:  # a final failure: the step never runs again, its checkpoints go with it
+                await conn.execute(SQL_DELETE_STEP_CHECKPOINTS, (fence.run_id, step_key))
 
         await self._tx(tx)
 
