@@ -44,9 +44,9 @@ UPDATE queue SET lease_owner = NULL, lease_expires_at = NULL, available_at = %s 
 """
 SQL_DELETE_QUEUE = "DELETE FROM queue WHERE run_id = %s"
 # Runs a claim would take: unleased rows that became due between %(after)s and %(due)s, and rows
-# whose lease ran out.
+# whose lease ran out; with the epoch and due time that tell one wake-up of a run from the next.
 SQL_READY_IDS = """
-SELECT run_id FROM queue
+SELECT run_id, epoch, available_at FROM queue
 WHERE node_id IS NULL
   AND ((lease_owner IS NULL AND available_at <= %(due)s AND available_at >= %(after)s)
        OR (lease_owner IS NOT NULL AND lease_expires_at < %(now)s AND available_at <= %(now)s))

@@ -423,14 +423,16 @@ class PostgresStore:
         due_before: float | None = None,
         due_after: float | None = None,
         limit: int = 1000,
-    ) -> list[str]:
-        """Ids of runs a claim would take: unleased ones that became due between ``due_after`` and
-        ``due_before`` (default: any time up to ``now``) and those whose lease ran out. The Celery
-        sweeper publishes turns for them. Not part of :class:`~pyworkflow.store.Store` (yet)."""
+    ) -> list[tuple[str, int, float]]:
+        """Runs a claim would take: unleased ones that became due between ``due_after`` and
+        ``due_before`` (default: any time up to ``now``) and those whose lease ran out, as
+        ``(run_id, epoch, available_at)``: a new wake-up of a run (a new queue row, an earlier due
+        time, a new claim) has a new pair of the last two. The Celery sweeper publishes turns for
+        them. Not part of :class:`~pyworkflow.store.Store` (yet)."""
         due = now if due_before is None else due_before
         after = float("-inf") if due_after is None else due_after
         rows = await self._fetch(SQL_READY_IDS, {"now": now, "due": due, "after": after, "limit": limit})
-        return [r[0] for r in rows]
+        return [(str(r[0]), int(r[1]), float(r[2])) for r in rows]
 
     async def heartbeat(self, owner: str, *, lease_expires_at: float) -> int:
         async def tx(conn: Conn) -> int:
