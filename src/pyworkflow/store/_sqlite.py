@@ -119,7 +119,7 @@ SQL_DELETE_CHECKPOINT = "DELETE FROM checkpoints WHERE run_id = ? AND scope = ? 
 # A step's checkpoints go with its result (they serve only its re-execution); primary key prefix.
 SQL_DELETE_STEP_CHECKPOINTS = "DELETE FROM checkpoints WHERE run_id = ? AND scope = ?"
 # ... and every step's when the run ends. Scope '' is the run's own (an atfgraph traverser's,
-# read after it ended): it stays until retention removes the run.
+# read after it ended): it stays as long as the run does.
 SQL_DELETE_RUN_STEP_CHECKPOINTS = "DELETE FROM checkpoints WHERE run_id = ? AND scope <> ''"
 SQL_WAIT_BY_KEY = f"SELECT {WAIT_COLUMNS} FROM waits WHERE run_id = ? AND wait_key = ?"
 SQL_WAIT_BY_ID = f"SELECT {WAIT_COLUMNS} FROM waits WHERE id = ?"

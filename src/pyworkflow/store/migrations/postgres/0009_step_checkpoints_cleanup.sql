@@ -1,8 +1,8 @@
 -- A step's checkpoints serve only its own re-execution (after a hook, a retry or a crash), so
 -- they go when nothing can re-execute the step any more: in the transaction that records the
 -- step's result, and when the run ends. Checkpoints at scope '' are a run's own (an atfgraph
--- traverser's, read after it ended with GET /traversers/{id}/checkpoints/{name}): they stay until
--- retention removes the run. The SQLite store's copy of these rules is in _sqlite.py
+-- traverser's, read after it ended with GET /traversers/{id}/checkpoints/{name}): they stay as
+-- long as the run does. The SQLite store's copy of these rules is in _sqlite.py
 -- (complete_step, fail_step, _end_run); the final failure of a step is PostgresStore.fail_step.
 
 -- Record a step's result, once (see 0002), and delete the step's checkpoints with it.
