@@ -253,8 +253,11 @@ async def resume_hook(token: str, payload: Any = None) -> ResumeResult:
 
     Recorded (durably) before the run is scheduled, so it is not lost even if it arrives before
     the step has suspended. Raises ``InvalidTokenError``, ``HookNotFoundError``,
-    ``HookExpiredError``, ``HookAlreadyReceivedError``, ``HookCancelledError`` or
-    ``PayloadValidationError`` and changes nothing (an expired hook is recorded as expired)."""
+    ``HookExpiredError``, ``HookAlreadyReceivedError``, ``HookCancelledError``,
+    ``PayloadValidationError`` (the hook's ``payload_schema``; more than ``MAX_PAYLOAD_BYTES``, 1
+    MiB, serialized; nested deeper than 64 levels) or ``SerializationError`` (not JSON, or a
+    number JSON would not keep exactly) and changes nothing (an expired hook is recorded as
+    expired)."""
     digest = digest_token(check_token(token))
     data = encode_payload(payload)
     resolved = await get_store().resolve_wait(
@@ -267,7 +270,8 @@ async def resume_hook(token: str, payload: Any = None) -> ResumeResult:
 
 async def resume_hook_by_id(hook_id: str, payload: Any = None) -> ResumeResult:
     """Like :func:`resume_hook`, addressed by hook id: for operators' inboxes (console, CLI),
-    which authorize the caller themselves instead of holding the token."""
+    which authorize the caller themselves instead of holding the token. The same errors, but
+    ``HookNotFoundError`` instead of ``InvalidTokenError`` for an id that names no hook."""
     if not isinstance(hook_id, str) or not hook_id or len(hook_id) > 200:
         raise HookNotFoundError(f"no hook {hook_id!r}")
     store = get_store()

@@ -1,5 +1,7 @@
 """Step checkpoints: JSON state saved inside a step so that re-executing it (after a hook, a
-retry or a crash) can skip work already done. One value per step, compare-and-set underneath."""
+retry or a crash) can skip work already done. One value per step, compare-and-set underneath.
+They serve only that re-execution, so the store deletes them in the transaction that records the
+step's result (its completion or final failure) and in the one that ends the run."""
 
 from __future__ import annotations
 

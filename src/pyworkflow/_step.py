@@ -154,6 +154,13 @@ def step(
     return decorate
 
 
+def _forget_checkpoints(wctx: WorkflowContext, key: str) -> None:
+    """The store deleted the step's checkpoints with its result (they serve only its
+    re-execution): forget them in this turn's state too."""
+    for scope_name in [k for k in wctx.state.checkpoints if k[0] == key]:
+        del wctx.state.checkpoints[scope_name]
+
+
 def _replayed_error(data: bytes | None) -> BaseException:
     """Rebuild a recorded final failure so the workflow sees the same exception type on replay."""
     info = _serde.loads(data) or {}
@@ -205,6 +212,8 @@ async def _record_failure(
     await wctx.store.fail_step(
         wctx.fence, key, attempt=attempt, error=error, retry=retry, delivered=delivered, now=now
     )
+    if retry is None:
+        _forget_checkpoints(wctx, key)
     wctx.state.steps[key] = StepRecord(
         key, StepStatus.RETRYING if retry else StepStatus.FAILED, attempt, None, error, delivered
     )
@@ -246,6 +255,7 @@ async def _run_step(opts: StepOptions, func: Callable[..., Any], args: Any, kwar
     # form: a tuple is a list, a dataclass a dict), so the workflow goes the same way on both.
     data, decoded = _serde.dumps_loads(result, what=f"result of step {opts.name!r}")
     await wctx.store.complete_step(wctx.fence, key, data, now=wctx.now())
+    _forget_checkpoints(wctx, key)
     wctx.state.steps[key] = StepRecord(key, StepStatus.COMPLETED, attempt, data, None, 0)
     crashpoint("after_step_completed")
     return decoded
@@ -299,6 +309,7 @@ async def _run_generator_step(
     finally:
         await agen.aclose()
     await wctx.store.complete_step(wctx.fence, key, _serde.dumps(None), now=wctx.now())
+    _forget_checkpoints(wctx, key)
     wctx.state.steps[key] = StepRecord(key, StepStatus.COMPLETED, attempt, b"null", None, produced)
 
 

@@ -25,6 +25,7 @@ from ._errors import ApiError, api_error, database_refused, database_unavailable
 from ._fastpath import FastPath
 from ._hub import Hub, node_key, traverser_key
 from ._identity import Identity
+from ._openapi import install_limits
 from ._refusals import Refusal
 from ._routes import error_response, router, unavailable_response
 from ._routes_admin import router as admin_router
@@ -249,6 +250,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         docs_url="/api/v2/docs",
         redoc_url=None,
     )
+    install_limits(app, max_path_segment=MAX_PATH_SEGMENT)
     app.state.settings = settings
     app.state.hub = Hub()
     app.include_router(router)

@@ -15,10 +15,16 @@ from .._json import MAX_BODY_BYTES, MAX_DEPTH, InexactNumberError, JSONTooDeepEr
 from ._errors import ApiError, bad_request
 from ._graph_rows import Lease, StepRecord
 
-_MAX_KEY = 512  # names, operation keys, targets: short identifiers, not payloads
+#: The longest string an identifier field may hold (names, operation keys, targets, node ids,
+#: versions, decisions): short identifiers, not payloads.
+MAX_KEY = 512
 #: The largest integer a field may hold: PostgreSQL's ``integer``, the type of the columns they go to
 #: (epochs, revisions, capacities, step numbers); one more would be refused by the database.
 MAX_INT = 2**31 - 1
+#: The most child steps one write may report.
+MAX_STEPS = 1000
+#: The longest error message a worker may report (``error.message``).
+MAX_MESSAGE = 10_000
 
 
 async def read_json(request: Request) -> dict[str, Any]:
@@ -79,9 +85,9 @@ class Fields:
         value = self._get(name, required)
         if value is None:
             return None
-        if not isinstance(value, str) or not value or len(value) > _MAX_KEY:
+        if not isinstance(value, str) or not value or len(value) > MAX_KEY:
             raise bad_request(
-                f"{self.where}.{name} must be a non-empty string of at most {_MAX_KEY} characters"
+                f"{self.where}.{name} must be a non-empty string of at most {MAX_KEY} characters"
             )
         if "\x00" in value:  # no database text column holds it (PostgreSQL refuses it outright)
             raise bad_request(f"{self.where}.{name} must not contain NUL characters")
@@ -148,8 +154,8 @@ class Fields:
         raw = self.data.get("steps")
         if raw is None:
             return []
-        if not isinstance(raw, list) or len(raw) > 1000:
-            raise bad_request(f"{self.where}.steps must be a list of at most 1000 steps")
+        if not isinstance(raw, list) or len(raw) > MAX_STEPS:
+            raise bad_request(f"{self.where}.steps must be a list of at most {MAX_STEPS} steps")
         steps = []
         for index, item in enumerate(raw):
             if not isinstance(item, dict):
@@ -178,6 +184,6 @@ def error_info(f: Fields) -> dict[str, str]:
     """A ``{"code", "message"}`` error object, checked."""
     code = f.key("code")
     message = f.data.get("message")
-    if not isinstance(message, str) or len(message) > 10_000:
-        raise bad_request(f"{f.where}.message must be a string of at most 10000 characters")
+    if not isinstance(message, str) or len(message) > MAX_MESSAGE:
+        raise bad_request(f"{f.where}.message must be a string of at most {MAX_MESSAGE} characters")
     return {"code": code, "message": message}

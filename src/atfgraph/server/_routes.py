@@ -9,10 +9,10 @@ from typing import Annotated, Any
 import orjson
 from fastapi import APIRouter, Depends, Query, Request, Response
 
-from .._json import dumps_read
+from .._json import MAX_BODY_BYTES, MAX_DEPTH, dumps_read
 from .._models import DECISIONS, ApprovalStatus, TraverserStatus
 from ._auth import Principal, caller, under_lease
-from ._body import Fields, error_info, read_json
+from ._body import MAX_INT, MAX_KEY, MAX_MESSAGE, MAX_STEPS, Fields, error_info, read_json
 from ._errors import RETRY_AFTER_SECONDS, ApiError, bad_request
 from ._hub import Hub, node_key, traverser_key
 from ._refusals import Refusal
@@ -23,6 +23,12 @@ router = APIRouter(prefix="/api/v2")
 
 _MAX_CLAIM_WAIT = 30.0
 MAX_CLIENT_WAIT = 60.0
+#: Bounds of single fields (checked where the field is read; declared with it in the OpenAPI
+#: document from the same constants).
+MAX_ATTEMPTS = 1000
+MAX_CLAIM = 100
+MAX_EXPIRY_SECONDS = 10 * 365 * 86400
+MAX_LEASES = 10_000
 _WAIT_FOR_DOC = "statuses to wait for, comma-separated, or 'terminal'"
 
 
@@ -43,16 +49,45 @@ def unavailable_response(exc: ApiError) -> Response:
     return response
 
 
+#: What every request body is held to (``_body.read_json``), said in each body's description.
+BODY_LIMITS = (
+    f"A JSON object of at most {MAX_BODY_BYTES} bytes (1 MiB; more is 413 payload_too_large), "
+    f"nested at most {MAX_DEPTH} levels deep (deeper is 400 json_too_deep). Integers in any value "
+    "are kept exactly from -2**63 to 2**64-1 and numbers must fit a 64-bit float (else 422 "
+    "validation_error); integer fields are at most 2147483647."
+)
+
+
 def _doc(properties: dict[str, Any], required: list[str]) -> dict[str, Any]:
-    """An OpenAPI request body for a hand-read JSON object."""
+    """An OpenAPI request body for a hand-read JSON object, with the limits it is read under."""
     schema = {"type": "object", "properties": properties, "required": required}
-    return {"requestBody": {"required": True, "content": {"application/json": {"schema": schema}}}}
+    return {
+        "requestBody": {
+            "required": True,
+            "description": BODY_LIMITS,
+            "content": {"application/json": {"schema": schema}},
+        }
+    }
+
+
+def _number(maximum: float) -> dict[str, Any]:
+    return {"type": "number", "minimum": 0, "maximum": maximum}
+
+
+def _integer(minimum: int = 0, maximum: int = MAX_INT) -> dict[str, Any]:
+    return {"type": "integer", "minimum": minimum, "maximum": maximum}
 
 
 _ANY: dict[str, Any] = {}
-_STR = {"type": "string"}
-_INT = {"type": "integer"}
-_STEPS = {"type": "array", "items": {"type": "object"}}
+#: An identifier field (``Fields.key``): non-empty, at most MAX_KEY characters, no NUL.
+_STR = {"type": "string", "minLength": 1, "maxLength": MAX_KEY}
+_INT = _integer()
+_STEPS = {"type": "array", "maxItems": MAX_STEPS, "items": {"type": "object"}}
+_ERROR = {
+    "type": "object",
+    "properties": {"code": _STR, "message": {"type": "string", "maxLength": MAX_MESSAGE}},
+    "required": ["code", "message"],
+}
 
 
 def store_of(request: Request) -> GraphStore:
@@ -80,9 +115,9 @@ def service_of(request: Request) -> Service:
         {
             "target": _STR,
             "input": {"type": "object"},
-            "max_attempts": _INT,
+            "max_attempts": _integer(1, MAX_ATTEMPTS),
             "wait_for": _STR,
-            "wait_seconds": {"type": "number"},
+            "wait_seconds": _number(MAX_CLIENT_WAIT),
             "idempotency_key": _STR,
             "parent_id": _STR,
             "epoch": _INT,
@@ -106,7 +141,7 @@ async def submit(request: Request, who: Annotated[Principal, Depends(caller)]) -
         raise bad_request("body.target must look like 'node.skill'")
     inputs = f.obj("input", required=False)
     input_json = b"{}" if inputs is None else dumps_read(inputs)
-    max_attempts = f.integer("max_attempts", required=False, minimum=1, maximum=1000) or 3
+    max_attempts = f.integer("max_attempts", required=False, minimum=1, maximum=MAX_ATTEMPTS) or 3
     wanted = _parse_statuses(f.key("wait_for", required=False))
     wait = f.number("wait_seconds", required=False, maximum=MAX_CLIENT_WAIT) or 0.0
     key = f.key("idempotency_key", required=False)
@@ -190,7 +225,7 @@ _LEASED = {"epoch": _INT, "worker_id": _STR, "steps": _STEPS}
 #: The next tasks a report that frees a permit may ask for (see next_claim).
 _NEXT_CLAIM = {
     "type": "object",
-    "properties": {"worker_id": _STR, "max": {"type": "integer", "minimum": 1, "maximum": 100}},
+    "properties": {"worker_id": _STR, "max": _integer(1, MAX_CLAIM)},
     "required": ["worker_id", "max"],
 }
 
@@ -212,9 +247,7 @@ async def complete(request: Request, traverser_id: str) -> Response:
 
 @router.post(
     "/traversers/{traverser_id}/fail",
-    openapi_extra=_doc(
-        {**_LEASED, "error": {"type": "object"}, "retryable": {"type": "boolean"}}, ["epoch", "error"]
-    ),
+    openapi_extra=_doc({**_LEASED, "error": _ERROR, "retryable": {"type": "boolean"}}, ["epoch", "error"]),
 )
 async def fail(request: Request, traverser_id: str) -> Response:
     """A worker reports the handler's error; retried while attempts remain if ``retryable``."""
@@ -293,7 +326,7 @@ async def put_checkpoint(request: Request, traverser_id: str, name: str) -> Resp
             "operation_key": _STR,
             "prompt": _ANY,
             "checkpoint": _ANY,
-            "expires_in_seconds": {"type": "number"},
+            "expires_in_seconds": _number(MAX_EXPIRY_SECONDS),
             "pause": {"type": "boolean"},
             "claim": _NEXT_CLAIM,
         },
@@ -316,7 +349,7 @@ async def request_approval(request: Request, who: Annotated[Principal, Depends(c
         f.key("operation_key"),
         prompt,
         f.json("checkpoint", required=False),
-        f.number("expires_in_seconds", required=False, maximum=10 * 365 * 86400),
+        f.number("expires_in_seconds", required=False, maximum=MAX_EXPIRY_SECONDS),
         f.boolean("pause", True),
         f.steps(),
     )
@@ -365,7 +398,7 @@ async def decide(request: Request, approval_id: str, who: Annotated[Principal, D
     "/workers",
     status_code=201,
     openapi_extra=_doc(
-        {"node_id": _STR, "version": _STR, "capacity": _INT}, ["node_id", "version", "capacity"]
+        {"node_id": _STR, "version": _STR, "capacity": _integer(1)}, ["node_id", "version", "capacity"]
     ),
 )
 async def register_worker(request: Request) -> Response:
@@ -391,13 +424,13 @@ async def get_worker(request: Request, worker_id: str) -> Response:
 
 @router.post(
     "/workers/{worker_id}/claim",
-    openapi_extra=_doc({"max": _INT, "wait_seconds": {"type": "number"}}, ["max"]),
+    openapi_extra=_doc({"max": _integer(1, MAX_CLAIM), "wait_seconds": _number(_MAX_CLAIM_WAIT)}, ["max"]),
 )
 async def claim(request: Request, worker_id: str) -> Response:
     """Lease up to ``max`` tasks for this worker's (node, version); a long poll of up to
     ``wait_seconds`` that answers the moment work is queued for the node."""
     f = Fields(await read_json(request))
-    limit = f.integer("max", minimum=1, maximum=100)
+    limit = f.integer("max", minimum=1, maximum=MAX_CLAIM)
     wait = f.number("wait_seconds", required=False, maximum=_MAX_CLAIM_WAIT) or 0.0
     store, hub = store_of(request), hub_of(request)
     node = store.worker_node(worker_id)
@@ -432,7 +465,7 @@ def next_claim(f: Fields) -> tuple[str, int] | None:
     if raw is None:
         return None
     g = Fields(raw, "body.claim")
-    return g.key("worker_id"), g.integer("max", minimum=1, maximum=100)
+    return g.key("worker_id"), g.integer("max", minimum=1, maximum=MAX_CLAIM)
 
 
 async def hand_out(request: Request, wanted: tuple[str, int] | None) -> list[dict[str, Any]]:
@@ -475,15 +508,17 @@ async def release_worker(request: Request, worker_id: str) -> Response:
 
 @router.post(
     "/workers/{worker_id}/heartbeat",
-    openapi_extra=_doc({"leases": {"type": "array"}, "stats": {"type": "object"}}, []),
+    openapi_extra=_doc(
+        {"leases": {"type": "array", "maxItems": MAX_LEASES}, "stats": {"type": "object"}}, []
+    ),
 )
 async def heartbeat(request: Request, worker_id: str) -> Response:
     """Extend the worker's leases and record its counters; answers the leases it lost."""
     f = Fields(await read_json(request))
     raw = f.data.get("leases")
     raw = [] if raw is None else raw
-    if not isinstance(raw, list) or len(raw) > 10_000:
-        raise bad_request("body.leases must be a list")
+    if not isinstance(raw, list) or len(raw) > MAX_LEASES:
+        raise bad_request(f"body.leases must be a list of at most {MAX_LEASES} leases")
     leases = []
     for index, item in enumerate(raw):
         if not isinstance(item, dict):

@@ -12,14 +12,13 @@ from pyworkflow.store import WaitStatus
 from ._auth import Principal, caller
 from ._body import Fields, read_json
 from ._errors import ApiError, bad_request
-from ._identity import AuditEntry, Identity, IdentityError
+from ._identity import MAX_NAME, AuditEntry, Identity, IdentityError
 from ._refusals import NotFound
+from ._routes import _STR as _KEY
 from ._routes import _doc, ok, service_of, store_of
 from ._service import HOOK_KINDS
 
 router = APIRouter(prefix="/api/v2")
-
-_STR = {"type": "string"}
 
 
 def identity_of(request: Request) -> Identity:
@@ -30,7 +29,13 @@ def identity_of(request: Request) -> Identity:
 # -- tokens -----------------------------------------------------------------------------------
 
 
-@router.post("/tokens", status_code=201, openapi_extra=_doc({"name": _STR, "role": _STR}, ["name", "role"]))
+@router.post(
+    "/tokens",
+    status_code=201,
+    openapi_extra=_doc(
+        {"name": {"type": "string", "minLength": 1, "maxLength": MAX_NAME}, "role": _KEY}, ["name", "role"]
+    ),
+)
 async def create_token(request: Request, who: Annotated[Principal, Depends(caller)]) -> Response:
     """Mint a bearer token; the raw token is in this answer only (store it now)."""
     f = Fields(await read_json(request))
@@ -99,7 +104,10 @@ async def list_hooks(request: Request, limit: Annotated[int, Query(ge=1, le=1000
     return ok({"items": [_hook_view(w) for w in waits]})
 
 
-@router.post("/hooks/{hook_id}/resume", openapi_extra=_doc({"payload": {}}, []))
+_PAYLOAD = {"description": "any JSON value the hook's payload_schema accepts (as the body: 1 MiB, 64 levels)"}
+
+
+@router.post("/hooks/{hook_id}/resume", openapi_extra=_doc({"payload": _PAYLOAD}, []))
 async def resume_hook(request: Request, hook_id: str, who: Annotated[Principal, Depends(caller)]) -> Response:
     """Deliver ``payload`` to a pending hook (an operator's answer, authorized by role instead of
     the hook's token). The run continues on whatever pyworkflow runtime serves this database."""

@@ -56,7 +56,7 @@ class CeleryStore(Store, Protocol):
         due_before: float | None = None,
         due_after: float | None = None,
         limit: int = 1000,
-    ) -> list[str]: ...
+    ) -> list[tuple[str, int, float]]: ...
 
 
 def celery_store(store: Store) -> CeleryStore:

@@ -147,7 +147,7 @@ class Sweeper:
         self.store: CeleryStore = store or celery_store(open_store(settings.storage))
         self._stop = threading.Event()
         self._poke = threading.Event()
-        self._recent: dict[str, float] = {}
+        self._recent: dict[tuple[str, int, float], float] = {}  # (run, epoch, due) -> published at
         self._thread: threading.Thread | None = None
         self.published = 0
 
@@ -193,11 +193,14 @@ class Sweeper:
         now = time.time()
         # Rows whose lease ran out (dead workers) and rows nobody published for a while ...
         ready = await store.ready_runs(now=now, due_before=now - s.dispatch_grace)
-        if expired:  # ... and the runs this sweep's expiries just woken (due at swept_at exactly)
+        if expired:  # ... and the runs this sweep's expiries just woke (due at swept_at exactly)
             ready += await store.ready_runs(now=now, due_before=swept_at, due_after=swept_at)
+        # One message per wake-up: a row is (run, epoch, due time), so the same stale row is not
+        # published again within lease_ttl, but a new wake-up of a run published a moment ago
+        # (its second timer, its next retry, a new claim that died) is a new row, published now.
         fresh = [r for r in dict.fromkeys(ready) if now - self._recent.get(r, 0.0) > s.lease_ttl]
         if fresh:
-            self.published += dispatch(fresh, s.celery)
+            self.published += dispatch(dict.fromkeys(r[0] for r in fresh), s.celery)
             self._recent.update(dict.fromkeys(fresh, now))
             log.info("published %d turn(s) (%d waits expired)", len(fresh), expired)
         if len(self._recent) > 100_000:

@@ -1,5 +1,5 @@
 """The PostgreSQL store's SQL, one statement per purpose (psycopg placeholders; the server-side
-functions ``pyworkflow_*`` come from migrations 0002-0004, 0007 and 0008)."""
+functions ``pyworkflow_*`` come from migrations 0002-0004 and 0007-0009)."""
 
 from __future__ import annotations
 
@@ -44,9 +44,9 @@ UPDATE queue SET lease_owner = NULL, lease_expires_at = NULL, available_at = %s 
 """
 SQL_DELETE_QUEUE = "DELETE FROM queue WHERE run_id = %s"
 # Runs a claim would take: unleased rows that became due between %(after)s and %(due)s, and rows
-# whose lease ran out.
+# whose lease ran out; with the epoch and due time that tell one wake-up of a run from the next.
 SQL_READY_IDS = """
-SELECT run_id FROM queue
+SELECT run_id, epoch, available_at FROM queue
 WHERE node_id IS NULL
   AND ((lease_owner IS NULL AND available_at <= %(due)s AND available_at >= %(after)s)
        OR (lease_owner IS NOT NULL AND lease_expires_at < %(now)s AND available_at <= %(now)s))
@@ -90,6 +90,9 @@ ON CONFLICT (run_id, step_key) DO UPDATE SET
     delivered = GREATEST(steps.delivered, EXCLUDED.delivered), updated_at = EXCLUDED.updated_at
 """
 SQL_DELETE_CHECKPOINT = "DELETE FROM checkpoints WHERE run_id = %s AND scope = %s AND name = %s"
+# A step's checkpoints, deleted with its final failure (its completion and the end of a run do it
+# server-side, migration 0009); primary key prefix.
+SQL_DELETE_STEP_CHECKPOINTS = "DELETE FROM checkpoints WHERE run_id = %s AND scope = %s"
 SQL_WAIT_BY_KEY = f"SELECT {WAIT_COLUMNS} FROM waits WHERE run_id = %s AND wait_key = %s"
 SQL_WAIT_BY_ID = f"SELECT {WAIT_COLUMNS} FROM waits WHERE id = %s"
 # A wait by its first token or by one handed out again later (wait_tokens).

@@ -3,7 +3,7 @@
 Every transition is one transaction. Nearly all are one statement each (a new run: one statement
 with CTEs; a turn's step result, checkpoint, wait, suspension and end, a decision, a
 cancellation, a claim (a Celery turn's, a runtime's tick, ``claim``) and the sweeper's expiry:
-server-side functions from migrations 0002-0004, 0007 and 0008, where each rule is written once,
+server-side functions from migrations 0002-0004 and 0007-0009, where each rule is written once,
 e.g. the crash limit in ``pyworkflow_claim_row`` and the end of a run in ``pyworkflow_end_run``),
 and those, with the single-statement reads, go through a **group commit** (the
 statement jobs of :class:`~pyworkflow.store.GroupCommitWriter`, run by a
@@ -63,6 +63,7 @@ from ._pg_sql import (
     SQL_ANY_READY,
     SQL_CREATE_RUN,
     SQL_DELETE_CHECKPOINT,
+    SQL_DELETE_STEP_CHECKPOINTS,
     SQL_EVENTS,
     SQL_EXPIRE_LEASES,
     SQL_FN_CANCEL_RUN,
@@ -422,14 +423,16 @@ class PostgresStore:
         due_before: float | None = None,
         due_after: float | None = None,
         limit: int = 1000,
-    ) -> list[str]:
-        """Ids of runs a claim would take: unleased ones that became due between ``due_after`` and
-        ``due_before`` (default: any time up to ``now``) and those whose lease ran out. The Celery
-        sweeper publishes turns for them. Not part of :class:`~pyworkflow.store.Store` (yet)."""
+    ) -> list[tuple[str, int, float]]:
+        """Runs a claim would take: unleased ones that became due between ``due_after`` and
+        ``due_before`` (default: any time up to ``now``) and those whose lease ran out, as
+        ``(run_id, epoch, available_at)``: a new wake-up of a run (a new queue row, an earlier due
+        time, a new claim) has a new pair of the last two. The Celery sweeper publishes turns for
+        them. Not part of :class:`~pyworkflow.store.Store` (yet)."""
         due = now if due_before is None else due_before
         after = float("-inf") if due_after is None else due_after
         rows = await self._fetch(SQL_READY_IDS, {"now": now, "due": due, "after": after, "limit": limit})
-        return [r[0] for r in rows]
+        return [(str(r[0]), int(r[1]), float(r[2])) for r in rows]
 
     async def heartbeat(self, owner: str, *, lease_expires_at: float) -> int:
         async def tx(conn: Conn) -> int:
@@ -505,6 +508,8 @@ class PostgresStore:
             await _event(conn, fence.run_id, now, kind, step_key, error)
             if retry is not None:
                 await _insert_wait(conn, fence.run_id, retry, now)
+            else:  # a final failure: the step never runs again, its checkpoints go with it
+                await conn.execute(SQL_DELETE_STEP_CHECKPOINTS, (fence.run_id, step_key))
 
         await self._tx(tx)
 

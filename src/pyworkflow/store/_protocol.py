@@ -197,7 +197,8 @@ class Store(Protocol):
     async def load_state(self, run_id: str) -> RunState: ...
 
     async def cancel_run(self, run_id: str, *, now: float) -> bool:
-        """Cancel a run that is not terminal: its pending waits are cancelled too."""
+        """Cancel a run that is not terminal: its pending waits are cancelled too, and its steps'
+        checkpoints deleted (as every end of a run, see :meth:`complete_run`)."""
         ...
 
     # -- the queue -------------------------------------------------------------------------------
@@ -235,7 +236,10 @@ class Store(Protocol):
         ...
 
     # -- turn writes (fenced) --------------------------------------------------------------------
-    async def complete_step(self, fence: Fence, step_key: str, result: bytes, *, now: float) -> None: ...
+    async def complete_step(self, fence: Fence, step_key: str, result: bytes, *, now: float) -> None:
+        """Record a step's result, once, and delete the step's checkpoints (scope ``step_key``)
+        in the same transaction: they served only its re-execution."""
+        ...
 
     async def fail_step(
         self,
@@ -248,8 +252,9 @@ class Store(Protocol):
         delivered: int,
         now: float,
     ) -> None:
-        """Record a failed attempt: with ``retry`` (a back-off timer) the step will run again,
-        without it the failure is final and is replayed from now on."""
+        """Record a failed attempt: with ``retry`` (a back-off timer) the step will run again (its
+        checkpoints stay for that attempt), without it the failure is final and is replayed from
+        now on, and the step's checkpoints are deleted in the same transaction."""
         ...
 
     async def save_checkpoint(
@@ -268,7 +273,11 @@ class Store(Protocol):
         self, fence: Fence, *, notified: Sequence[str], delivered: dict[str, int], now: float
     ) -> None: ...
 
-    async def complete_run(self, fence: Fence, result: bytes, *, now: float) -> None: ...
+    async def complete_run(self, fence: Fence, result: bytes, *, now: float) -> None:
+        """End the run (as :meth:`fail_run`, :meth:`cancel_run` and the crash limit do): its
+        pending waits are cancelled and its steps' checkpoints deleted (every scope but ``''``,
+        a run's own, which an atfgraph traverser's checkpoints use and which stay)."""
+        ...
 
     async def fail_run(self, fence: Fence, error: bytes, *, now: float) -> None: ...
 

@@ -116,6 +116,11 @@ INSERT INTO steps (run_id, step_key, status, delivered, updated_at) VALUES (?1, 
 ON CONFLICT (run_id, step_key) DO UPDATE SET delivered = MAX(delivered, ?3), updated_at = ?4
 """
 SQL_DELETE_CHECKPOINT = "DELETE FROM checkpoints WHERE run_id = ? AND scope = ? AND name = ?"
+# A step's checkpoints go with its result (they serve only its re-execution); primary key prefix.
+SQL_DELETE_STEP_CHECKPOINTS = "DELETE FROM checkpoints WHERE run_id = ? AND scope = ?"
+# ... and every step's when the run ends. Scope '' is the run's own (an atfgraph traverser's,
+# read after it ended): it stays as long as the run does.
+SQL_DELETE_RUN_STEP_CHECKPOINTS = "DELETE FROM checkpoints WHERE run_id = ? AND scope <> ''"
 SQL_WAIT_BY_KEY = f"SELECT {WAIT_COLUMNS} FROM waits WHERE run_id = ? AND wait_key = ?"
 SQL_WAIT_BY_ID = f"SELECT {WAIT_COLUMNS} FROM waits WHERE id = ?"
 SQL_WAIT_BY_TOKEN = f"SELECT {WAIT_COLUMNS} FROM waits WHERE token_digest = ?"
@@ -186,10 +191,12 @@ _END_EVENTS = {
 def _end_run(conn: sqlite3.Connection, run_id: str, status: RunStatus, result: bytes | None,
              error: bytes | None, now: float) -> None:  # fmt: skip
     """End a run (the one rule, for a turn's end, a cancellation and the crash limit): ``status``
-    with its result or error, its pending waits cancelled, its queue row deleted, the event."""
+    with its result or error, its pending waits cancelled, its queue row and its steps'
+    checkpoints deleted, the event. PostgreSQL's copy is ``pyworkflow_end_run`` (migration 0009)."""
     conn.execute(SQL_FINISH_RUN, (status, result, error, now, now, run_id))
     conn.execute(SQL_CANCEL_WAITS, (now, run_id))
     conn.execute(SQL_DELETE_QUEUE, (run_id,))
+    conn.execute(SQL_DELETE_RUN_STEP_CHECKPOINTS, (run_id,))
     _event(conn, run_id, now, _END_EVENTS[status], None, error)
 
 
@@ -380,6 +387,7 @@ class SQLiteStore:
                 raise StepAlreadyCompletedError(
                     f"step {step_key!r} of run {fence.run_id} already has a result"
                 )
+            conn.execute(SQL_DELETE_STEP_CHECKPOINTS, (fence.run_id, step_key))
             _event(conn, fence.run_id, now, "step_completed", step_key)
 
         await self.db.write(tx)
@@ -406,6 +414,8 @@ class SQLiteStore:
             _event(conn, fence.run_id, now, "step_retrying" if retry else "step_failed", step_key, error)
             if retry is not None:
                 _insert_wait(conn, fence.run_id, retry, now)
+            else:  # a final failure: the step never runs again, its checkpoints go with it
+                conn.execute(SQL_DELETE_STEP_CHECKPOINTS, (fence.run_id, step_key))
 
         await self.db.write(tx)
 

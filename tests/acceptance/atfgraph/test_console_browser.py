@@ -317,14 +317,20 @@ async def test_a_pyworkflow_step_hook_in_the_same_database_is_resumed_from_the_i
 
 @step
 async def console_outline(doc: str) -> str:
-    await pyworkflow.save_step_checkpoint({"outlined": doc})
     return f"outline of {doc}"
+
+
+@step
+async def console_checkpointed_review(doc: str, outline: str) -> dict[str, Any]:
+    await pyworkflow.save_step_checkpoint({"outlined": doc})  # kept while the step waits
+    answer = await step_hook("console_review", payload_schema={"type": "object"})
+    return {"doc": outline, "answer": answer}
 
 
 @workflow
 async def console_drafted(doc: str) -> dict[str, Any]:
     outline = await console_outline(doc)
-    return await console_review_step(outline)
+    return await console_checkpointed_review(doc, outline)
 
 
 async def test_the_runs_page_lists_pyworkflow_runs_beside_traversers_and_shows_one(

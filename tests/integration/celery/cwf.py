@@ -107,6 +107,27 @@ async def sleeper(key: str) -> str:
     return f"slept {key}"
 
 
+@workflow
+async def two_sleeps(key: str) -> str:
+    await sleep(1)
+    record("first_sleep", key)
+    await sleep(1)
+    return f"slept twice {key}"
+
+
+@step(max_retries=2, retry_delay=0.1, backoff=1.0)
+async def fail_twice(key: str) -> str:
+    record("attempt", key)
+    if counts("attempt")[key] <= 2:
+        raise RuntimeError(f"attempt {counts('attempt')[key]} of {key} fails")
+    return f"third attempt of {key}"
+
+
+@workflow
+async def retried_twice(key: str) -> str:
+    return await fail_twice(key)
+
+
 @step
 async def die_every_time(key: str) -> str:
     record("die", key)

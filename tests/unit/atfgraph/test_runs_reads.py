@@ -45,6 +45,7 @@ async def draft(doc: str) -> str:
 
 @step
 async def review(text: str) -> dict[str, Any]:
+    await save_step_checkpoint({"reviewing": text})
     answer = await step_hook("runs_review", payload_schema={"type": "object"})
     return {"text": text, "answer": answer}
 
@@ -120,9 +121,10 @@ async def test_one_run_of_either_kind_with_its_record(store: GraphStore, runs: d
     assert (hook["kind"], hook["name"], hook["status"]) == ("step_hook", "runs_review", "pending")
     assert hook["payload_schema"] == {"type": "object"} and "prompt" not in hook
     assert hook["step_key"].startswith("review") and hook["step_key"] not in steps  # still inside it
+    # The step waiting in its hook keeps its checkpoint; the completed one's went with its result.
     (checkpoint,) = record["checkpoints"]
-    assert checkpoint["value"] == {"drafted": "notes"} and checkpoint["revision"] == 1
-    assert checkpoint["scope"] in steps
+    assert checkpoint["value"] == {"reviewing": "NOTES"} and checkpoint["revision"] == 1
+    assert checkpoint["scope"] == hook["step_key"]
     types = [e["type"] for e in record["events"]]
     assert types[0] == "run_created" and "step_completed" in types and "wait_created" in types
     assert [e["seq"] for e in record["events"]] == sorted(e["seq"] for e in record["events"])

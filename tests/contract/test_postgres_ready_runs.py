@@ -1,0 +1,40 @@
+"""What the Celery sweeper publishes from (``PostgresStore.ready_runs``): each due queue row as
+(run, epoch, due time), so two wake-ups of one run are two rows to publish, and the same stale
+row is the same one each time it is read."""
+
+from __future__ import annotations
+
+import secrets
+
+from pyworkflow.store import NewWait, PostgresStore, WaitKind
+
+T0 = 1_700_000_000.0
+TTL = 30.0
+
+
+def _timer(expires_at: float) -> NewWait:
+    return NewWait(
+        secrets.token_hex(8), f"timer#{expires_at}", WaitKind.TIMER, "sleep", "", None, expires_at, None
+    )
+
+
+async def test_each_wake_up_of_a_run_is_its_own_ready_row(pg_store: PostgresStore) -> None:
+    run_id = secrets.token_hex(8)
+    await pg_store.create_run(run_id, "wf", b'{"args":[]}', now=T0, lease_owner=None, lease_ttl=TTL)
+    first = await pg_store.ready_runs(now=T0 + 1)
+    assert first == [(run_id, 0, T0)]
+    assert await pg_store.ready_runs(now=T0 + 2) == first  # the same row, read again
+    keys = [first[0]]
+    now = T0 + 1
+    for _ in range(2):  # sleep(1); sleep(1): two expiries, each a new wake-up
+        claim = await pg_store.claim_run(run_id, "w", now=now, lease_ttl=TTL, max_crashes=3)
+        assert claim is not None
+        await pg_store.create_wait(claim.fence, _timer(now + 1), now=now)
+        await pg_store.suspend_run(claim.fence, notified=[], delivered={}, now=now)
+        assert await pg_store.ready_runs(now=now) == []  # suspended: nothing to publish
+        now += 1
+        assert await pg_store.expire_due_waits(now=now) == 1
+        [woken] = await pg_store.ready_runs(now=now, due_before=now, due_after=now)
+        assert woken[0] == run_id and woken[2] == now
+        keys.append(woken)
+    assert len(set(keys)) == 3  # three wake-ups, three rows: none looks like one already published
