@@ -1,5 +1,6 @@
 """``atfg db migrate``: the server's migrations applied ahead of time (or shown with ``--sql``),
-on a SQLite file or a PostgreSQL URL. The only command that needs no server."""
+on a SQLite file or a PostgreSQL URL, and ``atfg tokens create --db`` (:func:`mint_offline`):
+the commands that need no server."""
 
 from __future__ import annotations
 

@@ -430,6 +430,9 @@ class GroupCommitWriter(Generic[C]):
                 for job in jobs:
                     job.value, job.error = _PENDING, error
                 return
+            if len(jobs) == 1 and not self._transient(exc):  # it ran alone: the error is its own
+                jobs[0].value, jobs[0].error = _PENDING, exc
+                return
         for job in jobs:  # run each alone, so that only the failing one sees its error
             job.value = _PENDING
             self._function_alone(conn, job)

@@ -258,3 +258,35 @@ def test_a_postgres_lock_held_by_another_connection_is_a_503_not_a_500(tmp_path:
     finally:
         server.kill()
         drop_pg_database(url)
+
+
+@pytest.mark.parametrize(
+    ("flag", "env"), [(["--write-timeout", "0"], {}), ([], {"ATFGRAPH_WRITE_TIMEOUT": "soon"})]
+)
+def test_a_bad_write_timeout_is_one_line_and_status_2(
+    tmp_path: Path, flag: list[str], env: dict[str, str]
+) -> None:
+    server = sqlite_server(tmp_path)
+    done = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "atfgraph.server",
+            "--port",
+            str(server.port),
+            "--db",
+            str(server.db_path),
+            *flag,
+        ],
+        cwd=REPO,
+        env={**server.env, **env},
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert done.returncode == 2, done.stderr
+    assert done.stderr.startswith("atfgraph: ") and "write_timeout" in done.stderr.lower().replace(
+        " ", "_"
+    ), done.stderr
+    assert len(done.stderr.strip().splitlines()) == 1, done.stderr
+    assert not server.db_path.exists()
