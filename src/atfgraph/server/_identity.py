@@ -15,9 +15,11 @@ secret. Only the SHA-256 digest of the whole token is stored; it is compared in 
 
 from __future__ import annotations
 
+import asyncio
 import hashlib
 import hmac
 import json
+import logging
 import os
 import re
 import secrets
@@ -32,6 +34,8 @@ import orjson
 from pyworkflow.store import GroupCommitWriter, Migration, load_migrations
 
 from .._credentials import CREDENTIALS_FILE
+
+log = logging.getLogger("atfgraph.server.identity")
 
 
 class Role(StrEnum):
@@ -250,6 +254,7 @@ class Identity:
         self.cache_seconds = cache_seconds
         self._rows: dict[str, tuple[float, Any]] = {}
         self.anonymous = AnonymousAuditLimit()
+        self._touches: set[asyncio.Task[None]] = set()
 
     # -- administration -------------------------------------------------------------------------
 
@@ -345,12 +350,23 @@ class Identity:
         return row
 
     async def touch(self, principal: Principal) -> None:
-        """Record use, at most once a minute per token (an audit aid, not on the hot path)."""
+        """Record use, at most once a minute per token (an audit aid, not on the hot path: the
+        write runs beside the request, so a read is not held up, nor refused, by a database that
+        takes no writes; such a failure is logged and the next request tries again)."""
         now = time.time()
         if now - self._touched.get(principal.id, 0.0) < 60:
             return
         self._touched[principal.id] = now
-        await self.db.write(lambda c: c.execute(SQL_TOUCH, (now, principal.id)))
+        task = asyncio.ensure_future(self._touch(principal.id, now))
+        self._touches.add(task)
+        task.add_done_callback(self._touches.discard)
+
+    async def _touch(self, token_id: str, now: float) -> None:
+        try:
+            await self.db.write(lambda c: c.execute(SQL_TOUCH, (now, token_id)))
+        except Exception as exc:  # e.g. DatabaseUnavailableError: the request did not need it
+            self._touched.pop(token_id, None)
+            log.warning("could not record the use of token %s: %s", token_id, exc)
 
     # -- audit ----------------------------------------------------------------------------------
 

@@ -65,7 +65,10 @@ def serve(
         # Loopback by default: forwarded-for headers are not trusted.
         proxy_headers=False,
     )
-    _Server(config, app).run()
+    server = _Server(config, app)
+    server.run()
+    if server.failed:
+        raise SystemExit(1)
 
 
 def _check_database(settings: Settings) -> None:
@@ -95,6 +98,8 @@ class _Server(uvicorn.Server):
     def __init__(self, config: uvicorn.Config, app: Any) -> None:
         super().__init__(config)
         self._fastapi = app
+        #: the first start's work failed: the process exits with status 1
+        self.failed = False
 
     async def startup(self, sockets: list[socket.socket] | None = None) -> None:
         await super().startup(sockets)  # exits (status 1) when the port cannot be bound
@@ -104,7 +109,7 @@ class _Server(uvicorn.Server):
             await finish_startup(self._fastapi)
         except Exception as exc:  # the database refused the first start's writes
             print(f"atfgraph: cannot finish starting: {first_line(exc)}", file=sys.stderr, flush=True)
-            self.should_exit = True
+            self.failed = self.should_exit = True
 
     def handle_exit(self, sig: int, frame: FrameType | None) -> None:
         hub = getattr(self._fastapi.state, "hub", None)

@@ -95,6 +95,8 @@ def test_a_lock_held_by_another_process_answers_503_within_the_write_timeout(
     worker = WorkerProcess(server, "atfg_agents:app").start()
     try:
         approval = pending_approval(server)
+        minted = api(server, "POST", "/tokens", {"name": "ana", "role": "reviewer"})
+        reviewer = minted.json()["token"]
         holder = subprocess.Popen(
             [sys.executable, "-c", HOLD_LOCK, str(server.db_path)],
             stdin=subprocess.PIPE,
@@ -111,6 +113,8 @@ def test_a_lock_held_by_another_process_answers_503_within_the_write_timeout(
             started = time.monotonic()
             assert_unavailable(ready(server), started)
             assert api(server, "GET", "/traversers", None).status_code == 200  # reads still answer
+            # ... also for a token used for the first time (its use is recorded beside the read)
+            assert api(server, "GET", "/approvals", None, reviewer).status_code == 200
         finally:
             assert holder.stdin is not None and holder.stdout is not None
             holder.stdin.close()
