@@ -14,6 +14,8 @@
     ├── StepAlreadyCompletedError   a second completion of the same step (duplicate delivery)
     ├── LeaseLostError              the turn's lease was taken over by another worker
     ├── NonDeterminismError         replay did not reach the steps the run recorded (code changed)
+    ├── DatabaseUnavailableError    the database took no write within the write timeout (locked,
+    │                               unreachable, or its file deleted or replaced); nothing changed
     └── HookError
         ├── HookNotFoundError
         ├── HookExpiredError
@@ -92,6 +94,12 @@ class StepAlreadyCompletedError(WorkflowError):
 
 class LeaseLostError(WorkflowError):
     """Another worker took over this run; this turn's writes are refused."""
+
+
+class DatabaseUnavailableError(WorkflowError):
+    """The database cannot take writes now: it stayed locked (or unreachable) past the write
+    timeout, or its file was deleted or replaced under this process. The write did not happen;
+    a retry may succeed once the database is back."""
 
 
 class NonDeterminismError(WorkflowError):

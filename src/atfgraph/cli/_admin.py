@@ -13,6 +13,7 @@ from ._base import (
     global_options,
     output_format,
 )
+from ._db import mint_offline
 from ._output import compact, emit_list, emit_record, field, progress, when
 
 ROLES = ["owner", "administrator", "reviewer", "worker"]
@@ -38,12 +39,24 @@ def _token_rows(info: dict[str, Any]) -> list[tuple[str, Any]]:
 @tokens.command("create")
 @click.argument("name")
 @click.option("--role", required=True, type=click.Choice(ROLES), help="What the token may do.")
+@click.option(
+    "--db",
+    "db_path",
+    default=None,
+    help="Mint it offline, directly in this database (SQLite file or postgresql:// URL), with no"
+    " server and no token: the recovery of a locked-out owner, run on the server's host.",
+)
 @global_options
 @click.pass_context
-def tokens_create(ctx: click.Context, name: str, role: str) -> None:
+def tokens_create(ctx: click.Context, name: str, role: str, db_path: str | None) -> None:
     """Mint a token. With -o table only the raw token goes to stdout (TOKEN=$(atfg tokens create
-    ...)); it is shown once and never stored by the server."""
-    answer = api(ctx).post("/tokens", {"name": name, "role": role})
+    ...)); it is shown once and never stored by the server. With --db the token is written
+    straight into the database (recorded in the audit trail as created offline)."""
+    if db_path is not None:
+        info, raw = mint_offline(db_path, name, role)
+        answer: dict[str, Any] = {"token": raw, "info": info}
+    else:
+        answer = api(ctx).post("/tokens", {"name": name, "role": role})
     info = answer["info"]
     progress(f"created token {info['id']} ({info['name']}, {info['role']}); it is shown once, store it now")
     if output_format(ctx) == "table":

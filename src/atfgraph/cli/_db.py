@@ -1,5 +1,6 @@
 """``atfg db migrate``: the server's migrations applied ahead of time (or shown with ``--sql``),
-on a SQLite file or a PostgreSQL URL. The only command that needs no server."""
+on a SQLite file or a PostgreSQL URL, and ``atfg tokens create --db`` (:func:`mint_offline`):
+the commands that need no server."""
 
 from __future__ import annotations
 
@@ -162,3 +163,51 @@ def _applied(path: str) -> set[tuple[str, int]]:
         raise CliError(f"cannot read {path}: {exc}", EXIT_ERROR) from None
     finally:
         conn.close()
+
+
+def mint_offline(location: str, name: str, role: str) -> tuple[dict[str, Any], str]:
+    """Mint a token directly in the server's database, with no server and no credential: the
+    recovery of an operator locked out (credentials lost, or written for another database).
+    Whoever can open the database file (or connect to PostgreSQL as its owner) may do this
+    already; the audit trail records it as ``token.create`` by ``offline:<os user>``. Refuses a SQLite
+    file that does not exist (it would create an empty database)."""
+    import asyncio
+    import getpass
+
+    from pyworkflow import ConfigurationError
+
+    from ..server._dburl import first_line, parse_location, redact
+    from ..server._identity import AuditEntry, Identity, IdentityError, Principal, Role
+    from ..server._store import GraphStore
+
+    try:
+        parsed = parse_location(location)
+    except ConfigurationError as exc:
+        raise CliError(f"--db: {exc}", EXIT_USAGE) from None
+    if not parsed.is_postgres and not Path(parsed.location).is_file():
+        raise CliError(f"--db: no database file at {parsed.location}", EXIT_USAGE)
+    try:
+        store = GraphStore(parsed.location)
+    except Exception as exc:  # any failure to open it: the message says which
+        raise CliError(
+            f"cannot open {redact(parsed.location)}: {first_line(exc)}", EXIT_UNAVAILABLE
+        ) from None
+    try:
+        user = getpass.getuser()
+    except (KeyError, OSError):
+        user = "unknown"
+    # Whoever can write the database holds every right already: an owner, named after the
+    # operating-system user who ran the command (the token's created_by and the audit row).
+    who = Principal("offline", f"offline:{user}", Role.OWNER)
+    audit = AuditEntry(who, "token.create", None, "allowed", {"name": name, "role": role, "offline": True})
+    try:
+        info, raw = asyncio.run(Identity(store.db).create_token(name, role, created_by=who, audit=audit))
+    except IdentityError as exc:
+        raise CliError(str(exc), EXIT_USAGE) from None
+    except Exception as exc:  # the database refused the write (locked past the timeout, gone)
+        raise CliError(
+            f"cannot write to {redact(parsed.location)}: {first_line(exc)}", EXIT_UNAVAILABLE
+        ) from None
+    finally:
+        store.close()
+    return info.as_json(), raw

@@ -24,9 +24,23 @@ def server() -> None:
     help="SQLite file or postgresql:// URL (default: $ATFGRAPH_DB, else $ATFGRAPH_HOME/atfgraph.db).",
 )
 @click.option("--lease-seconds", default=None, type=float, help="Task lease length (default 30).")
+@click.option(
+    "--write-timeout",
+    default=None,
+    type=click.FloatRange(min=0, min_open=True),
+    help="Seconds a write may wait for the database before the request is a 503"
+    " (default: $ATFGRAPH_WRITE_TIMEOUT, else 10).",
+)
 @click.option("--log-level", default="warning", show_default=True)
-def start(host: str, port: int, db: str | None, lease_seconds: float | None, log_level: str) -> None:
+def start(
+    host: str,
+    port: int,
+    db: str | None,
+    lease_seconds: float | None,
+    write_timeout: float | None,
+    log_level: str,
+) -> None:
     """Start the graph server in the foreground."""
     from ..server import serve
 
-    serve(host, port, db, lease_seconds, log_level)
+    serve(host, port, db, lease_seconds, log_level, write_timeout)

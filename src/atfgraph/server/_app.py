@@ -20,6 +20,9 @@ from fastapi.exceptions import RequestValidationError
 from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.types import ASGIApp, Receive, Scope, Send
 
+from pyworkflow.store import WRITE_TIMEOUT
+
+from .._credentials import CREDENTIALS_FILE
 from ._auth import AuthMiddleware
 from ._errors import ApiError, api_error, database_refused, database_unavailable
 from ._fastpath import FastPath
@@ -59,11 +62,28 @@ class Settings:
     #: the data directory: the default database and the credentials file of the first start
     home: Path = Path()
     public_url: str = ""
+    #: seconds a write may wait for the database before the request is a 503
+    write_timeout: float = WRITE_TIMEOUT
 
     @classmethod
     def from_env(
-        cls, db_path: str | None = None, lease_seconds: float | None = None, public_url: str = ""
+        cls,
+        db_path: str | None = None,
+        lease_seconds: float | None = None,
+        public_url: str = "",
+        write_timeout: float | None = None,
     ) -> Settings:
+        """Settings from the flags given, else the environment, else the defaults; ValueError
+        for a write timeout that is not a positive number of seconds."""
+        timeout = write_timeout
+        if timeout is None:
+            raw = os.environ.get("ATFGRAPH_WRITE_TIMEOUT", "")
+            try:
+                timeout = float(raw) if raw.strip() else WRITE_TIMEOUT
+            except ValueError:
+                raise ValueError(f"ATFGRAPH_WRITE_TIMEOUT must be a number of seconds, not {raw!r}") from None
+        if not 0 < timeout < float("inf"):
+            raise ValueError(f"the write timeout must be a positive number of seconds, not {timeout!r}")
         return cls(
             db_path=db_path or os.environ.get("ATFGRAPH_DB") or default_db_path(),
             lease_seconds=lease_seconds or float(os.environ.get("ATFGRAPH_LEASE_SECONDS", "30")),
@@ -71,6 +91,7 @@ class Settings:
             synchronous=os.environ.get("ATFGRAPH_SQLITE_SYNCHRONOUS", "FULL"),
             home=default_home(),
             public_url=public_url,
+            write_timeout=timeout,
         )
 
 
@@ -206,27 +227,51 @@ def _bridge_hub(hub: Hub, db: Any, loop: asyncio.AbstractEventLoop) -> None:
     db.listen(HUB_CHANNEL, received)
 
 
+#: Seconds /readyz waits at most for its write probe (less when the write timeout is shorter).
+READY_PROBE_SECONDS = 2.0
+
+
+async def finish_startup(app: FastAPI) -> None:
+    """What a server does once it is bound to its port (``_serve`` calls it; /readyz answers
+    503 until it has run): on an empty database, mint the owner and worker credentials and write
+    them to the data directory (:meth:`Identity.bootstrap`, which never overwrites a credentials
+    file). A start that fails earlier (the port is taken, the database cannot be opened) mints
+    nothing and writes nothing."""
+    settings: Settings = app.state.settings
+    written = await app.state.identity.bootstrap(settings.home, settings.public_url, settings.db_path)
+    if written is not None:
+        print(
+            f"atfgraph: first start: owner and worker credentials written to {written} "
+            "(readable only by you; clients and workers pick them up from there or $ATFGRAPH_TOKEN)",
+            file=sys.stderr,
+            flush=True,
+        )
+        if written.name != CREDENTIALS_FILE:
+            print(
+                f"atfgraph: {written.parent / CREDENTIALS_FILE} belongs to another database and was "
+                f"left alone; clients of this server need ATFGRAPH_TOKEN (the owner token in {written})",
+                file=sys.stderr,
+                flush=True,
+            )
+    app.state.serving = True
+
+
 def create_app(settings: Settings | None = None) -> FastAPI:
     settings = settings or Settings.from_env()
 
     @contextlib.asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         app.state.store = GraphStore(
-            settings.db_path, lease_seconds=settings.lease_seconds, synchronous=settings.synchronous
+            settings.db_path,
+            lease_seconds=settings.lease_seconds,
+            synchronous=settings.synchronous,
+            write_timeout=settings.write_timeout,
         )
         # On PostgreSQL a token's row is reused for 2 s (see Identity): a lookup per request is
         # a round trip there; SQLite reads it from its page cache.
         cache = 2.0 if app.state.store.is_postgres else 0.0
         app.state.identity = Identity(app.state.store.db, cache_seconds=cache)
         app.state.service = Service(app.state.store, app.state.identity, app.state.hub)
-        written = await app.state.identity.bootstrap(settings.home, settings.public_url)
-        if written is not None:
-            print(
-                f"atfgraph: first start: owner and worker credentials written to {written} "
-                "(readable only by you; clients and workers pick them up from there or $ATFGRAPH_TOKEN)",
-                file=sys.stderr,
-                flush=True,
-            )
         if app.state.store.is_postgres:
             _bridge_hub(app.state.hub, app.state.store.db, asyncio.get_running_loop())
         # The first pass runs before the server answers anything: approvals that fell due and
@@ -253,6 +298,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     install_limits(app, max_path_segment=MAX_PATH_SEGMENT)
     app.state.settings = settings
     app.state.hub = Hub()
+    app.state.serving = False
     app.include_router(router)
     app.include_router(admin_router)
     app.include_router(runs_router)
@@ -264,9 +310,16 @@ def create_app(settings: Settings | None = None) -> FastAPI:
 
     @app.get("/readyz")
     async def readyz(request: Request) -> Response:
-        """Ready when the database answers (a 503 in the error shape when it does not)."""
+        """Ready when the server finished starting, the database answers a read and commits a
+        write (an empty transaction through the writer: a write lock held elsewhere, a file
+        deleted or replaced under the server, PostgreSQL down), within READY_PROBE_SECONDS;
+        otherwise a 503 ``database_unavailable`` (``starting`` before the first start's work is
+        done) in the error shape, with Retry-After."""
+        if not request.app.state.serving:
+            return unavailable_response(ApiError(503, "starting", "the server is starting"))
         store: GraphStore = request.app.state.store
         store.db.read(lambda conn: conn.execute("SELECT 1 FROM runs LIMIT 1").fetchall())
+        await store.db.check_writable(timeout=min(settings.write_timeout, READY_PROBE_SECONDS))
         return Response(b'{"status":"ready"}', media_type="application/json")
 
     @app.exception_handler(ApiError)

@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import sqlite3
 
+from pyworkflow import DatabaseUnavailableError
+
 from ._dburl import first_line
 from ._refusals import Conflict, Forbidden, Invalid, LeaseLost, NotFound, Refusal
 
@@ -51,8 +53,11 @@ RETRY_AFTER_SECONDS = 1
 
 def database_unavailable(exc: BaseException) -> ApiError | None:
     """A 503 for a failure to reach or use the database (PostgreSQL down or restarting, a
-    connection lost, SQLite locked past its busy timeout), which a retry may cure; None for
+    connection lost, a lock held elsewhere past the write timeout, SQLite's file deleted or
+    replaced: ``pyworkflow.DatabaseUnavailableError``), which a retry may cure; None for
     anything else. Clients and workers treat 503 like an unreachable server and retry."""
+    if isinstance(exc, DatabaseUnavailableError):
+        return ApiError(503, "database_unavailable", f"the server's database is unavailable: {exc.message}")
     unavailable = isinstance(exc, sqlite3.OperationalError)
     if not unavailable and type(exc).__module__.startswith("psycopg"):
         import psycopg

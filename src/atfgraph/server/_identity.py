@@ -15,9 +15,11 @@ secret. Only the SHA-256 digest of the whole token is stored; it is compared in 
 
 from __future__ import annotations
 
+import asyncio
 import hashlib
 import hmac
 import json
+import logging
 import os
 import re
 import secrets
@@ -32,6 +34,8 @@ import orjson
 from pyworkflow.store import GroupCommitWriter, Migration, load_migrations
 
 from .._credentials import CREDENTIALS_FILE
+
+log = logging.getLogger("atfgraph.server.identity")
 
 
 class Role(StrEnum):
@@ -250,6 +254,7 @@ class Identity:
         self.cache_seconds = cache_seconds
         self._rows: dict[str, tuple[float, Any]] = {}
         self.anonymous = AnonymousAuditLimit()
+        self._touches: set[asyncio.Task[None]] = set()
 
     # -- administration -------------------------------------------------------------------------
 
@@ -345,12 +350,23 @@ class Identity:
         return row
 
     async def touch(self, principal: Principal) -> None:
-        """Record use, at most once a minute per token (an audit aid, not on the hot path)."""
+        """Record use, at most once a minute per token (an audit aid, not on the hot path: the
+        write runs beside the request, so a read is not held up, nor refused, by a database that
+        takes no writes; such a failure is logged and the next request tries again)."""
         now = time.time()
         if now - self._touched.get(principal.id, 0.0) < 60:
             return
         self._touched[principal.id] = now
-        await self.db.write(lambda c: c.execute(SQL_TOUCH, (now, principal.id)))
+        task = asyncio.ensure_future(self._touch(principal.id, now))
+        self._touches.add(task)
+        task.add_done_callback(self._touches.discard)
+
+    async def _touch(self, token_id: str, now: float) -> None:
+        try:
+            await self.db.write(lambda c: c.execute(SQL_TOUCH, (now, token_id)))
+        except Exception as exc:  # e.g. DatabaseUnavailableError: the request did not need it
+            self._touched.pop(token_id, None)
+            log.warning("could not record the use of token %s: %s", token_id, exc)
 
     # -- audit ----------------------------------------------------------------------------------
 
@@ -400,25 +416,43 @@ class Identity:
 
     # -- first start ----------------------------------------------------------------------------
 
-    async def bootstrap(self, home: Path, server_url: str) -> Path | None:
-        """On an empty database, create an owner and a worker credential and write them to
-        ``home/credentials.json`` (mode 0600). Returns the file's path when it was written."""
+    async def bootstrap(self, home: Path, server_url: str, database: str = "") -> Path | None:
+        """On an empty database, create an owner and a worker credential and write them to a
+        credentials file in ``home`` (mode 0600): ``credentials.json`` if there is none, else
+        ``credentials-<owner token id>.json``. A credentials file that exists holds tokens of
+        another database (this one has none): it is never overwritten. The file records the
+        ``database`` it is for (redacted). Returns the file's path when one was written."""
         if self.count() > 0:
             return None
-        _, owner = await self.create_token("owner", Role.OWNER, created_by=None)
+        owner_info, owner = await self.create_token("owner", Role.OWNER, created_by=None)
         _, worker = await self.create_token("worker", Role.WORKER, created_by=None)
+        data = {"server": server_url, "owner": owner, "worker": worker, "database": database}
         path = home / CREDENTIALS_FILE
-        write_credentials(path, {"server": server_url, "owner": owner, "worker": worker})
+        if not write_credentials(path, data, overwrite=False):
+            path = home / f"credentials-{owner_info.id}.json"
+            write_credentials(path, data)
         return path
 
 
-def write_credentials(path: Path, data: dict[str, str]) -> None:
-    """Write a credentials file only its owner can read (created 0600, never widened)."""
+def write_credentials(path: Path, data: dict[str, str], *, overwrite: bool = True) -> bool:
+    """Write a credentials file only its owner can read (created 0600, never widened), in one
+    step (a reader sees the whole file or none). ``overwrite`` False: leave a file already at
+    ``path`` alone and return False."""
     path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_suffix(".tmp")
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-    with os.fdopen(fd, "w") as fh:
-        json.dump(data, fh, indent=2)
-        fh.write("\n")
-    os.chmod(tmp, 0o600)
-    os.replace(tmp, path)
+    tmp = path.with_name(f".{path.name}.{secrets.token_hex(4)}.tmp")
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    try:
+        with os.fdopen(fd, "w") as fh:
+            json.dump(data, fh, indent=2)
+            fh.write("\n")
+        os.chmod(tmp, 0o600)
+        if overwrite:
+            os.replace(tmp, path)
+            return True
+        try:
+            os.link(tmp, path)  # fails if the file exists: no window in which it is overwritten
+        except FileExistsError:
+            return False
+        return True
+    finally:
+        tmp.unlink(missing_ok=True)

@@ -7,6 +7,7 @@ import argparse
 import asyncio
 import contextlib
 import logging
+import socket
 import sys
 from types import FrameType
 from typing import Any
@@ -15,7 +16,7 @@ import uvicorn
 
 from pyworkflow import ConfigurationError
 
-from ._app import DEFAULT_PORT, Settings, create_app, wrap
+from ._app import DEFAULT_PORT, Settings, create_app, finish_startup, wrap
 from ._dburl import first_line, parse_location, redact
 from ._store import GraphStore
 
@@ -26,10 +27,18 @@ def serve(
     db_path: str | None = None,
     lease_seconds: float | None = None,
     log_level: str = "warning",
+    write_timeout: float | None = None,
 ) -> None:
-    settings = Settings.from_env(
-        db_path=db_path, lease_seconds=lease_seconds, public_url=f"http://{host}:{port}"
-    )
+    try:
+        settings = Settings.from_env(
+            db_path=db_path,
+            lease_seconds=lease_seconds,
+            public_url=f"http://{host}:{port}",
+            write_timeout=write_timeout,
+        )
+    except ValueError as exc:
+        print(f"atfgraph: {exc}", file=sys.stderr)
+        raise SystemExit(2) from None
     logging.basicConfig(level=log_level.upper(), stream=sys.stderr, format="%(asctime)s %(name)s %(message)s")
     try:  # --db, else $ATFGRAPH_DB, else the default file: pyworkflow's grammar of storage locations
         parse_location(settings.db_path)
@@ -56,7 +65,10 @@ def serve(
         # Loopback by default: forwarded-for headers are not trusted.
         proxy_headers=False,
     )
-    _Server(config, app).run()
+    server = _Server(config, app)
+    server.run()
+    if server.failed:
+        raise SystemExit(1)
 
 
 def _check_database(settings: Settings) -> None:
@@ -64,7 +76,10 @@ def _check_database(settings: Settings) -> None:
     unreachable PostgreSQL is one line and exit status 2, not a startup traceback."""
     try:
         GraphStore(
-            settings.db_path, lease_seconds=settings.lease_seconds, synchronous=settings.synchronous
+            settings.db_path,
+            lease_seconds=settings.lease_seconds,
+            synchronous=settings.synchronous,
+            write_timeout=settings.write_timeout,
         ).close()
     except Exception as exc:  # any failure to open it: the message says which
         print(
@@ -75,12 +90,26 @@ def _check_database(settings: Settings) -> None:
 
 
 class _Server(uvicorn.Server):
-    """uvicorn, plus: the first shutdown signal ends the long polls in flight, so that graceful
-    shutdown finishes within its timeout instead of cancelling them."""
+    """uvicorn, plus: the work of a first start runs once the port is bound
+    (:func:`finish_startup`: a start that cannot bind mints and writes no credentials), and the
+    first shutdown signal ends the long polls in flight, so that graceful shutdown finishes
+    within its timeout instead of cancelling them."""
 
     def __init__(self, config: uvicorn.Config, app: Any) -> None:
         super().__init__(config)
         self._fastapi = app
+        #: the first start's work failed: the process exits with status 1
+        self.failed = False
+
+    async def startup(self, sockets: list[socket.socket] | None = None) -> None:
+        await super().startup(sockets)  # exits (status 1) when the port cannot be bound
+        if not self.started:
+            return
+        try:
+            await finish_startup(self._fastapi)
+        except Exception as exc:  # the database refused the first start's writes
+            print(f"atfgraph: cannot finish starting: {first_line(exc)}", file=sys.stderr, flush=True)
+            self.failed = self.should_exit = True
 
     def handle_exit(self, sig: int, frame: FrameType | None) -> None:
         hub = getattr(self._fastapi.state, "hub", None)
@@ -103,6 +132,14 @@ def main(argv: list[str] | None = None) -> None:
         " (default: $ATFGRAPH_DB, else $ATFGRAPH_HOME/atfgraph.db)",
     )
     parser.add_argument("--lease-seconds", type=float, default=None, help="task lease length (default 30)")
+    parser.add_argument(
+        "--write-timeout",
+        type=float,
+        default=None,
+        help="seconds a write may wait for the database (a lock held elsewhere, PostgreSQL"
+        " unreachable) before the request is a 503 database_unavailable"
+        " (default: $ATFGRAPH_WRITE_TIMEOUT, else 10)",
+    )
     parser.add_argument("--log-level", default="warning")
     args = parser.parse_args(argv)
-    serve(args.host, args.port, args.db, args.lease_seconds, args.log_level)
+    serve(args.host, args.port, args.db, args.lease_seconds, args.log_level, args.write_timeout)

@@ -29,6 +29,7 @@ from typing import Any, TypeVar
 from pyworkflow import CheckpointConflictError
 from pyworkflow import store as kit
 from pyworkflow.store import (
+    WRITE_TIMEOUT,
     GroupCommitWriter,
     Migration,
     SQLiteDatabase,
@@ -134,7 +135,17 @@ class GraphStore(ConsoleReads):
     """The graph server's store: a SQLite file path, or a ``postgresql://`` URL. pyworkflow's
     tables live in the same database."""
 
-    def __init__(self, location: str, *, lease_seconds: float = 30.0, synchronous: str = "FULL") -> None:
+    def __init__(
+        self,
+        location: str,
+        *,
+        lease_seconds: float = 30.0,
+        synchronous: str = "FULL",
+        write_timeout: float = WRITE_TIMEOUT,
+    ) -> None:
+        """``write_timeout``: seconds a transition may wait for the database (a lock another
+        process holds, an unreachable PostgreSQL) before it fails with
+        ``pyworkflow.DatabaseUnavailableError`` (the HTTP edge's 503 ``database_unavailable``)."""
         self.lease_seconds = lease_seconds
         self._worker_nodes: dict[str, str] = {}
         self.db: GroupCommitWriter[Any]
@@ -144,7 +155,12 @@ class GraphStore(ConsoleReads):
         location = parsed.location
         if parsed.is_postgres:
             # Looked up here: psycopg is the postgres extra's, only imported for a URL.
-            self.db = kit.PostgresDatabase(location, migrations=server_migrations("postgres"))
+            self.db = kit.PostgresDatabase(
+                location,
+                migrations=server_migrations("postgres"),
+                write_timeout=write_timeout,
+                lock_timeout_ms=max(1, int(write_timeout * 1000)),
+            )
             try:
                 self.pyworkflow = kit.PostgresStore(location, min_size=1, max_size=4)
             except BaseException:
@@ -155,7 +171,10 @@ class GraphStore(ConsoleReads):
             self._pg: PgTransitions | None = PgTransitions(self.db, self.db.reader)
         else:
             self.db = SQLiteDatabase(
-                location, migrations=server_migrations("sqlite"), synchronous=synchronous
+                location,
+                migrations=server_migrations("sqlite"),
+                synchronous=synchronous,
+                write_timeout=write_timeout,
             )
             # Shares the writer; never closed on its own.
             self.pyworkflow = SQLiteStore(location, db=self.db)

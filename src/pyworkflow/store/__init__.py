@@ -20,7 +20,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from .._errors import ConfigurationError
-from ._group_commit import GroupCommitWriter
+from ._group_commit import WRITE_TIMEOUT, GroupCommitWriter
 from ._migrations import (
     Migration,
     apply_migrations,
@@ -55,6 +55,7 @@ if TYPE_CHECKING:
     from ._postgres import PostgresStore
 
 __all__ = [
+    "WRITE_TIMEOUT",
     "CheckpointRecord",
     "Claim",
     "Event",
@@ -112,11 +113,15 @@ def sqlite_path(url: str) -> str:
     return parsed.path
 
 
-def open_store(url: str | StorageURL, *, synchronous: str = "FULL") -> Store:
-    """Open the store a URL names: ``sqlite:///path.db`` (or a bare path) or ``postgresql://...``."""
+def open_store(
+    url: str | StorageURL, *, synchronous: str = "FULL", write_timeout: float | None = WRITE_TIMEOUT
+) -> Store:
+    """Open the store a URL names: ``sqlite:///path.db`` (or a bare path) or ``postgresql://...``.
+    On SQLite a write waits at most ``write_timeout`` seconds for the file's write lock, then
+    raises :class:`~pyworkflow.DatabaseUnavailableError` (None: no bound)."""
     parsed = url if isinstance(url, StorageURL) else parse_storage_url(url)
     if parsed.path is not None:
-        return SQLiteStore(parsed.path, synchronous=synchronous)
+        return SQLiteStore(parsed.path, synchronous=synchronous, write_timeout=write_timeout)
     try:
         from ._postgres import PostgresStore
     except ImportError as exc:  # pragma: no cover - depends on the installed extra

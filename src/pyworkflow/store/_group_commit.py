@@ -27,6 +27,15 @@ committed is unknown, as for any call), and the writer reconnects for the next. 
 takes every job submitted since a writer last looked (up to :data:`MAX_GROUP`); with several
 writers one executes while another commits. Callers are released after the commit (or the
 rollback), each on its own event loop, one wake-up per loop and batch.
+
+**The write timeout.** A caller waits a bounded time for the database: a job carries a deadline
+(``write_timeout`` seconds after it was submitted, :data:`WRITE_TIMEOUT` by default), and a job
+still unstarted at its deadline fails with :class:`~pyworkflow.DatabaseUnavailableError` without
+running. A database whose write lock another process holds (SQLite) waits at most until the
+batch's earliest deadline (:meth:`GroupCommitWriter._bound_wait`); a failure that means the
+database took no write at all (:meth:`GroupCommitWriter._unavailable`: SQLite busy, its file
+deleted or replaced) fails the whole batch with that error at once, rather than running each job
+alone and waiting again. Nothing of such a job ran, so the caller may retry it.
 """
 
 from __future__ import annotations
@@ -37,8 +46,11 @@ import contextlib
 import logging
 import operator
 import threading
+import time
 from collections.abc import Callable
 from typing import Any, Generic, TypeVar
+
+from .._errors import DatabaseUnavailableError
 
 T = TypeVar("T")
 C = TypeVar("C")
@@ -49,6 +61,9 @@ log = logging.getLogger("pyworkflow.store.group_commit")
 
 #: Jobs a writer takes at once.
 MAX_GROUP = 512
+#: Seconds a write may wait for the database by default (the graph server's ``--write-timeout``).
+WRITE_TIMEOUT = 10.0
+_NEVER = float("inf")
 #: Runs of a write function that failed alone with a transient error (see ``_transient``).
 _TRANSIENT_RETRIES = 3
 #: A job's value before it ran.
@@ -59,9 +74,10 @@ _by_key = operator.attrgetter("key")
 class Job:
     """One unit of work for the writer and where its caller waits: a function of the connection
     (``fn``), or one statement (``sql`` and ``params``; ``key``: the run it locks, ``""`` for a
-    read, ``None`` to run alone). ``loop`` None: ``future`` is a ``concurrent.futures.Future``."""
+    read, ``None`` to run alone). ``loop`` None: ``future`` is a ``concurrent.futures.Future``.
+    ``deadline``: the ``time.monotonic()`` after which it must not start."""
 
-    __slots__ = ("error", "fn", "future", "key", "loop", "params", "sql", "value")
+    __slots__ = ("deadline", "error", "fn", "future", "key", "loop", "params", "sql", "value")
 
     def __init__(
         self,
@@ -71,7 +87,9 @@ class Job:
         key: str | None,
         loop: asyncio.AbstractEventLoop | None,
         future: Any,
+        deadline: float = _NEVER,
     ) -> None:
+        self.deadline = deadline
         self.fn = fn
         self.sql = sql
         self.params = params
@@ -95,11 +113,13 @@ class GroupCommitWriter(Generic[C]):
     """The writer threads and their job queue: the base of both database classes. Subclasses
     implement the connection hooks and call :meth:`_start_writer` once their connection is ready.
     ``commits`` counts the transactions of write functions committed; ``groups`` and
-    ``statements`` the statement groups sent and the statements in them (benchmarks read them)."""
+    ``statements`` the statement groups sent and the statements in them (benchmarks read them).
+    ``write_timeout``: seconds a job may wait for the database (None: no bound)."""
 
     commits: int
     groups: int
     statements: int
+    write_timeout: float | None
 
     # -- the hooks a database supplies ------------------------------------------------------------
 
@@ -127,6 +147,16 @@ class GroupCommitWriter(Generic[C]):
 
     def _close_connection(self, conn: C) -> None:
         raise NotImplementedError
+
+    def _unavailable(self, exc: BaseException) -> bool:
+        """Whether ``exc`` means the database took no write at all (it stayed locked, its file is
+        gone): the batch fails with :class:`DatabaseUnavailableError` instead of each job being
+        run alone. :class:`DatabaseUnavailableError` itself always is."""
+        return isinstance(exc, DatabaseUnavailableError)
+
+    def _bound_wait(self, conn: C, seconds: float) -> None:
+        """Wait at most ``seconds`` for the database's write lock in the next transaction on
+        ``conn`` (SQLite's busy timeout; PostgreSQL's lock timeout is set once per connection)."""
 
     def _transient(self, exc: BaseException) -> bool:
         """Whether a function that failed with ``exc`` alone may succeed if run again (a lost
@@ -161,9 +191,17 @@ class GroupCommitWriter(Generic[C]):
 
     # -- submitting -------------------------------------------------------------------------------
 
-    def _start_writer(self, name: str, *, conn: C | None = None, writers: int = 1) -> None:
+    def _start_writer(
+        self,
+        name: str,
+        *,
+        conn: C | None = None,
+        writers: int = 1,
+        write_timeout: float | None = WRITE_TIMEOUT,
+    ) -> None:
         """Start ``writers`` threads; the first one starts with ``conn``, the others connect when
-        they first have work."""
+        they first have work. Jobs wait at most ``write_timeout`` seconds (None: no bound)."""
+        self.write_timeout = check_write_timeout(write_timeout)
         self._cv = threading.Condition(threading.Lock())
         self._queue: list[Job] = []
         self._closing = False
@@ -191,20 +229,32 @@ class GroupCommitWriter(Generic[C]):
             if len(self._queue) == 1:
                 self._cv.notify()
 
-    async def write(self, fn: Callable[[C], T]) -> T:
-        """Run ``fn`` in a write transaction; return once it is committed (durable)."""
+    def _deadline(self, timeout: float | None) -> float:
+        bound = self.write_timeout if timeout is None else timeout
+        return _NEVER if bound is None else time.monotonic() + bound
+
+    async def write(self, fn: Callable[[C], T], *, timeout: float | None = None) -> T:
+        """Run ``fn`` in a write transaction; return once it is committed (durable).
+        :class:`DatabaseUnavailableError` if the database took no write within ``timeout``
+        seconds (default: :attr:`write_timeout`); then ``fn`` did not commit."""
         loop = asyncio.get_running_loop()
         future: asyncio.Future[T] = loop.create_future()
-        self._put(Job(fn, None, None, None, loop, future))
+        self._put(Job(fn, None, None, None, loop, future, self._deadline(timeout)))
         return await future
 
-    def write_sync(self, fn: Callable[[C], T]) -> T:
+    def write_sync(self, fn: Callable[[C], T], *, timeout: float | None = None) -> T:
         """Blocking form of :meth:`write`, for code that has no event loop."""
         if threading.current_thread() in self._threads:
             raise RuntimeError("write_sync called from the writer thread")
         future: concurrent.futures.Future[T] = concurrent.futures.Future()
-        self._put(Job(fn, None, None, None, None, future))
+        self._put(Job(fn, None, None, None, None, future, self._deadline(timeout)))
         return future.result()
+
+    async def check_writable(self, timeout: float | None = None) -> None:
+        """Commit an empty write transaction through the writer: return once the database took
+        it, or raise (:class:`DatabaseUnavailableError` after ``timeout`` seconds, default
+        :attr:`write_timeout`). What a readiness probe asks."""
+        await self.write(_nothing, timeout=timeout)
 
     def submit(self, sql: str, params: Any, key: str | None = "") -> asyncio.Future[Rows]:
         """Hand one statement to the writers (``key``: the run it locks, ``""`` for a read,
@@ -212,7 +262,7 @@ class GroupCommitWriter(Generic[C]):
         transaction ended. A caller that stops waiting does not stop the statement."""
         loop = asyncio.get_running_loop()
         future: asyncio.Future[Rows] = loop.create_future()
-        job = Job(None, sql, params, key, loop, future)
+        job = Job(None, sql, params, key, loop, future, self._deadline(None))
         with self._cv:
             if self._closing:
                 raise RuntimeError("database is closed")
@@ -274,8 +324,11 @@ class GroupCommitWriter(Generic[C]):
         group: list[Job] = []
         alone: list[Job] = []
         functions: list[Job] = []
+        now = time.monotonic()
         for job in jobs:
-            if job.fn is not None:
+            if job.deadline <= now:
+                job.error = self._timed_out()
+            elif job.fn is not None:
                 functions.append(job)
             elif job.key is None:
                 alone.append(job)
@@ -291,6 +344,31 @@ class GroupCommitWriter(Generic[C]):
         for job in alone:
             self._alone(slot, job)
 
+    # -- the write timeout
+
+    @staticmethod
+    def _timed_out() -> DatabaseUnavailableError:
+        return DatabaseUnavailableError(
+            "the database did not take this write within the write timeout; nothing was written, retry later"
+        )
+
+    def _wait_bound(self, conn: C, jobs: list[Job]) -> None:
+        """Let the next transaction on ``conn`` wait for the database until the earliest
+        deadline of ``jobs``."""
+        deadline = min(job.deadline for job in jobs)
+        if deadline != _NEVER:
+            self._bound_wait(conn, max(0.0, deadline - time.monotonic()))
+
+    def _as_unavailable(self, exc: BaseException) -> BaseException:
+        """``exc`` as the callers see it: :class:`DatabaseUnavailableError` when the database
+        took no write (:meth:`_unavailable`), else ``exc`` itself."""
+        if isinstance(exc, DatabaseUnavailableError) or not self._unavailable(exc):
+            return exc
+        reason = (str(exc).strip().splitlines() or [type(exc).__name__])[0][:300]
+        error = DatabaseUnavailableError(f"the database cannot take writes now: {reason}")
+        error.__cause__ = exc
+        return error
+
     # -- statements
 
     def _group(self, slot: _Slot[C], jobs: list[Job]) -> None:
@@ -304,22 +382,29 @@ class GroupCommitWriter(Generic[C]):
             self.groups += 1
             self.statements += len(jobs)
         try:
+            self._wait_bound(conn, jobs)
             self._send_group(conn, jobs)
         except Exception as exc:
             self._rollback(conn)
-            if self._lost(conn):
+            if self._lost(conn) or self._unavailable(exc):
+                error = self._as_unavailable(exc)
                 for job in jobs:
-                    job.value, job.error = _PENDING, exc
+                    job.value, job.error = _PENDING, error
                 return
             for job in jobs:  # one statement rolled the group back: each alone, its own outcome
                 job.value = _PENDING
                 self._alone(slot, job)
 
     def _alone(self, slot: _Slot[C], job: Job) -> None:
+        if job.deadline <= time.monotonic():
+            job.error = self._timed_out()
+            return
         try:
-            job.value = self._send_one(self._connection(slot), job)
+            conn = self._connection(slot)
+            self._wait_bound(conn, [job])
+            job.value = self._send_one(conn, job)
         except Exception as exc:
-            job.error = exc
+            job.error = self._as_unavailable(exc)
 
     # -- write functions
 
@@ -331,6 +416,7 @@ class GroupCommitWriter(Generic[C]):
                 job.error = exc
             return
         try:
+            self._wait_bound(conn, jobs)
             self._begin(conn)
             for job in jobs:
                 job.value = job.fn(conn)  # type: ignore[misc]
@@ -339,9 +425,13 @@ class GroupCommitWriter(Generic[C]):
             return
         except BaseException as exc:
             self._rollback(conn)
-            if self._lost(conn):
+            if self._lost(conn) or self._unavailable(exc):
+                error = self._as_unavailable(exc)
                 for job in jobs:
-                    job.value, job.error = _PENDING, exc
+                    job.value, job.error = _PENDING, error
+                return
+            if len(jobs) == 1 and not self._transient(exc):  # it ran alone: the error is its own
+                jobs[0].value, jobs[0].error = _PENDING, exc
                 return
         for job in jobs:  # run each alone, so that only the failing one sees its error
             job.value = _PENDING
@@ -349,7 +439,12 @@ class GroupCommitWriter(Generic[C]):
 
     def _function_alone(self, conn: C, job: Job) -> None:
         for attempt in range(1, _TRANSIENT_RETRIES + 1):
+            now = time.monotonic()
+            if job.deadline <= now:
+                job.error = self._timed_out()
+                return
             try:
+                self._wait_bound(conn, [job])
                 self._begin(conn)
                 value = job.fn(conn)  # type: ignore[misc]
                 self._commit(conn)
@@ -359,12 +454,25 @@ class GroupCommitWriter(Generic[C]):
             except BaseException as exc:
                 self._rollback(conn)
                 if attempt == _TRANSIENT_RETRIES or not self._transient(exc):
-                    job.error = exc
+                    job.error = self._as_unavailable(exc)
                     return
 
     def _count_commit(self) -> None:
         with self._cv:
             self.commits += 1
+
+
+def check_write_timeout(value: float | None) -> float | None:
+    """``value`` if it is a write timeout (a positive number of seconds, or None), else ValueError."""
+    if value is not None and (
+        isinstance(value, bool) or not isinstance(value, int | float) or not 0 < value < float("inf")
+    ):
+        raise ValueError(f"write_timeout must be a positive number of seconds, not {value!r}")
+    return value
+
+
+def _nothing(conn: Any) -> None:
+    """The empty write transaction of :meth:`GroupCommitWriter.check_writable`."""
 
 
 def _deliver(jobs: list[Job]) -> None:

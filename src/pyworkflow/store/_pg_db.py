@@ -37,7 +37,7 @@ from psycopg import pq
 from psycopg.pq import TransactionStatus
 from psycopg.rows import tuple_row
 
-from ._group_commit import GroupCommitWriter, Job, Rows
+from ._group_commit import WRITE_TIMEOUT, GroupCommitWriter, Job, Rows, check_write_timeout
 from ._migrations import Migration, apply_postgres_migrations
 from ._url import redact_url
 
@@ -128,7 +128,9 @@ class PostgresDatabase(GroupCommitWriter[PgConnection]):
     connection applies ``migrations`` before anything else runs), per-thread readers, LISTEN/NOTIFY.
 
     Writer connections wait at most ``lock_timeout_ms`` for a lock and ``connect_timeout`` seconds
-    to connect (None: PostgreSQL's and libpq's defaults)."""
+    to connect (None: PostgreSQL's and libpq's defaults); a write not started within
+    ``write_timeout`` seconds of its submission fails with
+    :class:`~pyworkflow.DatabaseUnavailableError` (None: no bound)."""
 
     def __init__(
         self,
@@ -139,7 +141,9 @@ class PostgresDatabase(GroupCommitWriter[PgConnection]):
         lock_timeout_ms: int | None = LOCK_TIMEOUT_MS,
         connect_timeout: int | None = CONNECT_TIMEOUT,
         name: str = "pg-writer",
+        write_timeout: float | None = WRITE_TIMEOUT,
     ) -> None:
+        check_write_timeout(write_timeout)
         self.url = url
         self.path = redact_url(url)  # what a server prints as its database
         self._writer_options = None if lock_timeout_ms is None else f"-c lock_timeout={int(lock_timeout_ms)}"
@@ -157,7 +161,7 @@ class PostgresDatabase(GroupCommitWriter[PgConnection]):
         self._notes: queue.SimpleQueue[tuple[str, str] | None] = queue.SimpleQueue()
         self._notifier: threading.Thread | None = None
         self._stopping = threading.Event()
-        self._start_writer(name, conn=conn, writers=writers)
+        self._start_writer(name, conn=conn, writers=writers, write_timeout=write_timeout)
 
     # -- the writer's transactions (see GroupCommitWriter) ----------------------------------------
 

@@ -154,6 +154,7 @@ class PostgresStore:
             lock_timeout_ms=None,
             connect_timeout=None,
             name="pyworkflow-postgres-writer",
+            write_timeout=None,
         )
         self._closed = False
         self._listeners: list[Callable[[], None]] = []

@@ -12,6 +12,7 @@ from .._errors import (
     StepAlreadyCompletedError,
     WorkflowNotFoundError,
 )
+from ._group_commit import WRITE_TIMEOUT
 from ._migrations import Migration
 from ._migrations import pyworkflow_migrations as _migrations_of
 from ._protocol import (
@@ -235,10 +236,22 @@ def _claim_row(conn: sqlite3.Connection, row: Sequence[Any], owner: str, now: fl
 class SQLiteStore:
     """:class:`~pyworkflow.store.Store` on one SQLite file (WAL, group commit)."""
 
-    def __init__(self, path: str, *, synchronous: str = "FULL", db: SQLiteDatabase | None = None) -> None:
+    def __init__(
+        self,
+        path: str,
+        *,
+        synchronous: str = "FULL",
+        db: SQLiteDatabase | None = None,
+        write_timeout: float | None = WRITE_TIMEOUT,
+    ) -> None:
         if db is None:
             try:
-                db = SQLiteDatabase(path, migrations=pyworkflow_migrations(), synchronous=synchronous)
+                db = SQLiteDatabase(
+                    path,
+                    migrations=pyworkflow_migrations(),
+                    synchronous=synchronous,
+                    write_timeout=write_timeout,
+                )
             except (sqlite3.DatabaseError, OSError) as exc:
                 raise ConfigurationError(f"cannot open {path!r} as a SQLite database: {exc}") from exc
         self.db = db

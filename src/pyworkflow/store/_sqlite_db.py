@@ -6,6 +6,12 @@ Why a writer thread: with ``synchronous=FULL`` every commit is an fsync of the W
 pending transitions of all concurrent runs in one transaction makes the fsync count per run fall
 below one while every caller is still released only after its own work is durable (see
 :mod:`._group_commit`).
+
+Faults of the file itself: a write waits for a write lock another process holds at most until its
+write timeout (then :class:`~pyworkflow.DatabaseUnavailableError`), and before each transaction
+the writer checks that the path still names the file it opened (and the WAL it writes): a file
+deleted or replaced under the process takes no more writes, since they would go to a file nobody
+will open again (:meth:`SQLiteDatabase.check_file`).
 """
 
 from __future__ import annotations
@@ -19,7 +25,8 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import TypeVar
 
-from ._group_commit import GroupCommitWriter
+from .._errors import DatabaseUnavailableError
+from ._group_commit import WRITE_TIMEOUT, GroupCommitWriter, check_write_timeout
 from ._migrations import Migration, apply_migrations
 
 T = TypeVar("T")
@@ -34,11 +41,22 @@ _SYNCHRONOUS = {"OFF", "NORMAL", "FULL", "EXTRA"}
 _CACHE_KIB = 64 * 1024
 
 
+class _Connection(sqlite3.Connection):
+    """A connection that remembers its busy timeout (the writer bounds it per transaction)."""
+
+    busy_ms: int
+
+
 def _connect(path: str, synchronous: str, busy_timeout_ms: int) -> sqlite3.Connection:
     conn = sqlite3.connect(
-        path, isolation_level=None, check_same_thread=False, timeout=busy_timeout_ms / 1000
+        path,
+        isolation_level=None,
+        check_same_thread=False,
+        timeout=busy_timeout_ms / 1000,
+        factory=_Connection,
     )
     conn.execute(f"PRAGMA busy_timeout = {int(busy_timeout_ms)}")
+    conn.busy_ms = int(busy_timeout_ms)
     _set_wal(conn, busy_timeout_ms / 1000)
     conn.execute(f"PRAGMA synchronous = {synchronous}")
     conn.execute(f"PRAGMA cache_size = -{_CACHE_KIB}")
@@ -60,8 +78,25 @@ def _set_wal(conn: sqlite3.Connection, timeout: float) -> None:
             time.sleep(0.01)
 
 
+def _file_id(path: str) -> tuple[int, int] | None:
+    """The identity of the file at ``path`` (device, inode), or None when there is none."""
+    try:
+        st = os.stat(path)
+    except FileNotFoundError:
+        return None
+    return (st.st_dev, st.st_ino)
+
+
+#: The busy timeout is changed only when the bound it should have moved by more than this (ms).
+_BUSY_SLACK_MS = 50
+
+
 class SQLiteDatabase(GroupCommitWriter[sqlite3.Connection]):
-    """A SQLite file opened for one process: one writer thread, per-thread reader connections."""
+    """A SQLite file opened for one process: one writer thread, per-thread reader connections.
+
+    ``write_timeout``: seconds a write may wait for the file's write lock (another process's
+    transaction) before it fails with :class:`~pyworkflow.DatabaseUnavailableError`; None: no
+    bound. ``busy_timeout_ms``: how long a reader waits for a lock (default: the write timeout)."""
 
     def __init__(
         self,
@@ -69,8 +104,10 @@ class SQLiteDatabase(GroupCommitWriter[sqlite3.Connection]):
         *,
         migrations: Sequence[Migration] = (),
         synchronous: str = "FULL",
-        busy_timeout_ms: int = 30_000,
+        write_timeout: float | None = WRITE_TIMEOUT,
+        busy_timeout_ms: int | None = None,
     ) -> None:
+        check_write_timeout(write_timeout)
         synchronous = synchronous.upper()
         if synchronous not in _SYNCHRONOUS:
             raise ValueError(f"synchronous must be one of {sorted(_SYNCHRONOUS)}, not {synchronous!r}")
@@ -78,6 +115,8 @@ class SQLiteDatabase(GroupCommitWriter[sqlite3.Connection]):
         if self.path != ":memory:":
             Path(self.path).parent.mkdir(parents=True, exist_ok=True)
         self.synchronous = synchronous
+        if busy_timeout_ms is None:
+            busy_timeout_ms = 30_000 if write_timeout is None else max(1, int(write_timeout * 1000))
         self._busy_timeout_ms = busy_timeout_ms
         conn = _connect(self.path, synchronous, busy_timeout_ms)
         try:
@@ -85,10 +124,13 @@ class SQLiteDatabase(GroupCommitWriter[sqlite3.Connection]):
         except BaseException:
             conn.close()
             raise
+        #: the file opened (and its WAL, once there is one): what :meth:`check_file` compares
+        self._file = None if self.path == ":memory:" else _file_id(self.path)
+        self._wal: tuple[int, int] | None = None
         self._local = threading.local()
         self._readers: list[sqlite3.Connection] = []
         self._readers_lock = threading.Lock()
-        self._start_writer(f"sqlite-writer:{Path(self.path).name}", conn=conn)
+        self._start_writer(f"sqlite-writer:{Path(self.path).name}", conn=conn, write_timeout=write_timeout)
 
     # -- the writer's transactions (see GroupCommitWriter) ----------------------------------------
 
@@ -96,7 +138,48 @@ class SQLiteDatabase(GroupCommitWriter[sqlite3.Connection]):
         return _connect(self.path, self.synchronous, self._busy_timeout_ms)
 
     def _begin(self, conn: sqlite3.Connection) -> None:
+        self.check_file()
         conn.execute("BEGIN IMMEDIATE")
+
+    def _bound_wait(self, conn: sqlite3.Connection, seconds: float) -> None:
+        wanted = max(1, min(self._busy_timeout_ms, int(seconds * 1000)))
+        current = getattr(conn, "busy_ms", None)
+        if current is None or abs(current - wanted) > _BUSY_SLACK_MS:
+            conn.execute(f"PRAGMA busy_timeout = {wanted}")
+            if isinstance(conn, _Connection):
+                conn.busy_ms = wanted
+
+    def _unavailable(self, exc: BaseException) -> bool:
+        # SQLITE_BUSY past the busy timeout: another process holds the write lock.
+        return super()._unavailable(exc) or (
+            isinstance(exc, sqlite3.OperationalError)
+            and ("database is locked" in str(exc) or "database is busy" in str(exc))
+        )
+
+    def check_file(self) -> None:
+        """Raise :class:`~pyworkflow.DatabaseUnavailableError` if the path no longer names the
+        file this process opened, or its WAL was deleted or replaced: writes would go to files
+        nobody will open again. (Reads of what was committed still work.)"""
+        if self._file is None:
+            return
+        now = _file_id(self.path)
+        if now != self._file:
+            what = "deleted" if now is None else "replaced by another file"
+            raise DatabaseUnavailableError(
+                f"the database file {self.path} was {what} while this process had it open; "
+                "it takes no more writes (restore the file, or restart the process)"
+            )
+        wal = _file_id(self.path + "-wal")
+        if wal is None and self._wal is None:
+            return
+        if self._wal is None:
+            self._wal = wal
+        elif wal != self._wal:
+            what = "deleted" if wal is None else "replaced by another file"
+            raise DatabaseUnavailableError(
+                f"the write-ahead log {self.path}-wal was {what} while this process had it open; "
+                "the database takes no more writes (restart the process)"
+            )
 
     def _commit(self, conn: sqlite3.Connection) -> None:
         conn.execute("COMMIT")
