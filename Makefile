@@ -2,6 +2,8 @@
 # Two installs: `make run` needs only the runtime (the server extra); `make test`, `make check`
 # and `make bench` add every extra and the test and type-checking tools.
 PY ?= python3
+# make run PORT=7900 when 7878 is taken
+PORT ?= 7878
 VENV := .venv
 BIN := $(VENV)/bin
 RUN_STAMP := $(VENV)/.installed-run
@@ -29,9 +31,9 @@ install-run: $(RUN_STAMP)
 
 install: $(STAMP)
 
-## The main job on the embedded SQLite default.
+## The main job on the embedded SQLite default; Ctrl-C or SIGTERM stops its server and worker.
 run: $(RUN_STAMP)
-	$(BIN)/python -m examples.main_job
+	$(BIN)/python -m examples.main_job --port $(PORT)
 
 ## Install everything, start the local services the tests need, run the whole suite.
 test: $(STAMP)
