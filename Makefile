@@ -1,22 +1,39 @@
 # Every target creates .venv when it is missing, so a fresh clone needs one command.
+# Two installs: `make run` needs only the runtime (the server extra); `make test`, `make check`
+# and `make bench` add every extra and the test and type-checking tools.
 PY ?= python3
+# make run PORT=7900 when 7878 is taken
+PORT ?= 7878
 VENV := .venv
 BIN := $(VENV)/bin
+RUN_STAMP := $(VENV)/.installed-run
 STAMP := $(VENV)/.installed
 
-.PHONY: run test check bench install clean
+.PHONY: run test check bench install install-run clean
 
-$(STAMP): pyproject.toml
-	test -x $(BIN)/python || $(PY) -m venv $(VENV)
+$(BIN)/python:
+	$(PY) -m venv $(VENV)
+
+# The full install also satisfies the runtime one, so `make run` after `make test` installs nothing.
+$(RUN_STAMP): pyproject.toml | $(BIN)/python
+	@if [ -f $(STAMP) ] && [ $(STAMP) -nt pyproject.toml ]; then touch $@; exit 0; fi; \
+	echo "make run: installing the runtime into $(VENV) (pyworkflow, the graph server, its CLI)"; \
+	$(BIN)/python -m pip install --quiet --upgrade pip && \
+	$(BIN)/python -m pip install --progress-bar on -e '.[server]' && touch $@
+
+$(STAMP): pyproject.toml | $(BIN)/python
+	@echo "installing everything into $(VENV): all extras and the test and type-checking tools"
 	$(BIN)/python -m pip install --quiet --upgrade pip
-	$(BIN)/python -m pip install --quiet -e '.[all,dev]'
-	touch $(STAMP)
+	$(BIN)/python -m pip install --progress-bar on -e '.[all,dev]'
+	touch $(STAMP) $(RUN_STAMP)
+
+install-run: $(RUN_STAMP)
 
 install: $(STAMP)
 
-## The main job on the embedded SQLite default.
-run: $(STAMP)
-	$(BIN)/python -m examples.main_job
+## The main job on the embedded SQLite default; Ctrl-C or SIGTERM stops its server and worker.
+run: $(RUN_STAMP)
+	$(BIN)/python -m examples.main_job --port $(PORT)
 
 ## Install everything, start the local services the tests need, run the whole suite.
 test: $(STAMP)

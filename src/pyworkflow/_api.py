@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import logging
 import os
 import time
 from dataclasses import dataclass, field
@@ -28,6 +29,8 @@ from .store import (
     open_store,
     parse_storage_url,
 )
+
+log = logging.getLogger("pyworkflow")
 
 
 def default_home() -> Path:
@@ -345,12 +348,32 @@ async def wait_for_run(
 async def serve() -> None:
     """Run the local runtime in this process until cancelled: executes runs started or resumed
     anywhere on the same store, fires due timers and hook deadlines, recovers runs whose process
-    died."""
+    died. It logs (logger ``pyworkflow``; on stderr at INFO unless the program configured
+    logging) each turn it runs, how it ended, and why a run failed."""
+    _log_to_stderr()
     await get_runtime()
+    log.info(
+        "serving runs stored in %s (process %d); Ctrl-C stops",
+        parse_storage_url(_settings.storage_url()).redacted(),
+        os.getpid(),
+    )
     try:
         await asyncio.Event().wait()
     finally:
+        log.info("stopped serving")
         await shutdown()
+
+
+def _log_to_stderr() -> None:
+    """``serve()`` is a program's main loop: show its log unless the program set up logging."""
+    logger = logging.getLogger("pyworkflow")
+    if logging.getLogger().handlers or logger.handlers:
+        return
+    handler = logging.StreamHandler()
+    handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
+    logger.addHandler(handler)
+    if logger.level == logging.NOTSET:
+        logger.setLevel(logging.INFO)
 
 
 async def shutdown() -> None:

@@ -46,8 +46,10 @@ async def execute_turn(store: Store, claim: Claim, state: RunState) -> bool:
     try:
         defn = resolve(claim.workflow, info.get("module"))
     except WorkflowError as exc:
+        log.warning("run %s failed: %s", fence.run_id, exc)
         await store.fail_run(fence, _serde.encode_error(exc), now=time.time())
         return False
+    log.info("run %s: %s %s", fence.run_id, "resuming" if claim.resumed else "starting", defn.name)
     ctx = WorkflowContext(fence.run_id, fence, store, state)
     token = _workflow.set(ctx)
     try:
@@ -60,6 +62,7 @@ async def execute_turn(store: Store, claim: Claim, state: RunState) -> bool:
         except SuspensionSignal:
             await store.suspend_run(fence, notified=ctx.notified, delivered=ctx.delivered, now=time.time())
             crashpoint("after_suspended")
+            log.info("run %s: suspended (waiting for a hook, a timer or a retry)", fence.run_id)
             return True
         except (LeaseLostError, CancellationError) as exc:
             if isinstance(exc, CancellationError):
@@ -70,9 +73,11 @@ async def execute_turn(store: Store, claim: Claim, state: RunState) -> bool:
                 log.warning("run %s: %s; leaving it to its new owner", fence.run_id, exc)
             return False
         except Exception as exc:
+            log.warning("run %s (%s) failed: %s: %s", fence.run_id, defn.name, type(exc).__name__, exc)
             await store.fail_run(fence, _serde.encode_error(exc), now=time.time())
             return False
         await store.complete_run(fence, data, now=time.time())
+        log.info("run %s: completed", fence.run_id)
     except (LeaseLostError, CancellationError) as exc:
         log.info("run %s: turn ended without recording: %s", fence.run_id, exc)
     finally:

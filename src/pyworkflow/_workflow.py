@@ -8,8 +8,10 @@ from __future__ import annotations
 
 import functools
 import importlib
+import sys
 from collections.abc import Awaitable, Callable, Coroutine
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any, ParamSpec, TypeVar, overload
 
 from ._errors import ConfigurationError, WorkflowNotFoundError
@@ -47,7 +49,9 @@ def workflow(fn: Any = None, /, *, name: str | None = None) -> Any:
     """Declare a durable workflow; use bare (``@workflow``) or with a ``name``.
 
     The default name is ``module:qualname``; a process that resumes a run imports that module
-    when the workflow is not registered yet."""
+    when the workflow is not registered yet. A workflow in a script (``python review.py``,
+    ``python -m pkg.review``) is named after the module that file is when imported
+    (``review:publish``), so another process can import it; never ``__main__``."""
     if name is not None and not isinstance(name, str):
         raise ConfigurationError(f"a workflow name must be a string, not {name!r}")
 
@@ -56,8 +60,9 @@ def workflow(fn: Any = None, /, *, name: str | None = None) -> Any:
 
         if not inspect.iscoroutinefunction(func):
             raise ConfigurationError(f"@workflow needs an async function, got {func!r}")
-        wf_name = name or f"{func.__module__}:{func.__qualname__}"
-        defn = WorkflowDefinition(wf_name, func, func.__module__)
+        module = importable_module(func.__module__)
+        wf_name = name or f"{module}:{func.__qualname__}"
+        defn = WorkflowDefinition(wf_name, func, module)
         _register(defn)
 
         @functools.wraps(func)
@@ -74,6 +79,25 @@ def workflow(fn: Any = None, /, *, name: str | None = None) -> Any:
     return decorate
 
 
+def importable_module(module: str) -> str:
+    """The name another process imports ``module`` by: for ``__main__``, the module the script is
+    (``python -m pkg.review`` -> ``pkg.review``; ``python review.py`` -> ``review``, found
+    through the script's folder on ``sys.path``), else ``__main__`` (an interactive session)."""
+    if module != "__main__":
+        return module
+    main = sys.modules.get("__main__")
+    spec = getattr(main, "__spec__", None)
+    if spec is not None and spec.name and spec.name != "__main__":
+        return str(spec.name)
+    path = getattr(main, "__file__", None)
+    if path:
+        script = Path(path).resolve()
+        on_path = {Path(p or ".").resolve() for p in sys.path}
+        if script.suffix == ".py" and script.stem.isidentifier() and script.parent in on_path:
+            return script.stem
+    return module
+
+
 def definition_of(fn: Any) -> WorkflowDefinition:
     defn = getattr(fn, "__pyworkflow_workflow__", None)
     if not isinstance(defn, WorkflowDefinition):
@@ -82,16 +106,30 @@ def definition_of(fn: Any) -> WorkflowDefinition:
 
 
 def resolve(name: str, module: str | None) -> WorkflowDefinition:
-    """The definition registered under ``name``, importing its module first if needed."""
+    """The definition registered under ``name``, importing its module first if needed. The
+    error says what the serving process lacks and what to do."""
     defn = _registry.get(name)
     if defn is None and module and module != "__main__":
         try:
             importlib.import_module(module)
         except ImportError as exc:
-            raise WorkflowNotFoundError(f"workflow {name!r}: cannot import module {module!r}: {exc}") from exc
+            raise WorkflowNotFoundError(
+                f"workflow {name!r} is not registered in this process and its module {module!r} cannot be "
+                f"imported here ({exc}); run this process where {module!r} is importable (from the folder "
+                "that holds it, or with that folder on PYTHONPATH), or import the module before serving"
+            ) from exc
         defn = _registry.get(name)
-    if defn is None:
+    if defn is None and module == "__main__":
         raise WorkflowNotFoundError(
-            f"workflow {name!r} is not registered in this process; import the module that defines it"
+            f"workflow {name!r} is not registered in this process: it was defined in an interactive "
+            "session or a script run as __main__, which no other process can import. Define it in a "
+            "module (a .py file), import that module in the process that serves runs, or name it "
+            "with @workflow(name=...) and import its module before serve()"
+        )
+    if defn is None:
+        where = f"although its module {module!r} was imported" if module else "(the run names no module)"
+        raise WorkflowNotFoundError(
+            f"workflow {name!r} is not registered in this process {where}; import the module that "
+            "defines it before serve(), or check that the workflow was not renamed"
         )
     return defn

@@ -1,7 +1,7 @@
 """``atfg``: the command line, ``atfg <noun> <verb>`` with short aliases.
 
     atfg ps                                   runs that are running or waiting, and on what
-    atfg runs list|show|watch                 (run, r; ls, get, follow)
+    atfg runs start|list|show|watch           (run, r; submit, ls, get, follow)
     atfg approvals list|show|decide           (approval, ap; ls, get)
     atfg checkpoints get TRAVERSER NAME       (checkpoint, cp)
     atfg tokens create|list|revoke            (token; new, ls, rm)

@@ -1,4 +1,4 @@
-"""``atfg ps``, ``atfg runs list|show|watch`` and ``atfg checkpoints get``.
+"""``atfg ps``, ``atfg runs start|list|show|watch`` and ``atfg checkpoints get``.
 
 A run is a traverser or one of pyworkflow's own workflow runs in the server's database
 (``GET /runs``, ``GET /runs/{id}``). Following one (a traverser) is a chain of long polls on
@@ -16,7 +16,16 @@ import click
 from .._models import TraverserStatus
 from .._transport import q
 from ._api import Api, api
-from ._base import EXIT_ERROR, EXIT_UNAVAILABLE, AliasGroup, CliError, global_options, output_format
+from ._base import (
+    EXIT_ERROR,
+    EXIT_UNAVAILABLE,
+    EXIT_USAGE,
+    AliasGroup,
+    CliError,
+    global_options,
+    json_argument,
+    output_format,
+)
 from ._output import Column, compact, emit_list, emit_record, field, pretty, print_table, progress, when
 
 STATUSES = [s.value for s in TraverserStatus]
@@ -112,9 +121,100 @@ def _traversers(client: Api, statuses: list[str], limit: int) -> list[dict[str, 
 # -- runs ------------------------------------------------------------------------------------------
 
 
-@click.group("runs", cls=AliasGroup, aliases={"ls": "list", "get": "show", "follow": "watch"})
+@click.group(
+    "runs", cls=AliasGroup, aliases={"ls": "list", "get": "show", "follow": "watch", "submit": "start"}
+)
 def runs() -> None:
-    """Runs: traversers and pyworkflow workflow runs. List them, show one, follow a traverser."""
+    """Runs: traversers and pyworkflow workflow runs. Start one, list them, show one, follow one."""
+
+
+@runs.command("start")
+@click.argument("target")
+@click.option(
+    "--input",
+    "input_",
+    default=None,
+    metavar="JSON|@FILE",
+    help="The skill's keyword arguments: a JSON object, or @file (@- reads stdin) [default: {}].",
+)
+@click.option("--max-attempts", default=3, show_default=True, type=click.IntRange(1, 1000))
+@click.option(
+    "--idempotency-key",
+    default=None,
+    metavar="KEY",
+    help="Starting again with the same key returns the run the first start created.",
+)
+@click.option(
+    "--wait",
+    is_flag=True,
+    help="Follow the run to its end (through any pause for a person), as 'runs watch'.",
+)
+@click.option(
+    "--timeout",
+    type=click.FloatRange(min=0),
+    default=None,
+    help="With --wait: give up after this many seconds.",
+)
+@click.option(
+    "--no-check",
+    is_flag=True,
+    help="Start it although no worker has registered the target's node yet (one may start later).",
+)
+@global_options
+@click.pass_context
+def runs_start(
+    ctx: click.Context,
+    target: str,
+    input_: str | None,
+    max_attempts: int,
+    idempotency_key: str | None,
+    wait: bool,
+    timeout: float | None,
+    no_check: bool,
+) -> None:
+    """Start a traverser of TARGET (node.skill) and print its id (-o json: its record). With
+    --wait, follow it to its end: status changes on stderr, the final record on stdout."""
+    inputs = json_argument("--input", input_)
+    if inputs is None:
+        inputs = {}
+    if not isinstance(inputs, dict):
+        raise CliError(
+            f"--input: must be a JSON object of the skill's keyword arguments, not {type(inputs).__name__}",
+            EXIT_USAGE,
+        )
+    client = api(ctx)
+    node, dot, skill = target.partition(".")
+    if dot and node and skill and not no_check:
+        _check_served(client, target, node)
+    body = {
+        "target": target,
+        "input": inputs,
+        "max_attempts": max_attempts,
+        "idempotency_key": idempotency_key,
+    }
+    view: dict[str, Any] = client.post("/traversers", body)
+    progress(f"started run {view['id']} ({view['target']}); follow it: atfg runs watch {view['id']}")
+    if wait:
+        _watch(ctx, client, view["id"], timeout)
+    elif output_format(ctx) == "table":
+        click.echo(view["id"])  # alone on stdout: RUN=$(atfg runs start ...)
+    else:
+        emit_record(ctx, view, [])
+
+
+def _check_served(client: Api, target: str, node: str) -> None:
+    """Refuse a target whose node no worker has ever registered: it would wait in the queue with
+    nothing to run it (a typo, most often). Which skills a node has is known only to its workers: an
+    unknown skill of a served node fails the run with ``unknown_skill``."""
+    workers = client.get("/workers", {"limit": 1000})["items"]
+    if any(w.get("node_id") == node for w in workers):
+        return
+    nodes = sorted({str(w.get("node_id")) for w in workers})
+    known = f"nodes with workers: {', '.join(nodes)}" if nodes else "no worker has registered yet"
+    raise CliError(
+        f"unknown target {target!r}: no worker serves node {node!r} ({known}); start a worker for it, "
+        "or pass --no-check to queue the run for one that starts later"
+    )
 
 
 @runs.command("list")

@@ -33,7 +33,11 @@ async def wait_for_review_or_result(client: Client, traverser_id: str, seconds: 
     raise SystemExit(f"traverser {traverser_id} never reached waiting")
 
 
-async def main(ticket: str = "QF-4417", amount: float = 480.0, decision: str = "approved") -> None:
+async def main(
+    ticket: str = "QF-4417", amount: float = 480.0, decision: str = "approved", decide: bool = True
+) -> None:
+    """Submit a refund; when the desk asks a person, decide it as ``decision`` (or, with
+    ``decide=False``, leave it pending and say how to decide it) and print the result."""
     async with Client(os.getenv("ATFGRAPH_SERVER")) as client:
         handle = await client.submit(
             "refunds.request_refund", {"ticket": ticket, "amount_aud": amount, "reason": "cancelled leg"}
@@ -44,6 +48,12 @@ async def main(ticket: str = "QF-4417", amount: float = 480.0, decision: str = "
             approval = pending[0]
             print("prompt    ", json.dumps(approval["prompt"]["question"]))
             print("checkpoint", json.dumps(approval["checkpoint"], sort_keys=True))
+            if not decide:
+                print("run       ", handle.id)
+                print("approval  ", approval["id"], "(pending: it waits for a person)")
+                print(f"decide it: atfg approvals decide {approval['id']} --approve (or --reject)")
+                print(f"follow it: atfg runs watch {handle.id}")
+                return
             decided = await client.decide_approval(
                 approval["id"], decision, {"note": "verified against the disruption log"}
             )
@@ -61,5 +71,8 @@ if __name__ == "__main__":
     parser.add_argument("--ticket", default="QF-4417")
     parser.add_argument("--amount", type=float, default=480.0)
     parser.add_argument("--decision", default="approved", choices=["approved", "rejected"])
+    parser.add_argument(
+        "--no-decide", action="store_true", help="leave the approval pending for a person and exit"
+    )
     args = parser.parse_args()
-    asyncio.run(main(args.ticket, args.amount, args.decision))
+    asyncio.run(main(args.ticket, args.amount, args.decision, decide=not args.no_decide))
