@@ -25,8 +25,32 @@ def server() -> None:
 )
 @click.option("--lease-seconds", default=None, type=float, help="Task lease length (default 30).")
 @click.option("--log-level", default="warning", show_default=True)
-def start(host: str, port: int, db: str | None, lease_seconds: float | None, log_level: str) -> None:
+@click.option(
+    "--log-format",
+    type=click.Choice(["text", "json"]),
+    default=None,
+    help="text, or one JSON object per line (default: $ATFGRAPH_LOG_FORMAT, else text).",
+)
+@click.option("--access-log", is_flag=True, help="One INFO record per request (logger atfgraph.access).")
+@click.option(
+    "--metrics-bind",
+    default=None,
+    metavar="HOST:PORT",
+    help="Also serve GET /metrics here, without authentication (on the main port it needs an "
+    "owner or administrator token).",
+)
+def start(
+    host: str,
+    port: int,
+    db: str | None,
+    lease_seconds: float | None,
+    log_level: str,
+    log_format: str | None,
+    access_log: bool,
+    metrics_bind: str | None,
+) -> None:
     """Start the graph server in the foreground."""
     from ..server import serve
 
-    serve(host, port, db, lease_seconds, log_level)
+    serve(host, port, db, lease_seconds, log_level, log_format=log_format, access_log=access_log,
+          metrics_bind=metrics_bind)  # fmt: skip

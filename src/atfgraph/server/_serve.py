@@ -6,7 +6,6 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
-import logging
 import sys
 from types import FrameType
 from typing import Any
@@ -14,6 +13,8 @@ from typing import Any
 import uvicorn
 
 from pyworkflow import ConfigurationError
+from pyworkflow.store import log_format as log_format_of
+from pyworkflow.store import metrics, setup_logging
 
 from ._app import DEFAULT_PORT, Settings, create_app, wrap
 from ._dburl import first_line, parse_location, redact
@@ -26,11 +27,23 @@ def serve(
     db_path: str | None = None,
     lease_seconds: float | None = None,
     log_level: str = "warning",
+    *,
+    log_format: str | None = None,
+    access_log: bool = False,
+    metrics_bind: str | None = None,
 ) -> None:
     settings = Settings.from_env(
-        db_path=db_path, lease_seconds=lease_seconds, public_url=f"http://{host}:{port}"
+        db_path=db_path,
+        lease_seconds=lease_seconds,
+        public_url=f"http://{host}:{port}",
+        access_log=access_log,
     )
-    logging.basicConfig(level=log_level.upper(), stream=sys.stderr, format="%(asctime)s %(name)s %(message)s")
+    try:  # --log-format, else $ATFGRAPH_LOG_FORMAT, else text
+        setup_logging(log_level, log_format_of(log_format))
+        metrics_address = parse_bind(metrics_bind) if metrics_bind else None
+    except ValueError as exc:
+        print(f"atfgraph: {exc}", file=sys.stderr)
+        raise SystemExit(2) from None
     try:  # --db, else $ATFGRAPH_DB, else the default file: pyworkflow's grammar of storage locations
         parse_location(settings.db_path)
     except ConfigurationError as exc:
@@ -43,11 +56,21 @@ def serve(
     )
     _check_database(settings)
     app = create_app(settings)
+    if metrics_address is not None:
+        try:
+            bound = metrics.start_metrics_server(metrics_address[1], metrics_address[0])
+        except OSError as exc:
+            print(f"atfgraph: cannot serve metrics on {metrics_bind}: {exc}", file=sys.stderr)
+            raise SystemExit(2) from None
+        print(f"atfgraph metrics on http://{metrics_address[0]}:{bound}/metrics", file=sys.stderr, flush=True)
     config = uvicorn.Config(
         wrap(app),
         host=host,
         port=port,
-        log_level=log_level,
+        log_level=log_level.lower(),
+        # Logging is set up above (setup_logging): uvicorn's records go through the same handler.
+        log_config=None,
+        # The access log, when asked for, is the server's own (atfgraph.access: route templates).
         access_log=False,
         # Workers and clients keep their connections open between long polls.
         timeout_keep_alive=75,
@@ -103,6 +126,39 @@ def main(argv: list[str] | None = None) -> None:
         " (default: $ATFGRAPH_DB, else $ATFGRAPH_HOME/atfgraph.db)",
     )
     parser.add_argument("--lease-seconds", type=float, default=None, help="task lease length (default 30)")
-    parser.add_argument("--log-level", default="warning")
+    parser.add_argument("--log-level", default="warning", help="debug, info, warning (default), error")
+    parser.add_argument(
+        "--log-format",
+        default=None,
+        help="text or json: one JSON object per line (default: $ATFGRAPH_LOG_FORMAT, else text)",
+    )
+    parser.add_argument(
+        "--access-log", action="store_true", help="one INFO record per request (logger atfgraph.access)"
+    )
+    parser.add_argument(
+        "--metrics-bind",
+        default=None,
+        metavar="HOST:PORT",
+        help="also serve GET /metrics on this address, without authentication"
+        " (on the main port /metrics needs an owner or administrator token)",
+    )
     args = parser.parse_args(argv)
-    serve(args.host, args.port, args.db, args.lease_seconds, args.log_level)
+    serve(
+        args.host,
+        args.port,
+        args.db,
+        args.lease_seconds,
+        args.log_level,
+        log_format=args.log_format,
+        access_log=args.access_log,
+        metrics_bind=args.metrics_bind,
+    )
+
+
+def parse_bind(value: str) -> tuple[str, int]:
+    """``HOST:PORT`` (``[::1]:9100`` for IPv6) as (host, port); ``ValueError`` otherwise."""
+    host, sep, port = value.rpartition(":")
+    host = host.strip("[]")
+    if not sep or not host or not port.isdigit() or not 0 <= int(port) <= 65535:
+        raise ValueError(f"--metrics-bind must be HOST:PORT, not {value!r}")
+    return host, int(port)
