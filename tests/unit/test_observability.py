@@ -184,3 +184,43 @@ def test_a_failed_state_read_reports_the_store_down_and_still_answers() -> None:
         assert _families(collector) == {"pyworkflow_store_up": [({}, 0.0)]}
     finally:
         collector.close()
+
+
+@pytest.mark.parametrize(
+    ("options", "message"),
+    [
+        ({"log_format": "xml"}, "atfgraph: log format must be 'text' or 'json', not 'xml'"),
+        ({"log_level": "loud"}, "atfgraph: log level must be debug, info, warning, error or critical"),
+        ({"metrics_bind": "9464"}, "atfgraph: --metrics-bind must be HOST:PORT, not '9464'"),
+        ({"metrics_bind": "127.0.0.1:99999"}, "atfgraph: --metrics-bind must be HOST:PORT"),
+    ],
+)
+def test_the_server_refuses_bad_logging_and_metrics_options_in_one_line(
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+    options: dict[str, str],
+    message: str,
+) -> None:
+    from atfgraph.server._serve import serve
+
+    monkeypatch.setenv("ATFGRAPH_HOME", str(tmp_path))
+    with pytest.raises(SystemExit) as raised:
+        serve(port=1, db_path=str(tmp_path / "graph.db"), **options)
+    assert raised.value.code == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith(message), err
+    assert not list(tmp_path.iterdir())  # nothing was created
+
+
+def test_pyworkflow_worker_refuses_a_bad_log_format_and_metrics_port() -> None:
+    from click.testing import CliRunner
+
+    from pyworkflow.cli import main
+
+    runner = CliRunner()
+    common = ["worker", "--storage", "postgresql://u@127.0.0.1:1/x"]
+    bad_format = runner.invoke(main, [*common, "--log-format", "xml"])
+    assert bad_format.exit_code == 2 and "'xml' is not one of 'text', 'json'" in bad_format.output
+    bad_port = runner.invoke(main, [*common, "--metrics-port", "70000"])
+    assert bad_port.exit_code == 2 and "70000 is not in the range 0<=x<=65535" in bad_port.output

@@ -14,6 +14,7 @@ import uvicorn
 
 from pyworkflow import ConfigurationError
 from pyworkflow.store import log_format as log_format_of
+from pyworkflow.store import log_level as level_of
 from pyworkflow.store import metrics, setup_logging
 
 from ._app import DEFAULT_PORT, Settings, create_app, wrap
@@ -39,7 +40,8 @@ def serve(
         access_log=access_log,
     )
     try:  # --log-format, else $ATFGRAPH_LOG_FORMAT, else text
-        setup_logging(log_level, log_format_of(log_format))
+        fmt = log_format_of(log_format)
+        level_of(log_level)
         metrics_address = parse_bind(metrics_bind) if metrics_bind else None
     except ValueError as exc:
         print(f"atfgraph: {exc}", file=sys.stderr)
@@ -49,6 +51,7 @@ def serve(
     except ConfigurationError as exc:
         print(f"atfgraph: bad database location: {exc}", file=sys.stderr)
         raise SystemExit(2) from None
+    setup_logging(log_level, fmt)
     print(
         f"atfgraph server on http://{host}:{port} (db {redact(settings.db_path)})",
         file=sys.stderr,

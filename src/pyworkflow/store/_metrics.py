@@ -206,6 +206,7 @@ class StoreCollector(Collector):
         self._lock = threading.Lock()
         self._cached: State | None = None
         self._at = 0.0
+        self._down = False
         # Reads run on one thread of their own: a kit database keeps a reader connection per
         # thread, and an HTTP server may answer each scrape on a new thread.
         self._thread = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="pyworkflow-metrics")
@@ -219,9 +220,12 @@ class StoreCollector(Collector):
                 try:
                     self._cached = self._thread.submit(self._read, read_state).result(READ_TIMEOUT)
                 except Exception as exc:  # a scrape must answer while the database is away
-                    log.warning("metrics: cannot read the database: %s", _first_line(exc))
+                    if not self._down:  # once per outage, not once per scrape
+                        log.warning("metrics: cannot read the database: %s", _first_line(exc))
+                    self._down = True
                     self._cached = None
                     return None
+                self._down = False
                 self._at = time.monotonic()
             return self._cached
 
