@@ -97,6 +97,9 @@ CREATE INDEX queue_ready ON queue (node_id, available_at);
 -- index runs_by_idempotency_key
 CREATE UNIQUE INDEX runs_by_idempotency_key ON runs (idempotency_key);
 
+-- index runs_by_kind
+CREATE INDEX runs_by_kind ON runs (status, node_id);
+
 -- index runs_by_status
 CREATE INDEX runs_by_status ON runs (status, created_at);
 
@@ -105,4 +108,7 @@ CREATE INDEX waits_due ON waits (expires_at) WHERE status = 'pending' AND expire
 
 -- index waits_pending
 CREATE INDEX waits_pending ON waits (created_at) WHERE status = 'pending';
+
+-- index waits_pending_by_kind
+CREATE INDEX waits_pending_by_kind ON waits (kind, created_at, status) WHERE status = 'pending';
 
