@@ -97,11 +97,11 @@ CREATE INDEX queue_ready ON queue (node_id, available_at);
 -- index runs_by_idempotency_key
 CREATE UNIQUE INDEX runs_by_idempotency_key ON runs (idempotency_key);
 
--- index runs_by_kind
-CREATE INDEX runs_by_kind ON runs (status, node_id);
-
 -- index runs_by_status
 CREATE INDEX runs_by_status ON runs (status, created_at);
+
+-- index runs_remote_by_status
+CREATE INDEX runs_remote_by_status ON runs (status, node_id) WHERE node_id IS NOT NULL;
 
 -- index waits_due
 CREATE INDEX waits_due ON waits (expires_at) WHERE status = 'pending' AND expires_at IS NOT NULL;

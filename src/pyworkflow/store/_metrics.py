@@ -169,9 +169,14 @@ def observe_continuation(
 
 # -- state, read at scrape time ----------------------------------------------------------------
 
-# Runs by status and kind (a traverser has a node): runs_by_kind (pyworkflow migration 0004
-# SQLite / 0009 PostgreSQL) covers it, so both dialects count from the index alone.
-SQL_RUNS_BY_STATUS = "SELECT status, node_id IS NULL, count(*) FROM runs GROUP BY status, node_id IS NULL"
+# Runs by status (runs_by_status), and the traversers among them (runs_remote_by_status, a
+# partial index of the runs with a node_id: pyworkflow migration 0004 SQLite / 0009 PostgreSQL):
+# both dialects count from the indexes alone; a status's workflow runs are the difference.
+SQL_RUNS_BY_STATUS = """
+SELECT status, count(*), 0 FROM runs GROUP BY status
+UNION ALL
+SELECT status, 0, count(*) FROM runs WHERE node_id IS NOT NULL GROUP BY status
+"""
 # Pending waits by kind and the oldest one's creation: waits_pending_by_kind (the same migration),
 # a partial index of the pending ones only.
 SQL_PENDING_WAITS = "SELECT kind, count(*), min(created_at) FROM waits WHERE status = 'pending' GROUP BY kind"
@@ -181,9 +186,16 @@ State = tuple[list[tuple[str, str, int]], list[tuple[str, int, float]], float]
 
 def read_state(conn: Any) -> State:
     """One snapshot of the state gauges on a kit database connection (either dialect)."""
+    totals: dict[str, list[int]] = {}
+    for status, every, remote in conn.execute(SQL_RUNS_BY_STATUS).fetchall():
+        counts = totals.setdefault(str(status), [0, 0])
+        counts[0] += int(every)
+        counts[1] += int(remote)
     runs = [
-        (str(status), "workflow" if pyworkflow_run else "traverser", int(count))
-        for status, pyworkflow_run, count in conn.execute(SQL_RUNS_BY_STATUS).fetchall()
+        (status, kind, count)
+        for status, (every, remote) in totals.items()
+        for kind, count in (("workflow", every - remote), ("traverser", remote))
+        if count
     ]
     waits = [
         (str(kind), int(count), float(oldest))
