@@ -6,11 +6,12 @@ import argparse
 import asyncio
 import importlib
 import json
-import logging
 import os
 import signal
 import sys
 from dataclasses import asdict
+
+from pyworkflow.store import log_format, setup_logging
 
 from ._agent import Agent
 from ._worker import Worker, WorkerStats
@@ -46,11 +47,15 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument(
         "--grace-seconds", type=float, default=10.0, help="time to finish handlers on SIGTERM"
     )
-    parser.add_argument("--log-level", default="warning")
-    args = parser.parse_args(argv)
-    logging.basicConfig(
-        level=args.log_level.upper(), stream=sys.stderr, format="%(asctime)s %(name)s %(message)s"
+    parser.add_argument("--log-level", default="warning", help="debug, info, warning (default), error")
+    parser.add_argument(
+        "--log-format", default=None, help="text or json (default: $ATFGRAPH_LOG_FORMAT, else text)"
     )
+    args = parser.parse_args(argv)
+    try:
+        setup_logging(args.log_level, log_format(args.log_format))
+    except ValueError as exc:
+        parser.error(str(exc))
     agent = load_agent(args.module)
     worker = Worker(agent, args.server, capacity=args.capacity, grace_seconds=args.grace_seconds)
     print(

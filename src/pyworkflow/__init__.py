@@ -21,6 +21,7 @@ from ._api import (
     serve,
     shutdown,
     start,
+    start_metrics_server,
     wait_for_run,
 )
 from ._checkpoints import delete_step_checkpoint, load_step_checkpoint, save_step_checkpoint
@@ -104,6 +105,7 @@ __all__ = [
     "shutdown",
     "sleep",
     "start",
+    "start_metrics_server",
     "step",
     "step_hook",
     "validate_payload",

@@ -26,6 +26,7 @@ from .store import (
     WaitKind,
     WaitRecord,
     WaitStatus,
+    metrics,
     open_store,
     parse_storage_url,
 )
@@ -59,6 +60,7 @@ class Settings:
 _settings = Settings()
 _store: Store | None = None
 _runtime: LocalRuntime | None = None
+_metrics_port: int | None = None
 
 
 def configure(
@@ -140,6 +142,7 @@ async def start(workflow: Any, /, *args: Any, **kwargs: Any) -> str:
     defn = definition_of(workflow)
     data = encode_input(args, kwargs, defn.module)
     run_id = new_id()
+    log.info("run %s: started (%s)", run_id, defn.name, extra={"run_id": run_id})
     if _settings.runtime == "celery":
         from .runtime import _celery
 
@@ -267,6 +270,7 @@ async def resume_hook(token: str, payload: Any = None) -> ResumeResult:
         token_digest=digest, payload=data, now=time.time(), check=lambda wait: check_stored_schema(wait, data)
     )
     crashpoint("after_hook_resumed")
+    _log_received(resolved)
     _wake_runtime(resolved.run_id)
     return ResumeResult(resolved.run_id, resolved.id, resolved.name, resolved.status)
 
@@ -281,6 +285,7 @@ async def resume_hook_by_id(hook_id: str, payload: Any = None) -> ResumeResult:
     wait = await store.get_wait(hook_id)
     data = validate_payload(wait, payload) if wait is not None else b"null"
     resolved = await store.resolve_wait(wait_id=hook_id, payload=data, now=time.time())
+    _log_received(resolved)
     _wake_runtime(resolved.run_id)
     return ResumeResult(resolved.run_id, resolved.id, resolved.name, resolved.status)
 
@@ -293,6 +298,12 @@ async def list_pending_hooks(limit: int = 100) -> list[PendingHook]:
         status=WaitStatus.PENDING, kinds=(WaitKind.HOOK, WaitKind.STEP_HOOK), limit=limit
     )
     return [PendingHook.from_record(w) for w in waits]
+
+
+def _log_received(wait: WaitRecord) -> None:
+    log.info(
+        "run %s: hook %s received", wait.run_id, wait.name, extra={"run_id": wait.run_id, "wait_id": wait.id}
+    )
 
 
 def _wake_runtime(run_id: str) -> None:
@@ -385,3 +396,24 @@ async def shutdown() -> None:
     if _store is not None:
         _store.close()
         _store = None
+
+
+def start_metrics_server(port: int = 0, host: str = "127.0.0.1") -> int:
+    """Opt in to metrics for this process: serve them in Prometheus text format at
+    ``http://host:port/metrics`` (no authentication: bind where only your scraper reaches). They
+    are this process's turns, steps, retries, crashes, timers and group commits, and the runs and
+    pending waits of the configured store (read at scrape time). ``port=0`` picks a free port;
+    returns the port. Once per process: a second call returns the first one's port."""
+    global _metrics_port
+    if _metrics_port is None:
+        metrics.collect_store(_read_open_store, _read_open_store)
+        _metrics_port = metrics.start_metrics_server(port, host)
+    return _metrics_port
+
+
+def _read_open_store(fn: Any) -> Any:
+    """A scrape's read of the store this process has open (none open: the scrape reports
+    ``pyworkflow_store_up 0`` rather than opening one)."""
+    if _store is None:
+        raise ConfigurationError("no store is open in this process")
+    return _store.database.read(fn)

@@ -20,6 +20,7 @@ from ._errors import (
 )
 from ._workflow import resolve
 from .store import Claim, RunState, Store
+from .store import metrics as _metrics
 
 log = logging.getLogger("pyworkflow")
 
@@ -42,14 +43,43 @@ async def execute_turn(store: Store, claim: Claim, state: RunState) -> bool:
     arrived during the turn leaves it due again at once), False when it ended (completed, failed,
     cancelled) or the turn lost its lease: then nothing is left for this turn's owner to claim."""
     fence = claim.fence
+    started = time.time()
+    if state.waits:
+        _metrics.observe_continuation(
+            (
+                (w.kind.value, w.status.value, w.created_at, w.expires_at, w.resolved_at)
+                for w in state.waits.values()
+            ),
+            started,
+        )
+    log.info(
+        "run %s: running (epoch %d)",
+        fence.run_id,
+        fence.epoch,
+        extra={"run_id": fence.run_id, "attempt": fence.epoch},
+    )
+    outcome = "lost"
+    try:
+        outcome = await _turn(store, claim, state)
+    finally:
+        _metrics.ATTEMPT_SECONDS.labels("workflow", outcome).observe(time.time() - started)
+    return outcome == "suspended"
+
+
+async def _turn(store: Store, claim: Claim, state: RunState) -> str:
+    """The turn itself; how it ended: suspended, completed, failed, cancelled, or lost (another
+    owner holds the run now)."""
+    fence = claim.fence
+    run = {"run_id": fence.run_id, "attempt": fence.epoch}
     info = _serde.loads(claim.input)
     try:
         defn = resolve(claim.workflow, info.get("module"))
     except WorkflowError as exc:
         log.warning("run %s failed: %s", fence.run_id, exc)
         await store.fail_run(fence, _serde.encode_error(exc), now=time.time())
-        return False
-    log.info("run %s: %s %s", fence.run_id, "resuming" if claim.resumed else "starting", defn.name)
+        log.info("run %s: failed: %s", fence.run_id, exc, extra=run)
+        return "failed"
+    log.info("run %s: %s %s", fence.run_id, "resuming" if claim.resumed else "starting", defn.name, extra=run)
     ctx = WorkflowContext(fence.run_id, fence, store, state)
     token = _workflow.set(ctx)
     try:
@@ -62,27 +92,32 @@ async def execute_turn(store: Store, claim: Claim, state: RunState) -> bool:
         except SuspensionSignal:
             await store.suspend_run(fence, notified=ctx.notified, delivered=ctx.delivered, now=time.time())
             crashpoint("after_suspended")
-            log.info("run %s: suspended (waiting for a hook, a timer or a retry)", fence.run_id)
-            return True
+            log.info("run %s: suspended (waiting for a hook, a timer or a retry)", fence.run_id, extra=run)
+            return "suspended"
         except (LeaseLostError, CancellationError) as exc:
             if isinstance(exc, CancellationError):
-                run = await store.get_run(fence.run_id)
-                if run is not None and not run.status.is_terminal:
+                current = await store.get_run(fence.run_id)
+                if current is not None and not current.status.is_terminal:
                     await store.fail_run(fence, _serde.encode_error(exc), now=time.time())
-            else:
-                log.warning("run %s: %s; leaving it to its new owner", fence.run_id, exc)
-            return False
+                    log.info("run %s: failed: %s", fence.run_id, exc, extra=run)
+                    return "failed"
+                log.info("run %s: cancelled", fence.run_id, extra=run)
+                return "cancelled"
+            log.warning("run %s: %s; leaving it to its new owner", fence.run_id, exc, extra=run)
+            return "lost"
         except Exception as exc:
             log.warning("run %s (%s) failed: %s: %s", fence.run_id, defn.name, type(exc).__name__, exc)
             await store.fail_run(fence, _serde.encode_error(exc), now=time.time())
-            return False
+            log.info("run %s: failed: %s: %s", fence.run_id, type(exc).__name__, exc, extra=run)
+            return "failed"
         await store.complete_run(fence, data, now=time.time())
-        log.info("run %s: completed", fence.run_id)
+        log.info("run %s: completed", fence.run_id, extra=run)
+        return "completed"
     except (LeaseLostError, CancellationError) as exc:
-        log.info("run %s: turn ended without recording: %s", fence.run_id, exc)
+        log.info("run %s: turn ended without recording: %s", fence.run_id, exc, extra=run)
     finally:
         _workflow.reset(token)
-    return False
+    return "lost"
 
 
 def _check_determinism(ctx: WorkflowContext) -> None:

@@ -13,6 +13,7 @@ import asyncio
 import functools
 import importlib
 import inspect
+import time
 from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable, Coroutine
 from dataclasses import dataclass
 from datetime import timedelta
@@ -34,6 +35,7 @@ from ._errors import (
 )
 from ._ids import new_id
 from .store import NewWait, StepRecord, StepStatus, WaitKind, WaitStatus
+from .store import metrics as _metrics
 
 P = ParamSpec("P")
 R = TypeVar("R")
@@ -218,6 +220,7 @@ async def _record_failure(
         key, StepStatus.RETRYING if retry else StepStatus.FAILED, attempt, None, error, delivered
     )
     if retry is not None:
+        _metrics.RETRIES.labels("step").inc()
         raise SuspensionSignal("retry", retry.wait_key) from exc
 
 
@@ -231,6 +234,7 @@ async def _run_step(opts: StepOptions, func: Callable[..., Any], args: Any, kwar
     if record is not None and record.status == StepStatus.FAILED:
         raise _replayed_error(record.error)
     token = _step.set(StepContext(wctx, key, opts.name, attempt))
+    started = time.perf_counter()
     try:
         if opts.timeout is not None:
             async with asyncio.timeout(opts.timeout):
@@ -240,6 +244,7 @@ async def _run_step(opts: StepOptions, func: Callable[..., Any], args: Any, kwar
     except SuspensionSignal:
         raise
     except TimeoutError as exc:
+        _metrics.STEP_SECONDS.labels("failed").observe(time.perf_counter() - started)
         failure: BaseException = StepTimeoutError(
             f"step {opts.name!r} attempt {attempt} timed out after {opts.timeout} s"
         )
@@ -247,10 +252,12 @@ async def _run_step(opts: StepOptions, func: Callable[..., Any], args: Any, kwar
         await _record_failure(opts, wctx, key, attempt, failure, 0)
         raise failure from exc
     except Exception as exc:
+        _metrics.STEP_SECONDS.labels("failed").observe(time.perf_counter() - started)
         await _record_failure(opts, wctx, key, attempt, exc, 0)
         raise
     finally:
         _step.reset(token)
+    _metrics.STEP_SECONDS.labels("completed").observe(time.perf_counter() - started)
     # Serialized once, decoded once: this first pass returns what replay will return (the JSON
     # form: a tuple is a list, a dataclass a dict), so the workflow goes the same way on both.
     data, decoded = _serde.dumps_loads(result, what=f"result of step {opts.name!r}")

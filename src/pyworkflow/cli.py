@@ -1,12 +1,13 @@
 """``pyworkflow``: run Celery workers and the sweeper for the Celery runtime.
 
 Options take precedence over the environment: ``--storage`` over ``PYWORKFLOW_STORAGE``,
-``--broker`` over ``CELERY_BROKER_URL`` (default ``redis://127.0.0.1:6379/0``). Logs go to stderr.
+``--broker`` over ``CELERY_BROKER_URL`` (default ``redis://127.0.0.1:6379/0``). Logs go to stderr,
+as text or JSON lines (``--log-format``, ``PYWORKFLOW_LOG_FORMAT``); ``worker --metrics-port``
+serves Prometheus metrics.
 """
 
 from __future__ import annotations
 
-import logging
 import sys
 from typing import TYPE_CHECKING
 
@@ -117,7 +118,22 @@ def main() -> None:
 )
 @click.option("--sweeper/--no-sweeper", default=True, show_default=True, help="Run the sweeper here too.")
 @click.option("--loglevel", default="INFO", show_default=True)
+@click.option(
+    "--log-format",
+    type=click.Choice(["text", "json"]),
+    envvar="PYWORKFLOW_LOG_FORMAT",
+    default="text",
+    show_default=True,
+    help="text, or one JSON object per line [$PYWORKFLOW_LOG_FORMAT].",
+)
 @click.option("--hostname", "-n", default=None, help="Celery node name (default pyworkflow-PID@host).")
+@click.option(
+    "--metrics-port",
+    type=click.IntRange(min=0, max=65535),
+    default=None,
+    help="Serve Prometheus metrics at http://HOST:PORT/metrics (no authentication).",
+)
+@click.option("--metrics-host", default="127.0.0.1", show_default=True, help="Interface of --metrics-port.")
 def worker(
     storage: str,
     broker: str | None,
@@ -131,21 +147,32 @@ def worker(
     pool: str,
     sweeper: bool,
     loglevel: str,
+    log_format: str,
     hostname: str | None,
+    metrics_port: int | None,
+    metrics_host: str,
 ) -> None:
     """Run a Celery worker that executes workflow turns (and, by default, the sweeper)."""
     from .runtime._celery_worker import run_worker
 
-    _logging(loglevel)
+    _logging(loglevel, log_format)
     settings = _settings(storage, broker, queue, visibility_timeout, lease_ttl, max_crashes,
                          sweep_interval, imports)  # fmt: skip
     run_worker(settings, concurrency=concurrency, pool=pool, sweeper=sweeper, loglevel=loglevel,
-               hostname=hostname)  # fmt: skip
+               hostname=hostname, metrics_port=metrics_port, metrics_host=metrics_host)  # fmt: skip
 
 
 @main.command()
 @common
 @click.option("--loglevel", default="INFO", show_default=True)
+@click.option(
+    "--log-format",
+    type=click.Choice(["text", "json"]),
+    envvar="PYWORKFLOW_LOG_FORMAT",
+    default="text",
+    show_default=True,
+    help="text, or one JSON object per line [$PYWORKFLOW_LOG_FORMAT].",
+)
 def sweeper(
     storage: str,
     broker: str | None,
@@ -156,11 +183,12 @@ def sweeper(
     sweep_interval: float,
     imports: tuple[str, ...],
     loglevel: str,
+    log_format: str,
 ) -> None:
     """Run only the sweeper: expire due hooks and timers, recover runs of dead workers."""
     from .runtime._celery_worker import run_sweeper
 
-    _logging(loglevel)
+    _logging(loglevel, log_format)
     settings = _settings(storage, broker, queue, visibility_timeout, lease_ttl, max_crashes,
                          sweep_interval, imports)  # fmt: skip
     try:
@@ -169,10 +197,13 @@ def sweeper(
         sys.exit(0)
 
 
-def _logging(level: str) -> None:
-    logging.basicConfig(
-        level=level.upper(), stream=sys.stderr, format="%(asctime)s %(levelname)s %(name)s: %(message)s"
-    )
+def _logging(level: str, fmt: str) -> None:
+    from .store import setup_logging
+
+    try:
+        setup_logging(level, fmt)
+    except ValueError as exc:
+        raise click.BadParameter(str(exc), param_hint="--loglevel") from None
 
 
 if __name__ == "__main__":  # pragma: no cover

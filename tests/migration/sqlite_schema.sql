@@ -100,9 +100,15 @@ CREATE UNIQUE INDEX runs_by_idempotency_key ON runs (idempotency_key);
 -- index runs_by_status
 CREATE INDEX runs_by_status ON runs (status, created_at);
 
+-- index runs_remote_by_status
+CREATE INDEX runs_remote_by_status ON runs (status, node_id) WHERE node_id IS NOT NULL;
+
 -- index waits_due
 CREATE INDEX waits_due ON waits (expires_at) WHERE status = 'pending' AND expires_at IS NOT NULL;
 
 -- index waits_pending
 CREATE INDEX waits_pending ON waits (created_at) WHERE status = 'pending';
+
+-- index waits_pending_by_kind
+CREATE INDEX waits_pending_by_kind ON waits (kind, created_at, status) WHERE status = 'pending';
 

@@ -32,6 +32,20 @@ def server() -> None:
     " (default: $ATFGRAPH_WRITE_TIMEOUT, else 10).",
 )
 @click.option("--log-level", default="warning", show_default=True)
+@click.option(
+    "--log-format",
+    type=click.Choice(["text", "json"]),
+    default=None,
+    help="text, or one JSON object per line (default: $ATFGRAPH_LOG_FORMAT, else text).",
+)
+@click.option("--access-log", is_flag=True, help="One INFO record per request (logger atfgraph.access).")
+@click.option(
+    "--metrics-bind",
+    default=None,
+    metavar="HOST:PORT",
+    help="Also serve GET /metrics here, without authentication (on the main port it needs an "
+    "owner or administrator token).",
+)
 def start(
     host: str,
     port: int,
@@ -39,8 +53,12 @@ def start(
     lease_seconds: float | None,
     write_timeout: float | None,
     log_level: str,
+    log_format: str | None,
+    access_log: bool,
+    metrics_bind: str | None,
 ) -> None:
     """Start the graph server in the foreground."""
     from ..server import serve
 
-    serve(host, port, db, lease_seconds, log_level, write_timeout)
+    serve(host, port, db, lease_seconds, log_level, write_timeout, log_format=log_format,
+          access_log=access_log, metrics_bind=metrics_bind)  # fmt: skip

@@ -20,7 +20,7 @@ from fastapi.exceptions import RequestValidationError
 from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.types import ASGIApp, Receive, Scope, Send
 
-from pyworkflow.store import WRITE_TIMEOUT
+from pyworkflow.store import WRITE_TIMEOUT, metrics
 
 from .._credentials import CREDENTIALS_FILE
 from ._auth import AuthMiddleware
@@ -28,6 +28,7 @@ from ._errors import ApiError, api_error, database_refused, database_unavailable
 from ._fastpath import FastPath
 from ._hub import Hub, node_key, traverser_key
 from ._identity import Identity
+from ._observe import HttpMetrics
 from ._openapi import install_limits
 from ._refusals import Refusal
 from ._routes import error_response, router, unavailable_response
@@ -64,6 +65,8 @@ class Settings:
     public_url: str = ""
     #: seconds a write may wait for the database before the request is a 503
     write_timeout: float = WRITE_TIMEOUT
+    #: one INFO record per request on the ``atfgraph.access`` logger
+    access_log: bool = False
 
     @classmethod
     def from_env(
@@ -72,6 +75,7 @@ class Settings:
         lease_seconds: float | None = None,
         public_url: str = "",
         write_timeout: float | None = None,
+        access_log: bool = False,
     ) -> Settings:
         """Settings from the flags given, else the environment, else the defaults; ValueError
         for a write timeout that is not a positive number of seconds."""
@@ -92,20 +96,8 @@ class Settings:
             home=default_home(),
             public_url=public_url,
             write_timeout=timeout,
+            access_log=access_log,
         )
-
-
-class RequestCounter:
-    """Counts every HTTP request (the benchmark reports requests per cycle from it)."""
-
-    def __init__(self, app: ASGIApp) -> None:
-        self.app = app
-        self.requests = 0
-
-    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] == "http":
-            self.requests += 1
-        await self.app(scope, receive, send)
 
 
 #: The longest name a path segment may carry (an id, a checkpoint name, a memory scope or key),
@@ -278,9 +270,12 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         # leases that ran out while it was down are settled first.
         await app.state.store.sweep()
         sweeper = asyncio.create_task(_sweep_forever(app))
+        # The runs and waits of this database, read when /metrics is scraped.
+        stop_collecting = metrics.collect_store(app.state.store.db.read, app.state.store)
         try:
             yield
         finally:
+            stop_collecting()
             sweeper.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await sweeper
@@ -307,6 +302,13 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     @app.get("/livez")
     async def livez() -> Response:
         return Response(b'{"status":"ok"}', media_type="application/json")
+
+    @app.get("/metrics", include_in_schema=False)
+    async def metrics_endpoint() -> Response:
+        """Prometheus text format; owners and administrators only (see _auth.RULES), or on the
+        separate, unauthenticated ``--metrics-bind`` address."""
+        body = await asyncio.to_thread(metrics.metrics_text)  # reads the database
+        return Response(body, media_type=metrics.CONTENT_TYPE)
 
     @app.get("/readyz")
     async def readyz(request: Request) -> Response:
@@ -357,8 +359,10 @@ def create_app(settings: Settings | None = None) -> FastAPI:
 
 
 def wrap(app: FastAPI) -> Any:
-    """The ASGI callable to serve: the request counter (exposed on app.state), the edge guard,
-    authentication and authorization, then the hot routes' fast path, then the FastAPI app."""
-    counter = RequestCounter(EdgeGuard(AuthMiddleware(FastPath(app), app)))
+    """The ASGI callable to serve: the HTTP metrics and request counter (exposed on app.state)
+    and access log, the edge guard, authentication and authorization, then the hot routes' fast
+    path, then the FastAPI app."""
+    settings: Settings = app.state.settings
+    counter = HttpMetrics(EdgeGuard(AuthMiddleware(FastPath(app), app)), access_log=settings.access_log)
     app.state.counter = counter
     return counter

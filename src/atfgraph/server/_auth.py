@@ -41,16 +41,25 @@ class Rule:
     pattern: re.Pattern[str]
     allowed: frozenset[Permission]
     action: str
+    #: the path with ``{id}`` for each id: the route label of the HTTP metrics
+    template: str
     #: the permissions of ``allowed`` that allow the route only under a task lease the request
     #: carries (see :func:`under_lease`)
     leased: frozenset[Permission] = frozenset()
 
 
 def _rule(
-    method: str, path: str, action: str, *allowed: Permission, leased: tuple[Permission, ...] = ()
+    method: str,
+    path: str,
+    action: str,
+    *allowed: Permission,
+    leased: tuple[Permission, ...] = (),
+    prefix: str = "/api/v2",
 ) -> Rule:
-    pattern = re.compile("/api/v2" + path.replace("{id}", _ID))
-    return Rule(method, pattern, frozenset(allowed) | frozenset(leased), action, frozenset(leased))
+    pattern = re.compile(prefix + path.replace("{id}", _ID))
+    return Rule(
+        method, pattern, frozenset(allowed) | frozenset(leased), action, prefix + path, frozenset(leased)
+    )
 
 
 #: Who may call what. Workers act only through the worker protocol, and every call of it that
@@ -91,7 +100,12 @@ RULES: tuple[Rule, ...] = (
     _rule("GET", "/runs/{id}", "run.get", R),
     _rule("GET", "/inbox", "inbox.list", R),
     _rule("GET", "/stats", "server.stats", R),
+    # The server's metrics: owners and administrators (or a separate --metrics-bind address).
+    _rule("GET", "/metrics", "server.metrics", A, prefix=""),
 )
+
+#: Paths outside /api/ that need a token all the same.
+_PROTECTED = frozenset({"/metrics"})
 
 #: Readable without a token: the API description, so that tools can discover it.
 PUBLIC = re.compile("/api/v2/(openapi\\.json|docs.*)")
@@ -129,12 +143,17 @@ class AuthMiddleware:
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         path = scope.get("path", "")
-        if scope["type"] != "http" or not path.startswith("/api/") or PUBLIC.fullmatch(path):
+        if scope["type"] != "http" or PUBLIC.fullmatch(path):
+            await self.app(scope, receive, send)
+            return
+        if not path.startswith("/api/") and path not in _PROTECTED:
             await self.app(scope, receive, send)
             return
         identity: Identity = self.fastapi_app.state.identity
         principal = identity.verify(_bearer(scope))
         rule, target = _match(scope["method"], path)
+        if rule is not None:
+            scope["route_template"] = rule.template
         if principal is None:
             if rule is not None and rule.allowed & {D, A}:
                 client = scope.get("client")

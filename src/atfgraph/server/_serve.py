@@ -6,7 +6,6 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
-import logging
 import socket
 import sys
 from types import FrameType
@@ -15,6 +14,9 @@ from typing import Any
 import uvicorn
 
 from pyworkflow import ConfigurationError
+from pyworkflow.store import log_format as log_format_of
+from pyworkflow.store import log_level as level_of
+from pyworkflow.store import metrics, setup_logging
 
 from ._app import DEFAULT_PORT, Settings, create_app, finish_startup, wrap
 from ._dburl import first_line, parse_location, redact
@@ -28,23 +30,31 @@ def serve(
     lease_seconds: float | None = None,
     log_level: str = "warning",
     write_timeout: float | None = None,
+    *,
+    log_format: str | None = None,
+    access_log: bool = False,
+    metrics_bind: str | None = None,
 ) -> None:
-    try:
+    try:  # --log-format, else $ATFGRAPH_LOG_FORMAT, else text; the write timeout likewise
         settings = Settings.from_env(
             db_path=db_path,
             lease_seconds=lease_seconds,
             public_url=f"http://{host}:{port}",
             write_timeout=write_timeout,
+            access_log=access_log,
         )
+        fmt = log_format_of(log_format)
+        level_of(log_level)
+        metrics_address = parse_bind(metrics_bind) if metrics_bind else None
     except ValueError as exc:
         print(f"atfgraph: {exc}", file=sys.stderr)
         raise SystemExit(2) from None
-    logging.basicConfig(level=log_level.upper(), stream=sys.stderr, format="%(asctime)s %(name)s %(message)s")
     try:  # --db, else $ATFGRAPH_DB, else the default file: pyworkflow's grammar of storage locations
         parse_location(settings.db_path)
     except ConfigurationError as exc:
         print(f"atfgraph: bad database location: {exc}", file=sys.stderr)
         raise SystemExit(2) from None
+    setup_logging(log_level, fmt)
     print(
         f"atfgraph server on http://{host}:{port} (db {redact(settings.db_path)})",
         file=sys.stderr,
@@ -52,11 +62,21 @@ def serve(
     )
     _check_database(settings)
     app = create_app(settings)
+    if metrics_address is not None:
+        try:
+            bound = metrics.start_metrics_server(metrics_address[1], metrics_address[0])
+        except OSError as exc:
+            print(f"atfgraph: cannot serve metrics on {metrics_bind}: {exc}", file=sys.stderr)
+            raise SystemExit(2) from None
+        print(f"atfgraph metrics on http://{metrics_address[0]}:{bound}/metrics", file=sys.stderr, flush=True)
     config = uvicorn.Config(
         wrap(app),
         host=host,
         port=port,
-        log_level=log_level,
+        log_level=log_level.lower(),
+        # Logging is set up above (setup_logging): uvicorn's records go through the same handler.
+        log_config=None,
+        # The access log, when asked for, is the server's own (atfgraph.access: route templates).
         access_log=False,
         # Workers and clients keep their connections open between long polls.
         timeout_keep_alive=75,
@@ -140,6 +160,40 @@ def main(argv: list[str] | None = None) -> None:
         " unreachable) before the request is a 503 database_unavailable"
         " (default: $ATFGRAPH_WRITE_TIMEOUT, else 10)",
     )
-    parser.add_argument("--log-level", default="warning")
+    parser.add_argument("--log-level", default="warning", help="debug, info, warning (default), error")
+    parser.add_argument(
+        "--log-format",
+        default=None,
+        help="text or json: one JSON object per line (default: $ATFGRAPH_LOG_FORMAT, else text)",
+    )
+    parser.add_argument(
+        "--access-log", action="store_true", help="one INFO record per request (logger atfgraph.access)"
+    )
+    parser.add_argument(
+        "--metrics-bind",
+        default=None,
+        metavar="HOST:PORT",
+        help="also serve GET /metrics on this address, without authentication"
+        " (on the main port /metrics needs an owner or administrator token)",
+    )
     args = parser.parse_args(argv)
-    serve(args.host, args.port, args.db, args.lease_seconds, args.log_level, args.write_timeout)
+    serve(
+        args.host,
+        args.port,
+        args.db,
+        args.lease_seconds,
+        args.log_level,
+        args.write_timeout,
+        log_format=args.log_format,
+        access_log=args.access_log,
+        metrics_bind=args.metrics_bind,
+    )
+
+
+def parse_bind(value: str) -> tuple[str, int]:
+    """``HOST:PORT`` (``[::1]:9100`` for IPv6) as (host, port); ``ValueError`` otherwise."""
+    host, sep, port = value.rpartition(":")
+    host = host.strip("[]")
+    if not sep or not host or not port.isdigit() or not 0 <= int(port) <= 65535:
+        raise ValueError(f"--metrics-bind must be HOST:PORT, not {value!r}")
+    return host, int(port)

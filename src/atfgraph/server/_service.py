@@ -11,6 +11,7 @@ refusal -> response.
 
 from __future__ import annotations
 
+import logging
 import time
 from collections.abc import Sequence
 from typing import Any
@@ -25,6 +26,8 @@ from ._hub import Hub, node_key, traverser_key
 from ._identity import AuditEntry, Identity, Principal, write_audit
 from ._refusals import Conflict, Invalid, NotFound, Refusal
 from ._store import GraphStore
+
+log = logging.getLogger("atfgraph.server")
 
 #: The wait kinds a person may resume through the server (approvals are decided instead).
 HOOK_KINDS = (WaitKind.HOOK, WaitKind.STEP_HOOK)
@@ -68,6 +71,7 @@ class Service:
         )
         if created:
             self.hub.notify(node_key(view["node_id"]))
+            log.info("traverser %s: queued (%s)", view["id"], target, extra={"run_id": view["id"]})
         return view, created
 
     async def cancel(self, who: Principal, traverser_id: str) -> dict[str, Any]:
@@ -75,6 +79,7 @@ class Service:
         audit = AuditEntry(who, "traverser.cancel", traverser_id, "allowed")
         view = await self.store.cancel(traverser_id, audit)
         self.hub.notify(traverser_key(traverser_id))
+        log.info("traverser %s: %s", traverser_id, view["status"], extra={"run_id": traverser_id})
         return view
 
     async def request_approval(
@@ -103,6 +108,14 @@ class Service:
         )
         if paused:
             self.hub.notify(traverser_key(traverser_id))
+            if epoch is not None:
+                self.store.attempts.ended(traverser_id, epoch, "paused")
+            log.info(
+                "traverser %s: waiting on approval %s",
+                traverser_id,
+                approval["id"],
+                extra={"run_id": traverser_id, "wait_id": approval["id"], "attempt": epoch},
+            )
         return approval, paused
 
     async def decide(
@@ -121,6 +134,12 @@ class Service:
         if node is not None:
             self.hub.notify(node_key(node))
             self.hub.notify(traverser_key(approval["traverser_id"]))
+        log.info(
+            "approval %s: %s",
+            approval_id,
+            approval["status"],
+            extra={"run_id": approval["traverser_id"], "wait_id": approval_id},
+        )
         return approval
 
     async def resume_hook(self, who: Principal, hook_id: str, payload: Any) -> WaitRecord:
@@ -148,6 +167,7 @@ class Service:
             if isinstance(exc, pyworkflow.PayloadValidationError):
                 raise Invalid(str(exc), "payload_invalid") from None
             raise Conflict(str(exc), "hook_not_pending") from None
+        log.info("hook %s: received", hook_id, extra={"run_id": resolved.run_id, "wait_id": hook_id})
         return resolved
 
     async def _refused(self, who: Principal, action: str, target: str, detail: str) -> None:

@@ -107,6 +107,7 @@ from ._graph_sql import (
     TRAVERSER_SCOPE,
 )
 from ._identity import AuditEntry, identity_migrations, write_audit
+from ._observe import AttemptClock, reaped
 from ._refusals import Conflict, Forbidden, LeaseLost, NotFound
 
 T = TypeVar("T")
@@ -148,6 +149,7 @@ class GraphStore(ConsoleReads):
         ``pyworkflow.DatabaseUnavailableError`` (the HTTP edge's 503 ``database_unavailable``)."""
         self.lease_seconds = lease_seconds
         self._worker_nodes: dict[str, str] = {}
+        self.attempts = AttemptClock()
         self.db: GroupCommitWriter[Any]
         #: pyworkflow's store on the same database (the inbox lists its hooks)
         self.pyworkflow: Any
@@ -381,7 +383,7 @@ class GraphStore(ConsoleReads):
             raise NotFound.of("worker", worker_id)
         return worker_view(row)
 
-    async def claim(self, worker_id: str, limit: int) -> list[dict[str, Any]]:
+    async def _claim(self, worker_id: str, limit: int) -> list[dict[str, Any]]:
         """Lease up to ``limit`` queued traversers of the worker's (node, version), each returned
         with everything its handler reads on replay: checkpoints, recorded steps, approvals."""
         if self._pg is not None:
@@ -446,7 +448,7 @@ class GraphStore(ConsoleReads):
 
         return await self.db.write(fn)
 
-    async def complete(
+    async def _complete(
         self, traverser_id: str, epoch: int, result: bytes, steps: Sequence[StepRecord]
     ) -> None:
         if self._pg is not None:
@@ -461,7 +463,7 @@ class GraphStore(ConsoleReads):
 
         await self.db.write(fn)
 
-    async def fail(
+    async def _fail(
         self, traverser_id: str, epoch: int, error: bytes, retryable: bool, steps: Sequence[StepRecord]
     ) -> str:
         """End the attempt with an error: queued again while attempts remain and the error is
@@ -483,7 +485,7 @@ class GraphStore(ConsoleReads):
 
         return await self.db.write(fn)
 
-    async def release(self, traverser_id: str, epoch: int, steps: Sequence[StepRecord]) -> None:
+    async def _release(self, traverser_id: str, epoch: int, steps: Sequence[StepRecord]) -> None:
         """Give a lease back unfinished (worker shutdown): queued again, the attempt not charged."""
         if self._pg is not None:
             await self._pg.end_attempt(traverser_id, epoch, "released", None, False, steps, time.time())
@@ -724,7 +726,7 @@ class GraphStore(ConsoleReads):
 
     # -- the sweeper's transitions ---------------------------------------------------------------
 
-    async def sweep(self) -> SweepOutcome:
+    async def _sweep(self) -> SweepOutcome:
         """Fire what fell due: the engine's one sweeper expires due waits (approvals, and the
         hooks and timers of pyworkflow runs in this database), which continues the traversers
         paused on them; then the reaper settles remote leases that ran out (retrying or failing
@@ -753,6 +755,38 @@ class GraphStore(ConsoleReads):
             return out
 
         return await self.db.write(reap)
+
+    # -- the worker protocol's transitions, observed (metrics and logs: _observe) ---------------
+
+    async def claim(self, worker_id: str, limit: int) -> list[dict[str, Any]]:
+        tasks = await self._claim(worker_id, limit)
+        if tasks:
+            self.attempts.claimed(tasks, time.time())
+        return tasks
+
+    async def complete(
+        self, traverser_id: str, epoch: int, result: bytes, steps: Sequence[StepRecord]
+    ) -> None:
+        await self._complete(traverser_id, epoch, result, steps)
+        self.attempts.ended(traverser_id, epoch, "succeeded")
+
+    async def fail(
+        self, traverser_id: str, epoch: int, error: bytes, retryable: bool, steps: Sequence[StepRecord]
+    ) -> str:
+        status = await self._fail(traverser_id, epoch, error, retryable, steps)
+        self.attempts.ended(
+            traverser_id, epoch, "retrying" if status == TraverserStatus.QUEUED.value else "failed"
+        )
+        return status
+
+    async def release(self, traverser_id: str, epoch: int, steps: Sequence[StepRecord]) -> None:
+        await self._release(traverser_id, epoch, steps)
+        self.attempts.ended(traverser_id, epoch, "released")
+
+    async def sweep(self) -> SweepOutcome:
+        outcome = await self._sweep()
+        reaped(outcome.traversers)
+        return outcome
 
 
 def _live(row: Row | None, traverser_id: str, epoch: int, now: float) -> Row:

@@ -25,7 +25,7 @@ from celery import Celery  # type: ignore[import-untyped]
 
 from .._crashpoints import crashpoint
 from .._engine import execute_turn
-from ..store import RunState, open_store
+from ..store import RunState, metrics, open_store
 from ._celery import TURN_TASK, CeleryOptions, CeleryStore, celery_store, dispatch, make_app
 from ._local import _dead_local_owners, owner_id
 
@@ -94,6 +94,7 @@ class Worker:
             crashpoint("after_claim")
             with self._lock:
                 self._active += 1
+            metrics.PERMITS_IN_USE.inc()
             try:
                 state = await self.store.load_state(run_id) if claim.resumed else RunState()
                 suspended = await execute_turn(self.store, claim, state)
@@ -101,11 +102,17 @@ class Worker:
                 # Not the workflow's failure (execute_turn records those) but ours, e.g. the
                 # database went away: give the lease back rather than heartbeat it forever; the
                 # sweeper publishes the run again.
-                log.exception("run %s: turn crashed; releasing its lease", run_id)
+                metrics.CRASHES.labels("workflow").inc()
+                log.exception(
+                    "run %s: turn crashed; releasing its lease",
+                    run_id,
+                    extra={"run_id": run_id, "attempt": claim.fence.epoch},
+                )
                 with contextlib.suppress(Exception):
                     await self.store.release(claim.fence, now=time.time())
                 raise
             finally:
+                metrics.PERMITS_IN_USE.dec()
                 with self._lock:
                     self._active -= 1
                     self.turns += 1
@@ -189,6 +196,7 @@ class Sweeper:
         dead = _dead_local_owners(await store.lease_owners(now=swept_at), self.owner)
         if dead:
             freed = await store.expire_leases_of(dead, now=swept_at)
+            metrics.LEASE_EXPIRIES.labels("workflow").inc(freed)
             log.info("freed %d run(s) of dead worker(s) %s", freed, ", ".join(dead))
         now = time.time()
         # Rows whose lease ran out (dead workers) and rows nobody published for a while ...
@@ -266,16 +274,27 @@ def run_worker(
     sweeper: bool = True,
     loglevel: str = "INFO",
     hostname: str | None = None,
+    metrics_port: int | None = None,
+    metrics_host: str = "127.0.0.1",
 ) -> None:
     """Run a Celery worker for pyworkflow turns in this process (blocks until shutdown).
     ``concurrency`` defaults by pool: threads only wait for the process's turn loop, so 32 of them
-    keep the database busy; prefork children each run a loop, one per CPU; solo runs one."""
+    keep the database busy; prefork children each run a loop, one per CPU; solo runs one.
+    ``metrics_port``: serve this process's metrics at ``http://metrics_host:port/metrics``."""
     if concurrency is None:
         concurrency = default_concurrency(pool)
     app = build_app(settings)
     sweep = Sweeper(settings) if sweeper else None
     if sweep is not None:
         sweep.start()
+    stop_collecting = None
+    if metrics_port is not None:
+        metrics.PERMITS.set(concurrency)
+        # The state gauges read the database through the sweeper's store, else the worker's.
+        store = sweep.store if sweep is not None else current_worker().store
+        stop_collecting = metrics.collect_store(store.database.read, store)
+        port = metrics.start_metrics_server(metrics_port, metrics_host)
+        log.info("metrics on http://%s:%d/metrics", metrics_host, port)
     argv = [
         "worker",
         f"--pool={pool}",
@@ -289,6 +308,8 @@ def run_worker(
     try:
         app.worker_main(argv)
     finally:
+        if stop_collecting is not None:
+            stop_collecting()
         if sweep is not None:
             sweep.stop()
         if _worker is not None and _worker.pid == os.getpid():

@@ -17,7 +17,7 @@ from collections.abc import Callable, Iterable
 
 from .._crashpoints import crashpoint
 from .._engine import execute_turn
-from ..store import Claim, RunState, Store
+from ..store import Claim, RunState, Store, metrics
 
 log = logging.getLogger("pyworkflow.runtime")
 _HOST = socket.gethostname()
@@ -68,6 +68,7 @@ class LocalRuntime:
         self._changed: dict[str, asyncio.Event] = {}
         self._unsubscribe: Callable[[], None] | None = None
         self.turns = 0  # turns executed by this runtime (for tests and benchmarks)
+        metrics.PERMITS.set(max_concurrency)
 
     # -- lifecycle ------------------------------------------------------------------------------
 
@@ -139,7 +140,12 @@ class LocalRuntime:
     def _spawn(self, claim: Claim, state: RunState | None) -> None:
         task = asyncio.create_task(self._turn(claim, state), name=f"pyworkflow-turn:{claim.fence.run_id}")
         self._tasks.add(task)
-        task.add_done_callback(self._tasks.discard)
+        metrics.PERMITS_IN_USE.inc()
+        task.add_done_callback(self._turn_done)
+
+    def _turn_done(self, task: asyncio.Task[None]) -> None:
+        self._tasks.discard(task)
+        metrics.PERMITS_IN_USE.dec()
 
     async def _turn(self, claim: Claim, state: RunState | None) -> None:
         run_id = claim.fence.run_id
@@ -154,7 +160,12 @@ class LocalRuntime:
             finally:
                 raise
         except Exception:
-            log.exception("run %s: turn crashed; its lease will expire and the run will be retried", run_id)
+            metrics.CRASHES.labels("workflow").inc()
+            log.exception(
+                "run %s: turn crashed; its lease will expire and the run will be retried",
+                run_id,
+                extra={"run_id": run_id, "attempt": claim.fence.epoch},
+            )
         finally:
             event = self._changed.pop(run_id, None)
             if event is not None:
@@ -224,4 +235,5 @@ class LocalRuntime:
         dead = _dead_local_owners(await self.store.lease_owners(now=time.time()), self.owner)
         if dead:
             count = await self.store.expire_leases_of(dead, now=time.time())
+            metrics.LEASE_EXPIRIES.labels("workflow").inc(count)
             log.info("freed %d run(s) left by dead process(es) %s", count, ", ".join(dead))

@@ -11,6 +11,9 @@ the rules both faces apply inside their own transactions (:func:`write_checkpoin
 :func:`wake_run`: waking a run, pyworkflow's or one served by remote workers, after its wait
 resolved or expired).
 
+Operating them: :mod:`metrics` (the metrics of both faces, one registry per process) and
+:func:`setup_logging` (the one logging set-up: level names, text or JSON, :func:`redact`).
+
 ``PostgresDatabase`` and ``PostgresStore`` are imported on first use: psycopg is the postgres
 extra's, and nothing else here needs it.
 """
@@ -20,7 +23,9 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from .._errors import ConfigurationError
+from . import _metrics as metrics
 from ._group_commit import WRITE_TIMEOUT, GroupCommitWriter
+from ._logs import log_format, log_level, redact, setup_logging
 from ._migrations import (
     Migration,
     apply_migrations,
@@ -81,10 +86,15 @@ __all__ = [
     "apply_postgres_migrations",
     "check_revision",
     "load_migrations",
+    "log_format",
+    "log_level",
+    "metrics",
     "open_store",
     "parse_storage_url",
     "pyworkflow_migrations",
+    "redact",
     "redact_url",
+    "setup_logging",
     "sqlite_path",
     "wake_run",
     "write_checkpoint",

@@ -250,6 +250,11 @@ class PostgresStore:
         """One statement that may lock several runs in any order: its own transaction, never in a group."""
         return await self._submit(sql, params, None)
 
+    @property
+    def database(self) -> PostgresDatabase:
+        """The kit database under this store (its reads serve the metrics' state gauges)."""
+        return self._writer
+
     def close(self) -> None:
         """Let running transitions finish (up to 10 s), close the pool and stop the store's thread."""
         if self._closed:

@@ -318,4 +318,10 @@ class Store(Protocol):
 
     async def expire_due_waits(self, *, now: float, limit: int = 500) -> int: ...
 
+    @property
+    def database(self) -> Any:
+        """The kit database under the store (a :class:`~pyworkflow.store.GroupCommitWriter`):
+        its ``read(fn)`` serves the metrics' state gauges."""
+        ...
+
     def close(self) -> None: ...

@@ -257,6 +257,11 @@ class SQLiteStore:
         self.db = db
         self.url = f"sqlite:///{self.db.path}"
 
+    @property
+    def database(self) -> SQLiteDatabase:
+        """The kit database under this store (its reads serve the metrics' state gauges)."""
+        return self.db
+
     def close(self) -> None:
         self.db.close()
 

@@ -74,8 +74,10 @@ class ServerProcess:
     """``python -m atfgraph.server`` on a fixed port and database, restartable. The database is
     a SQLite file in ``home`` or, on the PostgreSQL backend, a new PostgreSQL database."""
 
-    def __init__(self, home: Path, db: str | None = None) -> None:
+    def __init__(self, home: Path, db: str | None = None, args: tuple[str, ...] = ()) -> None:
         self.home = home
+        #: more command-line options of the server (logging, metrics)
+        self.args = args
         self.db_path = home / "graph.db"
         self._own_db = db is None and ON_POSTGRES
         #: what ``--db`` is given: the SQLite file, or the PostgreSQL URL
@@ -100,6 +102,7 @@ class ServerProcess:
                     str(self.port),
                     "--db",
                     self.db,
+                    *self.args,
                 ],
                 cwd=REPO,
                 env=self.env,

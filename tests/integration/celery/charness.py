@@ -30,8 +30,15 @@ class Cluster:
     max_crashes: int = 5
     workers: list[subprocess.Popen[bytes]] = field(default_factory=list)
 
-    def start_worker(self, concurrency: int = 8, *, extra_env: dict[str, str] | None = None,
-                     sweeper: bool = True) -> subprocess.Popen[bytes]:  # fmt: skip
+    def start_worker(
+        self,
+        concurrency: int = 8,
+        *,
+        extra_env: dict[str, str] | None = None,
+        sweeper: bool = True,
+        args: tuple[str, ...] = (),
+    ) -> subprocess.Popen[bytes]:
+        """A ``pyworkflow worker`` (``args``: more of its options)."""
         n = len(self.workers)
         log = open(self.workdir / f"worker{n}.log", "ab")  # noqa: SIM115 - owned by the process
         cmd = [
@@ -43,6 +50,7 @@ class Cluster:
         ]  # fmt: skip
         if not sweeper:
             cmd.append("--no-sweeper")
+        cmd += args
         proc = subprocess.Popen(cmd, env={**self.env, **(extra_env or {})}, stdout=log, stderr=log, cwd=ROOT)
         log.close()
         self.workers.append(proc)

@@ -207,3 +207,58 @@ async def test_a_worker_restarted_by_its_supervisor_picks_up_every_run(client: C
         await pyworkflow.resume_hook(cwf.token_of(i), {"ok": i})
     client.wait_statuses("completed", 2 * count, timeout=90)
     _check_hitl_results(client, 2 * count)
+
+
+def _scrape(port: int) -> dict[tuple[str, frozenset[tuple[str, str]]], float]:
+    import httpx
+    from prometheus_client.parser import text_string_to_metric_families
+
+    try:
+        text = httpx.get(f"http://127.0.0.1:{port}/metrics", timeout=5).text
+    except httpx.HTTPError:
+        return {}
+    return {
+        (s.name, frozenset(s.labels.items())): s.value
+        for family in text_string_to_metric_families(text)
+        for s in family.samples
+    }
+
+
+async def test_worker_metrics_port_after_a_run(client: Cluster) -> None:
+    """``pyworkflow worker --metrics-port``: scraped after a run that waited for a payload."""
+    import socket
+
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    client.start_worker(concurrency=4, args=("--metrics-port", str(port)))
+    await pyworkflow.start(cwf.hitl, 0)
+    client.wait_statuses("suspended", 1, timeout=30)
+    client.wait_for("the token", lambda: _tokens_ready(1), timeout=10)
+    await pyworkflow.resume_hook(cwf.token_of(0), {"ok": 0})
+    client.wait_statuses("completed", 1, timeout=30)
+
+    def sample(
+        samples: dict[tuple[str, frozenset[tuple[str, str]]], float], name: str, **labels: str
+    ) -> float:
+        return samples.get((name, frozenset(labels.items())), 0.0)
+
+    # The state gauges come from the database (cached for a second): they come to equal it.
+    client.wait_for(
+        "the scraped runs to equal the database",
+        lambda: (
+            sample(_scrape(port), "pyworkflow_runs", status="completed", kind="workflow") == 1
+            and client.statuses() == {"completed": 1}
+        ),
+        timeout=15,
+    )
+    samples = _scrape(port)
+    assert sample(samples, "pyworkflow_store_up") == 1
+    assert sample(samples, "pyworkflow_decision_to_running_seconds_count", kind="step_hook") == 1
+    assert sample(samples, "pyworkflow_attempt_seconds_count", kind="workflow", outcome="suspended") == 1
+    assert sample(samples, "pyworkflow_attempt_seconds_count", kind="workflow", outcome="completed") == 1
+    assert sample(samples, "pyworkflow_step_seconds_count", outcome="completed") == 2  # prepare, review
+    assert sample(samples, "pyworkflow_worker_permits") == 4
+    assert sample(samples, "pyworkflow_worker_permits_in_use") == 0
+    assert sample(samples, "pyworkflow_group_commit_batch_size_count") > 0
+    assert sample(samples, "pyworkflow_waits_pending", kind="step_hook") == 0

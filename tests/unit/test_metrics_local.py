@@ -1,0 +1,131 @@
+"""The local runtime's metrics opt-in (``pyworkflow.start_metrics_server``), scraped over HTTP
+after real runs on the backend under test: the state gauges equal the database, the event
+metrics moved by exactly what the runs did (the registry is this test process's: deltas)."""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+import httpx
+from prometheus_client.parser import text_string_to_metric_families
+
+import pyworkflow
+from pyworkflow import FatalError, RetryableError, hook, sleep, step, workflow
+
+Samples = dict[tuple[str, frozenset[tuple[str, str]]], float]
+
+_failed_once: set[str] = set()
+
+
+def parse(text: str) -> Samples:
+    return {
+        (s.name, frozenset(s.labels.items())): s.value
+        for family in text_string_to_metric_families(text)
+        for s in family.samples
+    }
+
+
+async def scrape(port: int) -> Samples:
+    response = await asyncio.to_thread(httpx.get, f"http://127.0.0.1:{port}/metrics", timeout=10)
+    assert response.status_code == 200
+    return parse(response.text)
+
+
+def value(samples: Samples, name: str, **labels: str) -> float:
+    return samples.get((name, frozenset(labels.items())), 0.0)
+
+
+@step(retry_delay=0.01)
+async def flaky(key: str) -> str:
+    if key not in _failed_once:
+        _failed_once.add(key)
+        raise RetryableError("first attempt fails")
+    return key
+
+
+@step(max_retries=0)
+async def broken() -> None:
+    raise FatalError("no")
+
+
+@workflow
+async def reviewed(key: str) -> Any:
+    await flaky(key)
+    await sleep(0.01)
+    return await hook("review")
+
+
+@workflow
+async def failing() -> None:
+    await broken()
+
+
+def database_runs() -> dict[tuple[str, str], int]:
+    store = pyworkflow.get_store()
+    query = "SELECT status, node_id IS NULL, count(*) FROM runs GROUP BY status, node_id IS NULL"
+    rows = store.database.read(lambda conn: conn.execute(query).fetchall())
+    return {(str(s), "workflow" if local else "traverser"): int(n) for s, local, n in rows}
+
+
+def runs_gauge(samples: Samples) -> dict[tuple[str, str], int]:
+    return {
+        (dict(labels)["status"], dict(labels)["kind"]): int(v)
+        for (name, labels), v in samples.items()
+        if name == "pyworkflow_runs"
+    }
+
+
+async def test_local_runtime_serves_metrics_when_asked(engine: str) -> None:
+    port = pyworkflow.start_metrics_server(0)
+    assert pyworkflow.start_metrics_server(0) == port  # once per process
+    before = await scrape(port)
+
+    run_id = await pyworkflow.start(reviewed, "a")
+    deadline = asyncio.get_running_loop().time() + 30
+    while not (pending := [h for h in await pyworkflow.list_pending_hooks() if h.run_id == run_id]):
+        assert asyncio.get_running_loop().time() < deadline, "the hook never became pending"
+        await asyncio.sleep(0.05)  # polling: the runtime fires the back-off and the sleep meanwhile
+    waiting = await scrape(port)
+    assert value(waiting, "pyworkflow_waits_pending", kind="hook") >= 1
+    await pyworkflow.resume_hook_by_id(pending[0].hook_id, {"ok": True})
+    assert (await pyworkflow.wait_for_run(run_id, timeout=30)).status == "completed"
+    failed = await pyworkflow.start(failing)
+    assert (await pyworkflow.wait_for_run(failed, timeout=30)).status == "failed"
+
+    # State is read from the database at scrape time (cached for a second): it comes to equal it.
+    while runs_gauge(after := await scrape(port)) != database_runs():
+        assert asyncio.get_running_loop().time() < deadline, (runs_gauge(after), database_runs())
+        await asyncio.sleep(0.1)
+    assert database_runs() == {("completed", "workflow"): 1, ("failed", "workflow"): 1}
+    assert value(after, "pyworkflow_store_up") == 1
+
+    def moved(name: str, **labels: str) -> float:
+        return value(after, name, **labels) - value(before, name, **labels)
+
+    # One payload continued the run; one sleep and one retry back-off fired, each with lateness.
+    assert moved("pyworkflow_decision_to_running_seconds_count", kind="hook") == 1
+    assert moved("pyworkflow_timers_fired_total", kind="timer") == 1
+    assert moved("pyworkflow_timers_fired_total", kind="retry") == 1
+    assert moved("pyworkflow_timer_lateness_seconds_count", kind="timer") == 1
+    assert moved("pyworkflow_retries_total", kind="step") == 1
+    # Step executions: flaky failed once then completed; broken failed.
+    assert moved("pyworkflow_step_seconds_count", outcome="completed") == 1
+    assert moved("pyworkflow_step_seconds_count", outcome="failed") == 2
+    # Turns: three suspensions (retry, sleep, hook), one completion, one failure.
+    assert moved("pyworkflow_attempt_seconds_count", kind="workflow", outcome="suspended") == 3
+    assert moved("pyworkflow_attempt_seconds_count", kind="workflow", outcome="completed") == 1
+    assert moved("pyworkflow_attempt_seconds_count", kind="workflow", outcome="failed") == 1
+    assert moved("pyworkflow_group_commit_batch_size_count") > 0
+    assert value(after, "pyworkflow_worker_permits") == 1000
+    assert value(after, "pyworkflow_worker_permits_in_use") == 0
+
+
+async def test_a_scrape_without_an_open_store_reports_it_down(engine: str) -> None:
+    port = pyworkflow.start_metrics_server(0)
+    await pyworkflow.shutdown()  # closes the store
+    deadline = asyncio.get_running_loop().time() + 10
+    while value(samples := await scrape(port), "pyworkflow_store_up") != 0:
+        assert asyncio.get_running_loop().time() < deadline, "pyworkflow_store_up never went to 0"
+        await asyncio.sleep(0.1)
+    assert not any(name == "pyworkflow_runs" for name, _ in samples)
