@@ -124,7 +124,13 @@ class InvalidTokenError(HookError):
 
 
 class PayloadValidationError(HookError):
-    """The payload does not match the hook's payload schema."""
+    """The payload does not match the hook's payload schema. ``path`` is where in the payload
+    (object keys and array indexes; a missing required property is named as the last element),
+    empty for the payload as a whole."""
+
+    def __init__(self, message: str, path: tuple[str | int, ...] = ()) -> None:
+        super().__init__(message)
+        self.path = path
 
 
 class SuspensionSignal(BaseException):

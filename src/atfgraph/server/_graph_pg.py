@@ -209,7 +209,8 @@ class PgTransitions:
         row = (await self._call(SQL_FN_REQUEST_APPROVAL, params, traverser_id))[0]
         outcome = str(row[0])
         if outcome == "ok":
-            approval = dict(zip(APPROVAL_FIELDS, row[2:], strict=True))
+            # The function serves requests without a response schema (the Python rule stores one).
+            approval = dict(zip(APPROVAL_FIELDS, row[2:], strict=True), response_schema=None)
             self._remember(approval["id"], traverser_id)
             return approval_view(approval), bool(row[1])
         if outcome == FALLBACK:
@@ -246,7 +247,9 @@ class PgTransitions:
         row = (await self._call(SQL_FN_DECIDE, params, run_id))[0]
         outcome = str(row[0])
         if outcome in ("ok", "same"):
-            return approval_view(dict(zip(APPROVAL_FIELDS, row[2:], strict=True))), row[1]
+            # The caller (Service.decide) read the approval's response schema before deciding.
+            decided = dict(zip(APPROVAL_FIELDS, row[2:], strict=True), response_schema=None)
+            return approval_view(decided), row[1]
         if outcome == FALLBACK:
             return None
         if outcome == "missing":

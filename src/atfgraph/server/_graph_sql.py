@@ -158,15 +158,18 @@ SELECT w.id, w.run_id AS traverser_id, w.wait_key AS operation_key,
        w.prompt, w.checkpoint,
        COALESCE(w.decided_by, CASE w.status WHEN 'expired' THEN 'system:expiry'
                                             WHEN 'cancelled' THEN 'system:cancelled' END) AS decided_by,
-       w.payload AS response, w.created_at, w.expires_at, w.resolved_at AS decided_at
+       w.payload AS response, w.created_at, w.expires_at, w.resolved_at AS decided_at,
+       w.payload_schema AS response_schema
 FROM waits w
 """
 SQL_INSERT_APPROVAL = """
 INSERT INTO waits (id, run_id, wait_key, kind, name, step_key, status, created_at, expires_at, prompt,
-                   checkpoint)
-VALUES (?, ?, ?, 'approval', ?, '', 'pending', ?, ?, ?, ?)
+                   checkpoint, payload_schema)
+VALUES (?, ?, ?, 'approval', ?, '', 'pending', ?, ?, ?, ?, ?)
 """
 SQL_GET_APPROVAL = APPROVAL_ROW + "WHERE w.id = ? AND w.kind = 'approval'"
+# What a decision's response must match, read before deciding (primary key).
+SQL_APPROVAL_SCHEMA = "SELECT payload_schema FROM waits WHERE id = ? AND kind = 'approval'"
 # The approval with its run's lock (the run is what a decision changes) and its own row's, so
 # that a decision that waited for another reads the approval as that one left it.
 SQL_LOCK_APPROVAL = (

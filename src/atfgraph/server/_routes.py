@@ -269,6 +269,7 @@ async def put_checkpoint(request: Request, traverser_id: str, name: str) -> Resp
             "checkpoint": _ANY,
             "expires_in_seconds": {"type": "number"},
             "pause": {"type": "boolean"},
+            "response_schema": {"type": "object"},
         },
         ["traverser_id", "operation_key", "prompt"],
     ),
@@ -290,6 +291,7 @@ async def request_approval(request: Request, who: Annotated[Principal, Depends(c
         f.number("expires_in_seconds", required=False, maximum=10 * 365 * 86400),
         f.boolean("pause", True),
         f.steps(),
+        f.json("response_schema", required=False),
     )
     return ok({"approval": approval, "paused": paused})
 

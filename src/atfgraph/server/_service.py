@@ -15,10 +15,13 @@ import time
 from collections.abc import Sequence
 from typing import Any
 
+import jsonschema
+
 import pyworkflow
 from pyworkflow import validate_payload
 from pyworkflow.store import WaitKind, WaitRecord
 
+from .._json import dumps, fragment, loads
 from .._models import DECISIONS
 from ._graph_rows import StepRecord
 from ._hub import Hub, node_key, traverser_key
@@ -72,9 +75,13 @@ class Service:
         expires_in_seconds: float | None,
         pause: bool,
         steps: Sequence[StepRecord] = (),
+        response_schema: bytes | None = None,
     ) -> tuple[dict[str, Any], bool]:
         """Find or create the approval (traverser, operation_key); with ``pause`` (under the lease
-        ``epoch``) a pending one also parks the traverser. Returns it and whether it paused."""
+        ``epoch``) a pending one also parks the traverser. Returns it and whether it paused.
+        ``response_schema``, a JSON Schema, is what an approving response must match."""
+        if response_schema is not None:
+            check_response_schema(loads(response_schema))
         audit = AuditEntry(
             who,
             "approval.request",
@@ -83,8 +90,9 @@ class Service:
             {"traverser_id": traverser_id, "operation_key": operation_key},
         )
         approval, paused = await self.store.request_approval(
-            traverser_id, epoch, operation_key, prompt, checkpoint, expires_in_seconds, pause, steps, audit
-        )
+            traverser_id, epoch, operation_key, prompt, checkpoint, expires_in_seconds, pause, steps, audit,
+            response_schema,
+        )  # fmt: skip
         if paused:
             self.hub.notify(traverser_key(traverser_id))
         return approval, paused
@@ -93,15 +101,23 @@ class Service:
         self, who: Principal, approval_id: str, decision: str, response: bytes | None
     ) -> dict[str, Any]:
         """Record ``approved`` or ``rejected`` by ``who``; the paused traverser continues. The same
-        decision again is idempotent; a different one is refused (``approval_decided``)."""
+        decision again is idempotent; a different one is refused (``approval_decided``). When the
+        approval declares a response schema, an approving response (null when absent) must match
+        it (``response_invalid``, with the path in the message and on the refusal); a rejection's
+        response is free (a note, or nothing)."""
         if decision not in DECISIONS:
             raise Invalid("decision must be 'approved' or 'rejected'", "validation_error")
         audit = AuditEntry(who, "approval.decide", approval_id, "allowed")
         try:
+            schema = self.store.approval_schema(approval_id)
+            if schema is not None and decision == "approved":
+                check_response(schema, None if response is None else loads(response))
             approval, node = await self.store.decide(approval_id, decision, response, who.name, audit)
         except Refusal as exc:
             await self._refused(who, "approval.decide", approval_id, exc.code)
             raise
+        if schema is not None:
+            approval["response_schema"] = fragment(dumps(schema))
         if node is not None:
             self.hub.notify(node_key(node))
             self.hub.notify(traverser_key(approval["traverser_id"]))
@@ -130,7 +146,7 @@ class Service:
         except pyworkflow.HookError as exc:
             await self._refused(who, "hook.resume", hook_id, str(exc))
             if isinstance(exc, pyworkflow.PayloadValidationError):
-                raise Invalid(str(exc), "payload_invalid") from None
+                raise Invalid(str(exc), "payload_invalid", exc.path) from None
             raise Conflict(str(exc), "hook_not_pending") from None
         return resolved
 
@@ -138,4 +154,25 @@ class Service:
         await self.identity.audit(who, action, target=target, outcome="refused", detail=detail)
 
 
-__all__ = ["HOOK_KINDS", "Service"]
+def check_response_schema(schema: Any) -> None:
+    """A response schema must be a JSON Schema object that its own metaschema accepts."""
+    if not isinstance(schema, dict):
+        raise Invalid("body.response_schema must be a JSON Schema object", "validation_error")
+    try:
+        jsonschema.validators.validator_for(schema).check_schema(schema)
+    except jsonschema.SchemaError as exc:
+        raise Invalid(
+            f"body.response_schema is not a valid JSON Schema: {exc.message}", "validation_error"
+        ) from None
+
+
+def check_response(schema: Any, response: Any) -> None:
+    """Refuse an approving response that does not match the approval's response schema."""
+    try:
+        pyworkflow.check_json_schema(schema, response, "the approval's response schema")
+    except pyworkflow.PayloadValidationError as exc:
+        message = str(exc).replace("payload does not match", "the response does not match", 1)
+        raise Invalid(message, "response_invalid", exc.path) from None
+
+
+__all__ = ["HOOK_KINDS", "Service", "check_response", "check_response_schema"]

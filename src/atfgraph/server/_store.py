@@ -64,6 +64,7 @@ from ._graph_sql import (
     ENGINE_STATUS,
     SQL_ALL_APPROVALS,
     SQL_APPROVAL_BY_KEY,
+    SQL_APPROVAL_SCHEMA,
     SQL_APPROVALS_IN_STATUS,
     SQL_APPROVALS_OF,
     SQL_CANCEL_WAITS,
@@ -549,11 +550,14 @@ class GraphStore(ConsoleReads):
         pause: bool,
         steps: Sequence[StepRecord],
         audit: AuditEntry | None = None,
+        response_schema: bytes | None = None,
     ) -> tuple[dict[str, Any], bool]:
         """Find or create the approval (traverser, operation_key). Returns it and whether the
         traverser is now paused on it (a pending approval requested with ``pause``). ``audit``
-        is recorded when the approval is created (its target becomes the approval's id)."""
-        if self._pg is not None:
+        is recorded when the approval is created (its target becomes the approval's id).
+        ``response_schema`` (a JSON Schema) is stored as the wait's payload schema; the
+        PostgreSQL function does not take one, so such a request runs the Python rule."""
+        if self._pg is not None and response_schema is None:
             now = time.time()
             expires_at = None if expires_in_seconds is None else now + expires_in_seconds
             found = await self._pg.request_approval(
@@ -582,7 +586,17 @@ class GraphStore(ConsoleReads):
                 expires_at = None if expires_in_seconds is None else now + expires_in_seconds
                 conn.execute(
                     SQL_INSERT_APPROVAL,
-                    (ident, traverser_id, operation_key, operation_key, now, expires_at, prompt, checkpoint),
+                    (
+                        ident,
+                        traverser_id,
+                        operation_key,
+                        operation_key,
+                        now,
+                        expires_at,
+                        prompt,
+                        checkpoint,
+                        response_schema,
+                    ),
                 )
                 approval = _row(conn, SQL_GET_APPROVAL, (ident,))
                 assert approval is not None
@@ -601,6 +615,13 @@ class GraphStore(ConsoleReads):
             return approval_view(approval), paused
 
         return await self.db.write(fn)
+
+    def approval_schema(self, approval_id: str) -> Any:
+        """The approval's response schema, decoded (None: it declares none)."""
+        row = self._read1(lambda c: _row(c, SQL_APPROVAL_SCHEMA, (approval_id,)))
+        if row is None:
+            raise NotFound.of("approval", approval_id)
+        return None if row["payload_schema"] is None else loads(row["payload_schema"])
 
     def get_approval(self, approval_id: str) -> dict[str, Any]:
         row = self._read1(lambda c: _row(c, SQL_GET_APPROVAL, (approval_id,)))

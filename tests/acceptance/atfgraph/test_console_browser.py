@@ -117,14 +117,14 @@ async def test_reviewer_signs_in_sees_the_refund_approves_it_and_the_traverser_s
     session = next(c for c in await page.context.cookies() if c["name"] == "atfg_console")
     assert (session["httpOnly"], session["sameSite"], session["path"]) == (True, "Strict", "/")
 
-    # Policies: the pending refund with its traverser, node, key, prompt and checkpoint.
+    # The inbox: the pending refund led by its question, then its traverser, node, key, the rest
+    # of the prompt and the checkpoint.
     card = page.locator(f"article[data-approval-id='{approval['id']}']")
     await expect(card).to_contain_text(handle.id)
     await expect(card).to_contain_text("refunds.request_refund")
     await expect(card.locator(".operation-key")).to_have_text("refund:QF-4417")
-    await expect(card.locator(".prompt")).to_contain_text(
-        '"question": "Refund 480.0 AUD on QF-4417 (BNE-SYD)?"'
-    )
+    await expect(card.locator("h3.question")).to_have_text("Refund 480.0 AUD on QF-4417 (BNE-SYD)?")
+    await expect(card.locator(".prompt")).not_to_contain_text('"question"')
     await expect(card.locator(".checkpoint")).to_contain_text('"prepared_on_attempt": 1')
     await expect(card.locator(".checkpoint")).to_contain_text('"route": "BNE-SYD"')
     await shot(page, "policies")
@@ -294,16 +294,26 @@ async def test_a_pyworkflow_step_hook_in_the_same_database_is_resumed_from_the_i
         await expect(card).to_contain_text("step_hook")
         await shot(page, "inbox")
 
-        # The hook's schema is enforced: a wrong payload changes nothing.
-        await card.locator("textarea[name=payload]").fill('{"approved": "yes"}')
+        # The hook's schema is a form (a yes/no field for the boolean) with a raw JSON fallback.
+        await expect(card.get_by_label("approved")).to_have_count(1)
+        raw = card.locator("textarea[name=payload]")
+        await card.get_by_text("Answer as raw JSON instead").click()
+        # The schema is enforced: a wrong payload changes nothing, and the page comes back with
+        # the text as typed and the reason beside the field it concerns.
+        await raw.fill('{"approved": "yes"}')
         await card.get_by_role("button", name="Resume").click()
-        await expect(page.locator(".flash.error")).to_contain_text("schema")
-        await card.locator("textarea[name=payload]").fill("{not json")
+        field = card.locator(".field[data-field='f.approved']")
+        await expect(field.locator(".field-error")).to_contain_text("schema at approved")
+        await expect(raw).to_have_value('{"approved": "yes"}')
+        await raw.fill("{not json")
         await card.get_by_role("button", name="Resume").click()
-        await expect(page.locator(".flash.error")).to_contain_text("not valid JSON")
+        await expect(card.locator(".field[data-field=payload] .field-error")).to_contain_text(
+            "not valid JSON"
+        )
+        await expect(raw).to_have_value("{not json")
         assert (await pyworkflow.get_workflow_run(run_id)).status == "suspended"
 
-        await card.locator("textarea[name=payload]").fill('{"approved": true, "by": "console"}')
+        await raw.fill('{"approved": true, "by": "console"}')
         await card.get_by_role("button", name="Resume").click()
         await expect(page.locator(".flash.ok")).to_contain_text("resumed by rita")
         await expect(page.locator("article.hook", has_text=run_id)).to_have_count(0)
@@ -399,7 +409,7 @@ async def test_the_runs_page_lists_pyworkflow_runs_beside_traversers_and_shows_o
         # Answered from the inbox (linked from the wait), the run completes and the page says so.
         await wait_row.get_by_role("link", name="answer in the inbox").click()
         card = page.locator("article.hook", has_text=run_id)
-        await card.locator("textarea[name=payload]").fill('{"approved": true}')
+        await card.get_by_label("approved").select_option("true")  # the schema form's field
         await card.get_by_role("button", name="Resume").click()
         await expect(page.locator(".flash.ok")).to_contain_text("resumed by rita")
         await pyworkflow.wait_for_run(run_id, timeout=15)

@@ -41,7 +41,7 @@ def signed_in(server: ServerProcess, token: str) -> Iterator[httpx.Client]:
 
 
 def flashes(html: str) -> list[str]:
-    return re.findall(r'<p class="flash (?:ok|error)" role="status">([^<]*)</p>', html)
+    return re.findall(r'<p class="flash (?:ok|error)" role="(?:status|alert)">([^<]*)</p>', html)
 
 
 def test_anonymous_visits_go_to_sign_in_and_every_console_answer_carries_the_csp(
@@ -52,12 +52,19 @@ def test_anonymous_visits_go_to_sign_in_and_every_console_answer_carries_the_csp
             r = http.get(path)
             assert (r.status_code, r.headers["location"]) == (303, "/login"), path
             assert r.headers["content-security-policy"] == CSP
-        for path, kind in (("/login", "text/html"), ("/static/console.css", "text/css")):
+        for path, kind in (
+            ("/login", "text/html"),
+            ("/static/console.css", "text/css"),
+            ("/static/console.js", "text/javascript"),
+        ):
             r = http.get(path)
             assert r.status_code == 200 and r.headers["content-type"].startswith(kind)
             assert r.headers["content-security-policy"] == CSP
             assert r.headers["x-content-type-options"] == "nosniff"
-        assert "<script" not in http.get("/login").text
+        # The one script is the console's own file (no inline code, no other origin).
+        scripts = re.findall(r"<script[^>]*>", http.get("/login").text)
+        assert scripts == ['<script src="/static/console.js" defer>'], scripts
+        assert http.get("/static/nope.js").status_code == 404
         # A POST that is not signed in is refused outright.
         r = http.post("/hooks/h/resume", data={"payload": "1"})
         assert r.status_code == 403 and r.headers["content-security-policy"] == CSP
@@ -122,12 +129,16 @@ async def test_the_response_field_is_a_note_or_json_and_bad_json_changes_nothing
     with signed_in(server, token) as http:
         csrf = hidden_csrf(http.get("/").text)
         url = f"/approvals/{approval['id']}/decide"
+        # A refused answer is shown again, as typed, with the reason beside the field (no redirect).
         page = http.post(
-            url, data={"csrf": csrf, "decision": "approved", "response": "{oops"}, follow_redirects=True
+            url, data={"csrf": csrf, "decision": "approved", "response": "{oops", "back": "/inbox"}
         )
-        assert any("not valid JSON" in f for f in flashes(page.text)), page.text
-        page = http.post(url, data={"csrf": csrf, "decision": "maybe"}, follow_redirects=True)
-        assert any("validation_error" in f for f in flashes(page.text)), page.text
+        assert page.status_code == 422, page.text
+        assert ">{oops</textarea>" in page.text
+        assert re.search(r'class="field-error"[^>]*>The answer is not valid JSON', page.text), page.text
+        page = http.post(url, data={"csrf": csrf, "decision": "maybe", "response": "keep me"})
+        assert page.status_code == 422 and ">keep me</textarea>" in page.text
+        assert re.search(r'class="field-error form-error"[^>]*>[^<]*validation_error', page.text), page.text
         assert (await client.get_approval(approval["id"]))["status"] == "pending"
 
         page = http.post(
