@@ -6,15 +6,14 @@ Screenshots land in test-artifacts/console/ (gitignored); docs/img/console-*.png
 from __future__ import annotations
 
 import re
-from collections.abc import AsyncIterator, Callable
-from pathlib import Path
+from collections.abc import Callable
 from typing import Any
 
-import httpx
 import pytest
-from atfg_harness import REPO, ServerProcess, WorkerProcess, wait_until
+from atfg_console import audit, create_token, new_page, shot, sign_in
+from atfg_harness import ServerProcess, WorkerProcess, wait_until
 from atfg_waits import only_approval, reach
-from playwright.async_api import Browser, Page, async_playwright, expect
+from playwright.async_api import Browser, expect
 
 import pyworkflow
 from atfgraph import Client
@@ -22,78 +21,9 @@ from pyworkflow import step, step_hook, workflow
 
 pytestmark = pytest.mark.browser
 
-CHROMIUM = Path("/usr/bin/chromium")
-ARGS = [
-    "--no-sandbox",
-    "--disable-gpu",
-    "--disable-background-networking",
-    "--disable-component-update",
-    "--disable-sync",
-    "--no-first-run",
-]
-ARTIFACTS = REPO / "test-artifacts" / "console"
 AGENT = "examples.python.features.approvals.agent:app"
 CSP = "default-src 'self'; frame-ancestors 'none'; base-uri 'none'; form-action 'self'"
 NOTE = "verified against the disruption log"
-
-
-@pytest.fixture
-async def browser() -> AsyncIterator[Browser]:
-    if not CHROMIUM.exists():
-        pytest.fail("Debian's chromium is missing: apt-get install -y chromium", pytrace=False)
-    async with async_playwright() as pw:
-        launched = await pw.chromium.launch(executable_path=str(CHROMIUM), args=ARGS)
-        yield launched
-        await launched.close()
-
-
-def create_token(server: ServerProcess, name: str, role: str) -> str:
-    """Mint a token through the API with the owner credential the server wrote on first start."""
-    r = httpx.post(
-        server.url + "/api/v2/tokens", json={"name": name, "role": role}, headers=server.headers(), timeout=10
-    )
-    assert r.status_code == 201, r.text
-    token: str = r.json()["token"]
-    return token
-
-
-def audit(server: ServerProcess, target: str) -> list[dict[str, Any]]:
-    r = httpx.get(
-        server.url + "/api/v2/audit", params={"target": target}, headers=server.headers(), timeout=10
-    )
-    r.raise_for_status()
-    items: list[dict[str, Any]] = r.json()["items"]
-    return items
-
-
-async def new_page(browser: Browser, size: tuple[int, int] = (1280, 900)) -> tuple[Page, list[str]]:
-    """A fresh context (no cookies) and page; returns the messages of any dialog that opened."""
-    context = await browser.new_context(viewport={"width": size[0], "height": size[1]})
-    page = await context.new_page()
-    dialogs: list[str] = []
-
-    async def on_dialog(dialog: Any) -> None:
-        dialogs.append(dialog.message)
-        await dialog.dismiss()
-
-    page.on("dialog", on_dialog)
-    return page, dialogs
-
-
-async def sign_in(page: Page, server: ServerProcess, token: str) -> int:
-    """Fill the sign-in form; returns the status of the form's answer (after redirects)."""
-    await page.goto(server.url + "/login")
-    await page.locator("input[name=token]").fill(token)
-    async with page.expect_navigation() as nav:
-        await page.get_by_role("button", name="Sign in").click()
-    response = await nav.value
-    assert response is not None
-    return response.status
-
-
-async def shot(page: Page, name: str) -> None:
-    ARTIFACTS.mkdir(parents=True, exist_ok=True)
-    await page.screenshot(path=str(ARTIFACTS / f"{name}.png"), full_page=True)
 
 
 async def test_reviewer_signs_in_sees_the_refund_approves_it_and_the_traverser_succeeds(
@@ -123,7 +53,7 @@ async def test_reviewer_signs_in_sees_the_refund_approves_it_and_the_traverser_s
     await expect(card).to_contain_text(handle.id)
     await expect(card).to_contain_text("refunds.request_refund")
     await expect(card.locator(".operation-key")).to_have_text("refund:QF-4417")
-    await expect(card.locator("h3.question")).to_have_text("Refund 480.0 AUD on QF-4417 (BNE-SYD)?")
+    await expect(card.locator(".question")).to_have_text("Refund 480.0 AUD on QF-4417 (BNE-SYD)?")
     await expect(card.locator(".prompt")).not_to_contain_text('"question"')
     await expect(card.locator(".checkpoint")).to_contain_text('"prepared_on_attempt": 1')
     await expect(card.locator(".checkpoint")).to_contain_text('"route": "BNE-SYD"')
