@@ -73,6 +73,7 @@ RULES: tuple[Rule, ...] = (
     _rule("GET", "/audit", "audit.list", A),
     _rule("GET", "/runs", "run.list", R),
     _rule("GET", "/runs/{id}", "run.get", R),
+    _rule("POST", "/runs/{id}/retry", "traverser.retry", S),
     _rule("GET", "/inbox", "inbox.list", R),
     _rule("GET", "/stats", "server.stats", R),
 )

@@ -83,6 +83,15 @@ SQL_DROP_QUEUE_ROW = "DELETE FROM queue WHERE run_id = ?"
 SQL_FINISH = "UPDATE runs SET status = ?, result = ?, error = ?, updated_at = ?, finished_at = ? WHERE id = ?"
 # End an attempt and queue another (retry, lease expiry, release). ``max_attempts`` grows by the
 # second parameter: 1 when the attempt is not to be charged (a release on shutdown), else 0 ...
+# A retry of a failed traverser: queued again with one more attempt allowed; its checkpoints,
+# recorded steps and decided approvals stay, so the handler starts from them.
+SQL_RETRY = """
+UPDATE runs SET status = 'pending', error = NULL, result = NULL, finished_at = NULL,
+               max_attempts = attempt + 1, updated_at = ?
+WHERE id = ? AND status = 'failed'
+"""
+# ... and its queue row for the node's workers, fenced at the last attempt (a claim goes above).
+SQL_QUEUE_RETRY = "INSERT INTO queue (run_id, available_at, epoch, node_id) VALUES (?, ?, ?, ?)"
 SQL_REQUEUE = """
 UPDATE runs SET status = 'pending', error = ?, max_attempts = max_attempts + ?, updated_at = ? WHERE id = ?
 """

@@ -64,6 +64,30 @@ class Service:
         self.hub.notify(traverser_key(traverser_id))
         return view
 
+    async def retry(self, who: Principal, run_id: str) -> dict[str, Any]:
+        """A new attempt of a failed traverser from its checkpoints (``GraphStore.retry``); its
+        node's workers are woken. A pyworkflow run is refused: its runtime owns its attempts."""
+        audit = AuditEntry(who, "traverser.retry", run_id, "allowed")
+        try:
+            view = await self.store.retry(run_id, audit)
+        except NotFound:
+            if await self.store.pyworkflow.get_run(run_id) is not None:
+                exc: Refusal = Conflict(
+                    f"run {run_id!r} is a pyworkflow run: retry applies to traversers (a pyworkflow "
+                    "step retries by its own policy; start the workflow again for a new run)",
+                    "not_a_traverser",
+                )
+            else:
+                exc = NotFound.of("run", run_id)
+            await self._refused(who, "traverser.retry", run_id, exc.code)
+            raise exc from None
+        except Refusal as exc:
+            await self._refused(who, "traverser.retry", run_id, exc.code)
+            raise
+        self.hub.notify(node_key(view["node_id"]))
+        self.hub.notify(traverser_key(run_id))
+        return view
+
     async def request_approval(
         self,
         who: Principal,

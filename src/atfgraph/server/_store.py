@@ -91,10 +91,12 @@ from ._graph_sql import (
     SQL_NODES_WITH_WORK,
     SQL_PAUSE,
     SQL_PENDING_APPROVALS,
+    SQL_QUEUE_RETRY,
     SQL_QUEUE_TRAVERSER,
     SQL_READY,
     SQL_RENEW,
     SQL_REQUEUE,
+    SQL_RETRY,
     SQL_STEPS,
     SQL_TRAVERSER_BY_KEY,
     SQL_TRAVERSER_EXISTS,
@@ -305,6 +307,33 @@ class GraphStore(ConsoleReads):
                 row = _row(conn, SQL_GET_TRAVERSER, (traverser_id,))
                 assert row is not None
             return traverser_view(row)
+
+        return await self.db.write(fn)
+
+    async def retry(self, traverser_id: str, audit: AuditEntry | None = None) -> dict[str, Any]:
+        """A new attempt of a failed traverser: queued for its node with one more attempt
+        allowed, from its checkpoints, recorded child steps and decided approvals. Refused for a
+        traverser that has not failed (``invalid_state``); ``audit`` is recorded with it."""
+
+        def fn(conn: Conn) -> dict[str, Any]:
+            now = time.time()
+            row = _row(conn, SQL_LOCK_TRAVERSER, (traverser_id,))
+            if row is None:
+                raise NotFound.of("traverser", traverser_id)
+            if (
+                row["status"] != TraverserStatus.FAILED
+                or conn.execute(SQL_RETRY, (now, traverser_id)).rowcount == 0
+            ):
+                raise Conflict(
+                    f"traverser {traverser_id!r} is {row['status']}; only a failed traverser is retried",
+                    "invalid_state",
+                )
+            conn.execute(SQL_QUEUE_RETRY, (traverser_id, now, row["attempt"], row["node_id"]))
+            if audit is not None:
+                write_audit(conn, audit, now)
+            retried = _row(conn, SQL_GET_TRAVERSER, (traverser_id,))
+            assert retried is not None
+            return traverser_view(retried)
 
         return await self.db.write(fn)
 

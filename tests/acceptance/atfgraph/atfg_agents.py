@@ -172,3 +172,13 @@ async def decided_while_running(wait_seconds: float = 1.5) -> dict[str, Any]:
     await asyncio.sleep(wait_seconds)
     decision = await app.request_approval("early?", operation_key="early")
     return {"status": decision["status"], "attempt": current_context().attempt}
+
+
+@app.skill()
+async def fails_until_retried() -> dict[str, Any]:
+    """Fails its first run after saving a checkpoint; a retry (a new attempt) starts from it."""
+    seen = await app.load_checkpoint("seen")
+    if seen is None:
+        await app.save_checkpoint("seen", {"failed_on": current_context().attempt})
+        raise HandlerError("the first run fails on purpose", code="first_run")
+    return {"seen": seen, "attempt": current_context().attempt}

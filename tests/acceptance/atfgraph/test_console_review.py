@@ -5,12 +5,14 @@ the decision is reachable by keyboard, and axe-core finds nothing on the pages a
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 import httpx
 import pytest
 from atfg_console import axe_violations, create_token, new_page, shot, sign_in
-from atfg_harness import ServerProcess
+from atfg_harness import ServerProcess, WorkerProcess
+from atfg_waits import reach
 from playwright.async_api import Browser, expect
 
 from atfgraph import Client
@@ -241,3 +243,55 @@ async def test_dark_mode_and_a_390px_screen_keep_the_inbox_usable(
     assert background == "rgb(15, 20, 27)", background
     assert await axe_violations(page) == []
     await shot(page, "inbox-dark-390")
+
+
+async def test_a_failed_run_is_retried_from_its_checkpoint_after_confirmation_and_the_api_agrees(
+    server: ServerProcess, spawn_worker: Callable[..., WorkerProcess], client: Client, browser: Browser
+) -> None:
+    spawn_worker()
+    handle = await client.submit("tester.fails_until_retried", {})
+    await reach(client, handle.id, "failed")
+    queued = await client.submit("nobody.home", {})
+    owner = server.token("owner")
+    page, dialogs = await new_page(browser)
+    assert await sign_in(page, server, owner) == 200
+
+    # Retry asks first (on the page, no script needed); "No" changes nothing.
+    await page.goto(f"{server.url}/runs/{handle.id}")
+    await expect(page.locator("#run-status")).to_have_text("failed")
+    await page.get_by_role("button", name="Retry…").click()
+    confirm = page.get_by_role("alertdialog")
+    await expect(confirm).to_contain_text("A new attempt starts from its checkpoints")
+    await shot(page, "run-retry-confirm")
+    await confirm.get_by_role("link", name="No, keep it as it is").click()
+    assert (await client.get(handle.id)).status == "failed"
+    await page.get_by_role("button", name="Retry…").click()
+    await page.get_by_role("button", name="Yes, retry the run").click()
+    await expect(page.locator(".flash.ok")).to_contain_text("queued again by owner")
+    result = await handle.result(timeout=30)
+    assert result == {"seen": {"failed_on": 1}, "attempt": 2}
+    await expect(page.locator("#run-status")).to_have_text("succeeded", timeout=15_000)  # live
+    await expect(page.locator("table.timeline td.duration").nth(1)).to_contain_text("+")
+
+    # Cancel, confirmed the same way, on a run still in progress.
+    await page.goto(f"{server.url}/runs/{queued.id}")
+    await page.get_by_role("button", name="Cancel run…").click()
+    await page.get_by_role("button", name="Yes, cancel the run").click()
+    await expect(page.locator(".flash.ok")).to_contain_text("cancelled by owner")
+    assert (await client.get(queued.id)).status == "cancelled"
+    assert dialogs == []
+
+    # The API's route: only a failed traverser is retried; a reviewer may not; bad ids are 404.
+    with httpx.Client(base_url=server.url + "/api/v2", timeout=10) as http:
+        owner_h = {"Authorization": f"Bearer {owner}"}
+        r = http.post(f"/runs/{handle.id}/retry", headers=owner_h)
+        assert (r.status_code, r.json()["error"]["code"]) == (409, "invalid_state"), r.text
+        r = http.post("/runs/nope/retry", headers=owner_h)
+        assert r.status_code == 404, r.text
+        reviewer = {"Authorization": f"Bearer {create_token(server, 'rita', 'reviewer')}"}
+        assert http.post(f"/runs/{handle.id}/retry", headers=reviewer).status_code == 403
+    # A reviewer sees no cancel or retry button.
+    page, _ = await new_page(browser)
+    assert await sign_in(page, server, create_token(server, "rex", "reviewer")) == 200
+    await page.goto(f"{server.url}/runs/{handle.id}")
+    await expect(page.locator(".run-actions")).to_have_count(0)

@@ -13,7 +13,7 @@ redirect with the reason.
 from __future__ import annotations
 
 from typing import Any
-from urllib.parse import unquote, urlsplit
+from urllib.parse import quote, unquote, urlsplit
 
 from fastapi import APIRouter, Request, Response
 
@@ -24,9 +24,22 @@ from .._identity import Permission
 from .._refusals import Invalid, NotFound, Refusal
 from .._service import HOOK_KINDS
 from ._answers import Answer, Field, field_of, read_answer, schema_fields
-from ._common import Auth, Draft, _back, _flash, _form, _redirect, _service, _store, _text, _writer, render
+from ._common import (
+    Auth,
+    Draft,
+    _back,
+    _flash,
+    _form,
+    _redirect,
+    _service,
+    _store,
+    _text,
+    _writer,
+    error_page,
+    render,
+)
 from ._pages import inbox_context
-from ._run_pages import run_page
+from ._run_pages import ACTIONS, run_page
 
 router = APIRouter(include_in_schema=False)
 
@@ -113,6 +126,32 @@ async def resume(request: Request, hook_id: str) -> Response:
         "returns the payload there.",
     )
     return _redirect(back)
+
+
+@router.post("/runs/{run_id}/{action}")
+async def run_action(request: Request, run_id: str, action: str) -> Response:
+    """Cancel or retry a traverser from its page, after the page's confirmation step."""
+    if action not in ACTIONS:
+        return error_page(request, 404, "Not found", f"There is no run action {action[:40]!r}.")
+    form = await _form(request)
+    auth = await _writer(request, form, Permission.SUBMIT, f"traverser.{action}", run_id)
+    here = f"/runs/{quote(run_id, safe='')}"
+    if _text(form, "confirmed") != "yes":
+        return _redirect(f"{here}?confirm={action}")
+    service = _service(request)
+    try:
+        if action == "cancel":
+            view = await service.cancel(auth.principal, run_id)
+        else:
+            view = await service.retry(auth.principal, run_id)
+    except Refusal as exc:
+        await _flash(
+            request, auth, "error", f"Run {run_id}: the {action} was refused: {exc.message} ({exc.code})"
+        )
+        return _redirect(here)
+    done = "cancelled" if action == "cancel" else "queued again"
+    await _flash(request, auth, "ok", f"Run {run_id} {done} by {auth.principal.name} (now {view['status']}).")
+    return _redirect(here)
 
 
 __all__ = ["router"]

@@ -15,12 +15,19 @@ from fastapi import APIRouter, Request, Response
 from pyworkflow.store import RunStatus
 
 from ..._models import TraverserStatus
+from .._identity import Permission
 from .._refusals import NotFound
 from .._store import GraphStore
 from ._answers import schema_fields
 from ._common import Auth, Draft, _identity, _reader, _store, error_page, render
 
 router = APIRouter(include_in_schema=False)
+
+#: What the run page's buttons do, each confirmed on the page first (``?confirm=ACTION``).
+ACTIONS = {
+    "cancel": "Cancel this run? It stops at once: its lease ends and its pending approvals leave the inbox.",
+    "retry": "Retry this failed run? A new attempt starts from its checkpoints, steps and decisions.",
+}
 
 
 async def run_page(request: Request, auth: Auth, run_id: str, draft: Draft | None = None) -> Response:
@@ -54,6 +61,7 @@ async def run_page(request: Request, auth: Auth, run_id: str, draft: Draft | Non
         approval["fields"] = schema_fields(approval["response_schema"])
         audit += await identity.list_audit(target=approval["id"], limit=100)
     terminal = TraverserStatus(run["traverser"]["status"]).is_terminal
+    confirm = request.query_params.get("confirm", "")
     return render(
         request,
         "run.html",
@@ -65,6 +73,9 @@ async def run_page(request: Request, auth: Auth, run_id: str, draft: Draft | Non
         terminal=terminal,
         here=here,
         draft=draft,
+        confirm=confirm if confirm in ACTIONS else "",
+        can_submit=auth.principal.can(Permission.SUBMIT),
+        actions=ACTIONS,
         nav="runs",
         live_url=None if terminal else here + "/live",
     )
@@ -112,4 +123,4 @@ def _timeline(run: dict[str, Any], audit: list[dict[str, Any]]) -> list[tuple[fl
     ]
 
 
-__all__ = ["router", "run_page"]
+__all__ = ["ACTIONS", "router", "run_page"]

@@ -7,8 +7,7 @@
       server rendered (a half-typed response). Polling stops when the fragment says
       data-terminal="true", when the tab is hidden (it resumes when shown), or on any answer
       other than 200 (a session that ended is noticed on the next navigation).
-   2. Confirmation. A button with data-confirm asks before its form is submitted.
-   3. Local time. <time datetime=ISO> shows the reader's local time; the UTC text stays in its
+   2. Local time. <time datetime=ISO> shows the reader's local time; the UTC text stays in its
       title.
    Schema forms need no script: the server reads their fields, types them by the schema and
    validates the answer (it is the authority). */
@@ -74,7 +73,6 @@
         var node = document.importNode(fresh[i], true);
         current.replaceWith(node);
         localTimes(node);
-        wire(node);
       }
       var state = doc.querySelector("[data-terminal]");
       if (state && state.getAttribute("data-terminal") === "true") {
@@ -101,20 +99,8 @@
     schedule();
   }
 
-  function wire(root) {
-    var confirms = root.querySelectorAll("button[data-confirm]");
-    for (var k = 0; k < confirms.length; k++) {
-      if (confirms[k].dataset.wired) continue;
-      confirms[k].dataset.wired = "1";
-      confirms[k].addEventListener("click", function (event) {
-        if (!window.confirm(event.currentTarget.getAttribute("data-confirm"))) event.preventDefault();
-      });
-    }
-  }
-
   document.addEventListener("DOMContentLoaded", function () {
     localTimes(document);
-    wire(document);
     var main = document.querySelector("main[data-live-url]");
     if (main) startLive(main);
   });
