@@ -53,6 +53,10 @@ APPROVAL_FIELDS = (
     "response", "created_at", "expires_at", "decided_at",
 )  # fmt: skip
 _APPROVAL_BYTES = ("prompt", "checkpoint", "response")
+#: The response schemas of a claimed task's approvals (primary key lookups).
+SQL_APPROVAL_SCHEMAS = (
+    "SELECT id, payload_schema FROM waits WHERE id IN ({ids}) AND payload_schema IS NOT NULL"
+)
 _STEP_BYTES = ("result", "error")
 #: Approvals whose run a decision's key is remembered for (started over when full).
 _APPROVAL_RUNS_MAX = 10_000
@@ -144,6 +148,7 @@ class PgTransitions:
             traverser = dict(zip(TRAVERSER_FIELDS, row[:17], strict=True))
             checkpoints, steps, approvals = (loads(x) if x is not None else [] for x in row[17:])
             approval_rows = [_unhex(a, _APPROVAL_BYTES) for a in approvals]
+            self._response_schemas(approval_rows)
             for a in approval_rows:
                 self._remember(a["id"], traverser["id"])
             tasks.append(
@@ -163,6 +168,18 @@ class PgTransitions:
                 }
             )
         return tasks
+
+    def _response_schemas(self, approvals: list[dict[str, Any]]) -> None:
+        """Add each approval's response schema (the claim function predates them): one indexed
+        read for the task's approvals, when it has any."""
+        for a in approvals:
+            a["response_schema"] = None
+        if approvals:
+            ids = [a["id"] for a in approvals]
+            sql = SQL_APPROVAL_SCHEMAS.format(ids=", ".join("?" * len(ids)))
+            found = dict(self._reader().execute(sql, ids).fetchall())
+            for a in approvals:
+                a["response_schema"] = found.get(a["id"])
 
     async def save_checkpoint(
         self,

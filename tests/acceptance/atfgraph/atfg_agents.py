@@ -182,3 +182,18 @@ async def fails_until_retried() -> dict[str, Any]:
         await app.save_checkpoint("seen", {"failed_on": current_context().attempt})
         raise HandlerError("the first run fails on purpose", code="first_run")
     return {"seen": seen, "attempt": current_context().attempt}
+
+
+@app.skill()
+async def typed_review(ticket: str) -> dict[str, Any]:
+    """Pauses on an approval whose approving response must carry a number ``amount_aud``."""
+    decision = await app.request_approval(
+        f"Refund on {ticket}?",
+        operation_key=f"refund:{ticket}",
+        response_schema={
+            "type": "object",
+            "required": ["amount_aud"],
+            "properties": {"amount_aud": {"type": "number"}},
+        },
+    )
+    return {"status": decision["status"], "response": decision["response"]}

@@ -295,3 +295,21 @@ async def test_a_failed_run_is_retried_from_its_checkpoint_after_confirmation_an
     assert await sign_in(page, server, create_token(server, "rex", "reviewer")) == 200
     await page.goto(f"{server.url}/runs/{handle.id}")
     await expect(page.locator(".run-actions")).to_have_count(0)
+
+
+async def test_a_handler_pauses_on_an_approval_with_a_response_schema_and_gets_the_typed_answer(
+    server: ServerProcess, spawn_worker: Callable[..., WorkerProcess], client: Client
+) -> None:
+    spawn_worker()
+    handle = await client.submit("tester.typed_review", {"ticket": "QF-1"})
+    await reach(client, handle.id, "waiting")
+    [approval] = await client.list_approvals(traverser_id=handle.id)
+    assert approval["response_schema"]["required"] == ["amount_aud"]
+    with httpx.Client(base_url=server.url + "/api/v2", headers=server.headers(), timeout=10) as http:
+        url = f"/approvals/{approval['id']}/decide"
+        r = http.post(url, json={"decision": "approved", "response": {"amount_aud": "all"}})
+        assert (r.status_code, r.json()["error"]["code"]) == (422, "response_invalid"), r.text
+        assert (await client.get(handle.id)).status == "waiting"
+        r = http.post(url, json={"decision": "approved", "response": {"amount_aud": 480}})
+        assert r.status_code == 200, r.text
+    assert await handle.result(timeout=30) == {"status": "approved", "response": {"amount_aud": 480}}
