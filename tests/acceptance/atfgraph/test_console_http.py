@@ -162,3 +162,53 @@ async def test_the_response_field_is_a_note_or_json_and_bad_json_changes_nothing
         r = http.post("/logout", data={"csrf": csrf})
         assert (r.status_code, r.headers["location"]) == (303, "/login")
         assert http.get("/").status_code == 303
+
+
+def card_ids(html: str) -> list[str]:
+    return re.findall(r'<article class="card approval" id="approval-([0-9a-f]+)"', html)
+
+
+async def test_the_inbox_searches_filters_by_kind_and_pages_with_a_cursor_without_a_silent_cap(
+    server: ServerProcess, client: Client
+) -> None:
+    handle = await client.submit("nobody.home", {"ticket": "ZX-77", "note": "Mixed_Case 100%"})
+    other = await client.submit("nobody.else", {"ticket": "AB-1"})
+    made = [
+        (await client.request_approval(handle.id, f"q{i}?", operation_key=f"k{i:02}", pause=False))["id"]
+        for i in range(52)
+    ]
+    lone = await client.request_approval(other.id, {"title": "Lone one"}, operation_key="lone", pause=False)
+    token, _ = create_token(server, "rita", "reviewer")
+    with signed_in(server, token) as http:
+        first = http.get("/inbox?kind=approval")
+        assert first.status_code == 200
+        assert card_ids(first.text) == made[:50]  # oldest first, 50 a page
+        assert ">53 waiting<" in first.text and 'data-live="count-approval">53<' in first.text
+        after = re.search(r'href="(/inbox\?[^"]+)" rel="next"', first.text)
+        assert after, first.text
+        second = http.get(after.group(1).replace("&amp;", "&"))
+        assert card_ids(second.text) == [*made[50:], lone["id"]]
+        assert 'rel="next"' not in second.text and "Back to the oldest" in second.text
+
+        # Search: the operation key, the run's id and target, its input text, any case; the
+        # pattern's own % and _ are literal.
+        for q, expected in (
+            ("k07", [made[7]]),
+            ("LONE", [lone["id"]]),
+            ("nobody.else", [lone["id"]]),
+            (other.id, [lone["id"]]),
+            ("mixed_case 100%", made[:50]),
+            ("ab-1", [lone["id"]]),
+            ("no such text", []),
+        ):
+            page = http.get("/inbox", params={"q": q, "kind": "approval"})
+            assert card_ids(page.text) == expected, q
+        assert "No waiting item matches “zzz”." in http.get("/inbox", params={"q": "zzz"}).text
+        # The kind filter: no hook is waiting; an unknown kind or cursor lists the first page and says so.
+        assert card_ids(http.get("/inbox?kind=hook").text) == []
+        bad = http.get("/inbox", params={"kind": "<b>", "after": "x"})
+        assert bad.status_code == 200 and "kind: &#39;&lt;b&gt;&#39; is not one of" in bad.text
+        assert "is not a page of this inbox" in bad.text and card_ids(bad.text) == made[:50]
+        # The live endpoint serves the same regions and leaves the session's messages alone.
+        live = http.get("/inbox/live?kind=approval")
+        assert live.status_code == 200 and 'data-live="items"' in live.text

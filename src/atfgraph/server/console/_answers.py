@@ -6,7 +6,7 @@ the convention documented in docs/reviewers.md (a string prompt is the question;
 
 The answer: :func:`schema_fields` turns a wait's JSON Schema (an approval's response schema, a
 hook's payload schema) into form fields (strings, numbers, integers, booleans, enums, required
-marks, nested objects one level deep; anything else is a JSON field), and :func:`read_answer`
+marks, nested objects two levels deep; anything else is a JSON field), and :func:`read_answer`
 reads a submitted form back into the JSON answer, typing each field by the schema. A field that
 cannot be read (a number field holding words) is an error next to that field; the raw JSON
 textarea, when filled, is used instead of the fields. The server then validates the answer
@@ -79,7 +79,8 @@ def _kind(schema: dict[str, Any], depth: int) -> str:
         return "text" if long or fmt == "textarea" else "string"
     if kind in ("number", "integer", "boolean"):
         return str(kind)
-    if kind == "object" and isinstance(schema.get("properties"), dict) and depth < MAX_FORM_DEPTH:
+    properties = schema.get("properties")
+    if kind == "object" and isinstance(properties, dict) and properties and depth < MAX_FORM_DEPTH:
         return "group"
     return "json"
 

@@ -270,6 +270,8 @@ def _parse_time(value: str, errors: list[str], label: str) -> float | None:
 
 
 _KINDS = {"all": "all", "workflow": "workflows", "traverser": "traversers"}
+#: The Runs page shows at most this many (newest first) and says so when there may be more.
+RUNS_SHOWN = 200
 
 
 @router.get("/runs")
@@ -288,7 +290,7 @@ async def runs(request: Request) -> Response:
     node = q.get("node", "").strip()[:200]
     since = _parse_time(q.get("since", ""), errors, "since")
     until = _parse_time(q.get("until", ""), errors, "until")
-    items = _store(request).console_runs(kind, status or None, node or None, since, until, 200)
+    items = _store(request).console_runs(kind, status or None, node or None, since, until, RUNS_SHOWN)
     filters = {
         "kind": kind,
         "status": status,
@@ -306,6 +308,7 @@ async def runs(request: Request) -> Response:
         statuses=[(s, ENGINE_STATUS[s]) for s in _STATUSES],
         filters=filters,
         errors=errors,
+        shown=RUNS_SHOWN,
     )
 
 
