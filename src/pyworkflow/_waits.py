@@ -301,7 +301,7 @@ def check_json_schema(schema: Any, value: Any, what: str) -> None:
             if missing:
                 path = (*path, str(missing[0]))
         where = "/".join(str(p) for p in path) or "(root)"
-        raise PayloadValidationError(f"payload does not match {what} at {where}: {error.message}", path)
+        raise PayloadValidationError(f"payload does not match {what} at {where}: {error.message}", path=path)
 
 
 def check_token(token: Any) -> str:

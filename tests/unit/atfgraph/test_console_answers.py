@@ -127,3 +127,12 @@ def test_the_schema_check_names_the_path_and_a_missing_property_and_maps_to_its_
     assert field_of(whole.value.path, fields, "raw") == "raw"
     assert field_of(("tags", 3), fields, "raw") == "f.tags"  # deepest field on the path
     check_json_schema(SCHEMA, {"amount": 1, "payee": {"name": "A"}}, "the schema")  # matches
+
+
+def test_the_path_of_a_payload_error_crosses_a_process_boundary() -> None:
+    import pickle
+
+    exc = PayloadValidationError("wrong", path=("payee", 0))
+    back = pickle.loads(pickle.dumps(exc))
+    assert (type(back), back.message, back.path) == (PayloadValidationError, "wrong", ("payee", 0))
+    assert PayloadValidationError().path == ()
