@@ -213,11 +213,14 @@ class Agent:
         checkpoint: Any = None,
         expires_in_seconds: float | None = None,
         pause: bool = True,
+        response_schema: dict[str, Any] | None = None,
     ) -> dict[str, Any]:
         """Ask a person to decide. The first time, the server stores a pending approval and (with
         ``pause``) the handler stops here, holding nothing; after the decision it runs again from
         the top and this call returns the decided approval record (status ``approved``,
-        ``rejected`` or ``expired``). With ``pause=False`` it returns the pending record at once."""
+        ``rejected`` or ``expired``). With ``pause=False`` it returns the pending record at once.
+        ``response_schema`` (a JSON Schema) is what an approving response must match: the
+        console shows it as a form, and a decision whose response does not match is refused."""
         attempt = _attempt()
         normalized = loads(dumps(prompt, what="the approval prompt"))
         known = attempt.approvals.get(operation_key)
@@ -236,6 +239,7 @@ class Agent:
             checkpoint=checkpoint,
             expires_in_seconds=expires_in_seconds,
             pause=pause,
+            response_schema=response_schema,
         )
         if pause and attempt.claim_next is not None:
             body["claim"] = attempt.claim_next

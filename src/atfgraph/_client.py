@@ -248,6 +248,7 @@ class Client:
         checkpoint: Any = None,
         expires_in_seconds: float | None = None,
         pause: bool = False,
+        response_schema: dict[str, Any] | None = None,
     ) -> dict[str, Any]:
         """Create (or find) an approval on a traverser from outside its handler. Without the task
         lease the traverser cannot be paused, so ``pause`` must stay False."""
@@ -260,6 +261,7 @@ class Client:
             "checkpoint": checkpoint,
             "expires_in_seconds": expires_in_seconds,
             "pause": False,
+            "response_schema": response_schema,
         }
         answer = await self._transport.request("POST", "/approvals", body)
         approval: dict[str, Any] = answer["approval"]

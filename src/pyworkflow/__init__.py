@@ -50,7 +50,7 @@ from ._errors import (
 )
 from ._step import step
 from ._sync import cancel_workflow_sync, get_workflow_run_sync, resume_hook_sync
-from ._waits import STEP_HOOK_TIMEOUT, hook, sleep, step_hook, validate_payload
+from ._waits import STEP_HOOK_TIMEOUT, check_json_schema, hook, sleep, step_hook, validate_payload
 from ._workflow import workflow
 from .store import RunStatus, WaitStatus
 
@@ -88,6 +88,7 @@ __all__ = [
     "__version__",
     "cancel_workflow",
     "cancel_workflow_sync",
+    "check_json_schema",
     "configure",
     "delete_step_checkpoint",
     "get_store",

@@ -132,7 +132,17 @@ class InvalidTokenError(HookError):
 
 
 class PayloadValidationError(HookError):
-    """The payload does not match the hook's payload schema."""
+    """The payload does not match the hook's payload schema. ``path`` is where in the payload
+    (object keys and array indexes; a missing required property is named as the last element),
+    empty for the payload as a whole."""
+
+    def __init__(
+        self, message: str | None = None, *, path: tuple[str | int, ...] = (), **details: Any
+    ) -> None:
+        if path:
+            details["path"] = tuple(path)  # kept in the details, so it pickles with the rest
+        super().__init__(message, **details)
+        self.path: tuple[str | int, ...] = tuple(path)
 
 
 class SuspensionSignal(BaseException):

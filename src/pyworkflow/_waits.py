@@ -286,14 +286,22 @@ def check_stored_schema(wait: WaitRecord, data: bytes) -> None:
 def check_schema(wait: WaitRecord, payload: Any) -> None:
     """Check a decoded payload against the wait's ``payload_schema`` (if it has one)."""
     if wait.payload_schema is not None:
-        schema = _serde.loads(wait.payload_schema)
-        validator = jsonschema.validators.validator_for(schema)(schema)
-        error = jsonschema.exceptions.best_match(validator.iter_errors(payload))
-        if error is not None:
-            where = "/".join(str(p) for p in error.absolute_path) or "(root)"
-            raise PayloadValidationError(
-                f"payload does not match the hook's schema at {where}: {error.message}"
-            )
+        check_json_schema(_serde.loads(wait.payload_schema), payload, "the hook's schema")
+
+
+def check_json_schema(schema: Any, value: Any, what: str) -> None:
+    """Check ``value`` against the JSON Schema ``schema``; raises PayloadValidationError naming
+    ``what`` and the path of the best-matching error (a missing required property included)."""
+    validator = jsonschema.validators.validator_for(schema)(schema)
+    error = jsonschema.exceptions.best_match(validator.iter_errors(value))
+    if error is not None:
+        path: tuple[str | int, ...] = tuple(error.absolute_path)
+        if error.validator == "required" and isinstance(error.instance, dict):
+            missing = [k for k in error.validator_value if k not in error.instance]
+            if missing:
+                path = (*path, str(missing[0]))
+        where = "/".join(str(p) for p in path) or "(root)"
+        raise PayloadValidationError(f"payload does not match {what} at {where}: {error.message}", path=path)
 
 
 def check_token(token: Any) -> str:

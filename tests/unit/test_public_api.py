@@ -50,6 +50,7 @@ PUBLIC_API = [
     "__version__",
     "cancel_workflow",
     "cancel_workflow_sync",
+    "check_json_schema",
     "configure",
     "delete_step_checkpoint",
     "get_store",

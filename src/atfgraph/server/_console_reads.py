@@ -19,7 +19,27 @@ from ._graph_sql import (
     TRAVERSER_SCOPE,
 )
 from ._refusals import NotFound
-from ._runs_reads import KIND_WHERE, SQL_RUNS, RunsReads, engine_status, run_summary
+from ._runs_reads import KIND_WHERE, SQL_RUNS, RunsReads, engine_status, inbox_item, run_summary
+
+#: The console's inbox: pending waits a person answers, of the kinds asked for, oldest first
+#: (waits_pending), after a cursor (created_at, id) and matching a search (lowercased LIKE on
+#: the wait's id and key, its run's id, workflow or target, input and an approval's prompt).
+SQL_CONSOLE_INBOX = """
+SELECT w.id, w.run_id, w.wait_key, w.kind, w.name, w.step_key, w.created_at, w.expires_at,
+       w.payload_schema, w.prompt, w.checkpoint,
+       r.workflow, r.node_id, r.status AS run_status, r.attempt, r.max_attempts
+FROM waits w JOIN runs r ON r.id = w.run_id
+WHERE w.status = 'pending' AND w.kind IN ({kinds}){where}
+ORDER BY w.created_at, w.id LIMIT ?
+"""
+SQL_CONSOLE_INBOX_COUNTS = """
+SELECT w.kind, COUNT(*) FROM waits w
+WHERE w.status = 'pending' AND w.kind IN ('approval', 'hook', 'step_hook') GROUP BY w.kind
+"""
+#: Stored JSON (BLOB on SQLite, bytea on PostgreSQL) as text a search can match.
+_AS_TEXT = {"sqlite": "CAST({col} AS TEXT)", "postgresql": "convert_from({col}, 'UTF8')"}
+_SEARCHED = ("w.id", "w.wait_key", "w.name", "r.id", "r.workflow")
+_SEARCHED_JSON = ("r.input", "w.prompt")
 
 T = TypeVar("T")
 
@@ -27,6 +47,10 @@ T = TypeVar("T")
 class ConsoleReads(RunsReads):
     """Mixed into :class:`~atfgraph.server._store.GraphStore`, which supplies the two readers
     (and, through :class:`RunsReads`, every run's reads and the inbox's)."""
+
+    @property
+    def is_postgres(self) -> bool:
+        raise NotImplementedError
 
     def _read(self, fn: Callable[[Conn], T]) -> T:
         raise NotImplementedError
@@ -68,6 +92,40 @@ class ConsoleReads(RunsReads):
             )
             out.append(view)
         return out
+
+    def console_inbox(
+        self,
+        kinds: tuple[str, ...],
+        search: str | None,
+        after: tuple[float, str] | None,
+        limit: int,
+    ) -> tuple[list[dict[str, Any]], tuple[float, str] | None]:
+        """One page of pending waits of ``kinds``, oldest first, after the cursor ``after``
+        (created_at, id) and matching ``search``; and the cursor of the next page (None: this
+        is the last)."""
+        where = ""
+        params: list[Any] = list(kinds)
+        if after is not None:
+            where += " AND (w.created_at > ? OR (w.created_at = ? AND w.id > ?))"
+            params += [after[0], after[0], after[1]]
+        if search:
+            as_text = _AS_TEXT["postgresql" if self.is_postgres else "sqlite"]
+            columns = [*_SEARCHED, *(as_text.format(col=c) for c in _SEARCHED_JSON)]
+            where += " AND (" + " OR ".join(f"LOWER({c}) LIKE ? ESCAPE '!'" for c in columns) + ")"
+            pattern = "%" + search.lower().replace("!", "!!").replace("%", "!%").replace("_", "!_") + "%"
+            params += [pattern] * len(columns)
+        sql = SQL_CONSOLE_INBOX.format(kinds=", ".join("?" * len(kinds)), where=where)
+        rows = self._read1(lambda c: _rows(c, sql, [*params, limit + 1]))
+        items = [self._decoded(inbox_item(r)) for r in rows[:limit]]
+        more = len(rows) > limit
+        return items, (items[-1]["created_at"], items[-1]["id"]) if more else None
+
+    def console_inbox_counts(self) -> dict[str, int]:
+        """How many approvals, hooks and step hooks are pending (waits_pending)."""
+        counts = dict.fromkeys(("approval", "hook", "step_hook"), 0)
+        for kind, n in self._read1(lambda c: c.execute(SQL_CONSOLE_INBOX_COUNTS).fetchall()):
+            counts[str(kind)] = int(n)
+        return counts
 
     def console_run(self, traverser_id: str) -> dict[str, Any]:
         """One traverser with its steps (and when each was recorded), checkpoints (and when each

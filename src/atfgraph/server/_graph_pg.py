@@ -53,6 +53,10 @@ APPROVAL_FIELDS = (
     "response", "created_at", "expires_at", "decided_at",
 )  # fmt: skip
 _APPROVAL_BYTES = ("prompt", "checkpoint", "response")
+#: The response schemas of a claimed task's approvals (primary key lookups).
+SQL_APPROVAL_SCHEMAS = (
+    "SELECT id, payload_schema FROM waits WHERE id IN ({ids}) AND payload_schema IS NOT NULL"
+)
 _STEP_BYTES = ("result", "error")
 #: Approvals whose run a decision's key is remembered for (started over when full).
 _APPROVAL_RUNS_MAX = 10_000
@@ -150,6 +154,7 @@ class PgTransitions:
             traverser = dict(zip(TRAVERSER_FIELDS, row[:17], strict=True))
             checkpoints, steps, approvals = (loads(x) if x is not None else [] for x in row[17:])
             approval_rows = [_unhex(a, _APPROVAL_BYTES) for a in approvals]
+            self._response_schemas(approval_rows)
             for a in approval_rows:
                 self._remember(a["id"], traverser["id"])
             tasks.append(
@@ -169,6 +174,18 @@ class PgTransitions:
                 }
             )
         return tasks
+
+    def _response_schemas(self, approvals: list[dict[str, Any]]) -> None:
+        """Add each approval's response schema (the claim function predates them): one indexed
+        read for the task's approvals, when it has any."""
+        for a in approvals:
+            a["response_schema"] = None
+        if approvals:
+            ids = [a["id"] for a in approvals]
+            sql = SQL_APPROVAL_SCHEMAS.format(ids=", ".join("?" * len(ids)))
+            found = dict(self._reader().execute(sql, ids).fetchall())
+            for a in approvals:
+                a["response_schema"] = found.get(a["id"])
 
     async def save_checkpoint(
         self,
@@ -215,7 +232,8 @@ class PgTransitions:
         row = (await self._call(SQL_FN_REQUEST_APPROVAL, params, traverser_id))[0]
         outcome = str(row[0])
         if outcome == "ok":
-            approval = dict(zip(APPROVAL_FIELDS, row[2:], strict=True))
+            # The function serves requests without a response schema (the Python rule stores one).
+            approval = dict(zip(APPROVAL_FIELDS, row[2:], strict=True), response_schema=None)
             self._remember(approval["id"], traverser_id)
             return approval_view(approval), bool(row[1])
         if outcome == FALLBACK:
@@ -252,7 +270,9 @@ class PgTransitions:
         row = (await self._call(SQL_FN_DECIDE, params, run_id))[0]
         outcome = str(row[0])
         if outcome in ("ok", "same"):
-            return approval_view(dict(zip(APPROVAL_FIELDS, row[2:], strict=True))), row[1]
+            # The caller (Service.decide) read the approval's response schema before deciding.
+            decided = dict(zip(APPROVAL_FIELDS, row[2:], strict=True), response_schema=None)
+            return approval_view(decided), row[1]
         if outcome == FALLBACK:
             return None
         if outcome == "missing":

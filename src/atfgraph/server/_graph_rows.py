@@ -91,6 +91,7 @@ def approval_view(row: Row) -> dict[str, Any]:
         "created_at": row["created_at"],
         "expires_at": row["expires_at"],
         "decided_at": row["decided_at"],
+        "response_schema": fragment(row["response_schema"]),
     }
 
 

@@ -83,6 +83,15 @@ SQL_DROP_QUEUE_ROW = "DELETE FROM queue WHERE run_id = ?"
 SQL_FINISH = "UPDATE runs SET status = ?, result = ?, error = ?, updated_at = ?, finished_at = ? WHERE id = ?"
 # End an attempt and queue another (retry, lease expiry, release). ``max_attempts`` grows by the
 # second parameter: 1 when the attempt is not to be charged (a release on shutdown), else 0 ...
+# A retry of a failed traverser: queued again with one more attempt allowed; its checkpoints,
+# recorded steps and decided approvals stay, so the handler starts from them.
+SQL_RETRY = """
+UPDATE runs SET status = 'pending', error = NULL, result = NULL, finished_at = NULL,
+               max_attempts = attempt + 1, updated_at = ?
+WHERE id = ? AND status = 'failed'
+"""
+# ... and its queue row for the node's workers, fenced at the last attempt (a claim goes above).
+SQL_QUEUE_RETRY = "INSERT INTO queue (run_id, available_at, epoch, node_id) VALUES (?, ?, ?, ?)"
 SQL_REQUEUE = """
 UPDATE runs SET status = 'pending', error = ?, max_attempts = max_attempts + ?, updated_at = ? WHERE id = ?
 """
@@ -158,15 +167,18 @@ SELECT w.id, w.run_id AS traverser_id, w.wait_key AS operation_key,
        w.prompt, w.checkpoint,
        COALESCE(w.decided_by, CASE w.status WHEN 'expired' THEN 'system:expiry'
                                             WHEN 'cancelled' THEN 'system:cancelled' END) AS decided_by,
-       w.payload AS response, w.created_at, w.expires_at, w.resolved_at AS decided_at
+       w.payload AS response, w.created_at, w.expires_at, w.resolved_at AS decided_at,
+       w.payload_schema AS response_schema
 FROM waits w
 """
 SQL_INSERT_APPROVAL = """
 INSERT INTO waits (id, run_id, wait_key, kind, name, step_key, status, created_at, expires_at, prompt,
-                   checkpoint)
-VALUES (?, ?, ?, 'approval', ?, '', 'pending', ?, ?, ?, ?)
+                   checkpoint, payload_schema)
+VALUES (?, ?, ?, 'approval', ?, '', 'pending', ?, ?, ?, ?, ?)
 """
 SQL_GET_APPROVAL = APPROVAL_ROW + "WHERE w.id = ? AND w.kind = 'approval'"
+# What a decision's response must match, read before deciding (primary key).
+SQL_APPROVAL_SCHEMA = "SELECT payload_schema FROM waits WHERE id = ? AND kind = 'approval'"
 # The approval with its run's lock (the run is what a decision changes) and its own row's, so
 # that a decision that waited for another reads the approval as that one left it.
 SQL_LOCK_APPROVAL = (

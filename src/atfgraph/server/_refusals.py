@@ -56,7 +56,14 @@ class Conflict(Refusal):
 
 
 class Invalid(Refusal):
+    """Bad input. ``path`` locates it inside a JSON answer (a response or payload checked
+    against its schema; empty when the answer as a whole is wrong or no schema applies)."""
+
     code = "invalid"
+
+    def __init__(self, message: str, code: str | None = None, path: tuple[str | int, ...] = ()) -> None:
+        super().__init__(message, code)
+        self.path = path
 
 
 __all__ = ["Conflict", "Forbidden", "Invalid", "LeaseLost", "NotFound", "Refusal"]

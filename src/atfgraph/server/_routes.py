@@ -329,6 +329,7 @@ async def put_checkpoint(request: Request, traverser_id: str, name: str) -> Resp
             "expires_in_seconds": _number(MAX_EXPIRY_SECONDS),
             "pause": {"type": "boolean"},
             "claim": _NEXT_CLAIM,
+            "response_schema": {"type": "object"},
         },
         ["traverser_id", "operation_key", "prompt"],
     ),
@@ -352,6 +353,7 @@ async def request_approval(request: Request, who: Annotated[Principal, Depends(c
         f.number("expires_in_seconds", required=False, maximum=MAX_EXPIRY_SECONDS),
         f.boolean("pause", True),
         f.steps(),
+        f.json("response_schema", required=False),
     )
     # The pause frees the worker's permit: its next task may come with this answer.
     tasks = await hand_out(request, wanted) if paused else []

@@ -3,16 +3,18 @@
 ``GET /runs`` lists pyworkflow's own runs (kind ``workflow``) beside traversers (kind
 ``traverser``) newest first; ``GET /runs/{id}`` shows one with its steps, waits, checkpoints and
 event log; ``GET /inbox`` lists pending approvals, hooks and step hooks together, oldest first,
-each with its run's summary. Read-only (``_runs_reads``); permissions in ``_auth.RULES``."""
+each with its run's summary. Read-only (``_runs_reads``), but for ``POST /runs/{id}/retry``, a
+new attempt of a failed traverser (``Service.retry``); permissions in ``_auth.RULES``."""
 
 from __future__ import annotations
 
 from enum import StrEnum
 from typing import Annotated, Any
 
-from fastapi import APIRouter, Query, Request, Response
+from fastapi import APIRouter, Depends, Query, Request, Response
 
-from ._routes import ok, store_of
+from ._auth import Principal, caller
+from ._routes import ok, service_of, store_of
 from ._runs_reads import RUN_PART_LIMIT, RUN_STATUSES
 
 router = APIRouter(prefix="/api/v2")
@@ -98,3 +100,10 @@ async def inbox(request: Request, limit: Annotated[int, Query(ge=1, le=1000)] = 
     ``checkpoint``; a hook its ``payload_schema``. Decide with ``POST /approvals/{id}/decide``,
     resume with ``POST /hooks/{id}/resume``."""
     return ok({"items": store_of(request).inbox(limit)})
+
+
+@router.post("/runs/{run_id}/retry")
+async def retry(request: Request, run_id: str, who: Annotated[Principal, Depends(caller)]) -> Response:
+    """A new attempt of a failed traverser, from its checkpoints (``409 invalid_state`` unless it
+    failed; ``409 not_a_traverser`` for a pyworkflow run)."""
+    return ok(await service_of(request).retry(who, run_id))

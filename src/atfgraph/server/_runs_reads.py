@@ -188,7 +188,11 @@ def inbox_item(row: Row) -> dict[str, Any]:
         "run": run,
     }
     if row["kind"] == WaitKind.APPROVAL.value:
-        item.update(prompt=fragment(row["prompt"]), checkpoint=fragment(row["checkpoint"]))
+        item.update(
+            prompt=fragment(row["prompt"]),
+            checkpoint=fragment(row["checkpoint"]),
+            response_schema=fragment(row["payload_schema"]),
+        )
     else:
         item["payload_schema"] = fragment(row["payload_schema"])
     return item

@@ -16,10 +16,13 @@ import time
 from collections.abc import Sequence
 from typing import Any
 
+import jsonschema
+
 import pyworkflow
 from pyworkflow import validate_payload
 from pyworkflow.store import WaitKind, WaitRecord
 
+from .._json import dumps, fragment, loads
 from .._models import DECISIONS
 from ._graph_rows import Lease, StepRecord
 from ._hub import Hub, node_key, traverser_key
@@ -82,6 +85,30 @@ class Service:
         log.info("traverser %s: %s", traverser_id, view["status"], extra={"run_id": traverser_id})
         return view
 
+    async def retry(self, who: Principal, run_id: str) -> dict[str, Any]:
+        """A new attempt of a failed traverser from its checkpoints (``GraphStore.retry``); its
+        node's workers are woken. A pyworkflow run is refused: its runtime owns its attempts."""
+        audit = AuditEntry(who, "traverser.retry", run_id, "allowed")
+        try:
+            view = await self.store.retry(run_id, audit)
+        except NotFound:
+            if await self.store.pyworkflow.get_run(run_id) is not None:
+                exc: Refusal = Conflict(
+                    f"run {run_id!r} is a pyworkflow run: retry applies to traversers (a pyworkflow "
+                    "step retries by its own policy; start the workflow again for a new run)",
+                    "not_a_traverser",
+                )
+            else:
+                exc = NotFound.of("run", run_id)
+            await self._refused(who, "traverser.retry", run_id, exc.code)
+            raise exc from None
+        except Refusal as exc:
+            await self._refused(who, "traverser.retry", run_id, exc.code)
+            raise
+        self.hub.notify(node_key(view["node_id"]))
+        self.hub.notify(traverser_key(run_id))
+        return view
+
     async def request_approval(
         self,
         who: Principal,
@@ -93,9 +120,13 @@ class Service:
         expires_in_seconds: float | None,
         pause: bool,
         steps: Sequence[StepRecord] = (),
+        response_schema: bytes | None = None,
     ) -> tuple[dict[str, Any], bool]:
         """Find or create the approval (traverser, operation_key); with ``pause`` (under the lease
-        ``epoch``) a pending one also parks the traverser. Returns it and whether it paused."""
+        ``epoch``) a pending one also parks the traverser. Returns it and whether it paused.
+        ``response_schema``, a JSON Schema, is what an approving response must match."""
+        if response_schema is not None:
+            check_response_schema(loads(response_schema))
         audit = AuditEntry(
             who,
             "approval.request",
@@ -104,8 +135,9 @@ class Service:
             {"traverser_id": traverser_id, "operation_key": operation_key},
         )
         approval, paused = await self.store.request_approval(
-            traverser_id, epoch, operation_key, prompt, checkpoint, expires_in_seconds, pause, steps, audit
-        )
+            traverser_id, epoch, operation_key, prompt, checkpoint, expires_in_seconds, pause, steps, audit,
+            response_schema,
+        )  # fmt: skip
         if paused:
             self.hub.notify(traverser_key(traverser_id))
             if epoch is not None:
@@ -122,15 +154,23 @@ class Service:
         self, who: Principal, approval_id: str, decision: str, response: bytes | None
     ) -> dict[str, Any]:
         """Record ``approved`` or ``rejected`` by ``who``; the paused traverser continues. The same
-        decision again is idempotent; a different one is refused (``approval_decided``)."""
+        decision again is idempotent; a different one is refused (``approval_decided``). When the
+        approval declares a response schema, an approving response (null when absent) must match
+        it (``response_invalid``, with the path in the message and on the refusal); a rejection's
+        response is free (a note, or nothing)."""
         if decision not in DECISIONS:
             raise Invalid("decision must be 'approved' or 'rejected'", "validation_error")
         audit = AuditEntry(who, "approval.decide", approval_id, "allowed")
         try:
+            schema = self.store.approval_schema(approval_id)
+            if schema is not None and decision == "approved":
+                check_response(schema, None if response is None else loads(response))
             approval, node = await self.store.decide(approval_id, decision, response, who.name, audit)
         except Refusal as exc:
             await self._refused(who, "approval.decide", approval_id, exc.code)
             raise
+        if schema is not None:
+            approval["response_schema"] = fragment(dumps(schema))
         if node is not None:
             self.hub.notify(node_key(node))
             self.hub.notify(traverser_key(approval["traverser_id"]))
@@ -165,7 +205,7 @@ class Service:
         except pyworkflow.HookError as exc:
             await self._refused(who, "hook.resume", hook_id, str(exc))
             if isinstance(exc, pyworkflow.PayloadValidationError):
-                raise Invalid(str(exc), "payload_invalid") from None
+                raise Invalid(str(exc), "payload_invalid", exc.path) from None
             raise Conflict(str(exc), "hook_not_pending") from None
         log.info("hook %s: received", hook_id, extra={"run_id": resolved.run_id, "wait_id": hook_id})
         return resolved
@@ -174,4 +214,25 @@ class Service:
         await self.identity.audit(who, action, target=target, outcome="refused", detail=detail)
 
 
-__all__ = ["CHILD_KEY_PREFIX", "HOOK_KINDS", "Service"]
+def check_response_schema(schema: Any) -> None:
+    """A response schema must be a JSON Schema object that its own metaschema accepts."""
+    if not isinstance(schema, dict):
+        raise Invalid("body.response_schema must be a JSON Schema object", "validation_error")
+    try:
+        jsonschema.validators.validator_for(schema).check_schema(schema)
+    except jsonschema.SchemaError as exc:
+        raise Invalid(
+            f"body.response_schema is not a valid JSON Schema: {exc.message}", "validation_error"
+        ) from None
+
+
+def check_response(schema: Any, response: Any) -> None:
+    """Refuse an approving response that does not match the approval's response schema."""
+    try:
+        pyworkflow.check_json_schema(schema, response, "the approval's response schema")
+    except pyworkflow.PayloadValidationError as exc:
+        message = str(exc).replace("payload does not match", "the response does not match", 1)
+        raise Invalid(message, "response_invalid", exc.path) from None
+
+
+__all__ = ["CHILD_KEY_PREFIX", "HOOK_KINDS", "Service", "check_response", "check_response_schema"]

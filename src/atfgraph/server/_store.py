@@ -66,6 +66,7 @@ from ._graph_sql import (
     ENGINE_STATUS,
     SQL_ALL_APPROVALS,
     SQL_APPROVAL_BY_KEY,
+    SQL_APPROVAL_SCHEMA,
     SQL_APPROVALS_IN_STATUS,
     SQL_APPROVALS_OF,
     SQL_CANCEL_WAITS,
@@ -92,10 +93,12 @@ from ._graph_sql import (
     SQL_NODES_WITH_WORK,
     SQL_PAUSE,
     SQL_PENDING_APPROVALS,
+    SQL_QUEUE_RETRY,
     SQL_QUEUE_TRAVERSER,
     SQL_READY,
     SQL_RENEW,
     SQL_REQUEUE,
+    SQL_RETRY,
     SQL_STEPS,
     SQL_TRAVERSER_BY_KEY,
     SQL_TRAVERSER_EXISTS,
@@ -347,6 +350,33 @@ class GraphStore(ConsoleReads):
                 row = _row(conn, SQL_GET_TRAVERSER, (traverser_id,))
                 assert row is not None
             return traverser_view(row)
+
+        return await self.db.write(fn)
+
+    async def retry(self, traverser_id: str, audit: AuditEntry | None = None) -> dict[str, Any]:
+        """A new attempt of a failed traverser: queued for its node with one more attempt
+        allowed, from its checkpoints, recorded child steps and decided approvals. Refused for a
+        traverser that has not failed (``invalid_state``); ``audit`` is recorded with it."""
+
+        def fn(conn: Conn) -> dict[str, Any]:
+            now = time.time()
+            row = _row(conn, SQL_LOCK_TRAVERSER, (traverser_id,))
+            if row is None:
+                raise NotFound.of("traverser", traverser_id)
+            if (
+                row["status"] != TraverserStatus.FAILED
+                or conn.execute(SQL_RETRY, (now, traverser_id)).rowcount == 0
+            ):
+                raise Conflict(
+                    f"traverser {traverser_id!r} is {row['status']}; only a failed traverser is retried",
+                    "invalid_state",
+                )
+            conn.execute(SQL_QUEUE_RETRY, (traverser_id, now, row["attempt"], row["node_id"]))
+            if audit is not None:
+                write_audit(conn, audit, now)
+            retried = _row(conn, SQL_GET_TRAVERSER, (traverser_id,))
+            assert retried is not None
+            return traverser_view(retried)
 
         return await self.db.write(fn)
 
@@ -602,11 +632,14 @@ class GraphStore(ConsoleReads):
         pause: bool,
         steps: Sequence[StepRecord],
         audit: AuditEntry | None = None,
+        response_schema: bytes | None = None,
     ) -> tuple[dict[str, Any], bool]:
         """Find or create the approval (traverser, operation_key). Returns it and whether the
         traverser is now paused on it (a pending approval requested with ``pause``). ``audit``
-        is recorded when the approval is created (its target becomes the approval's id)."""
-        if self._pg is not None:
+        is recorded when the approval is created (its target becomes the approval's id).
+        ``response_schema`` (a JSON Schema) is stored as the wait's payload schema; the
+        PostgreSQL function does not take one, so such a request runs the Python rule."""
+        if self._pg is not None and response_schema is None:
             now = time.time()
             expires_at = None if expires_in_seconds is None else now + expires_in_seconds
             found = await self._pg.request_approval(
@@ -635,7 +668,17 @@ class GraphStore(ConsoleReads):
                 expires_at = None if expires_in_seconds is None else now + expires_in_seconds
                 conn.execute(
                     SQL_INSERT_APPROVAL,
-                    (ident, traverser_id, operation_key, operation_key, now, expires_at, prompt, checkpoint),
+                    (
+                        ident,
+                        traverser_id,
+                        operation_key,
+                        operation_key,
+                        now,
+                        expires_at,
+                        prompt,
+                        checkpoint,
+                        response_schema,
+                    ),
                 )
                 approval = _row(conn, SQL_GET_APPROVAL, (ident,))
                 assert approval is not None
@@ -654,6 +697,13 @@ class GraphStore(ConsoleReads):
             return approval_view(approval), paused
 
         return await self.db.write(fn)
+
+    def approval_schema(self, approval_id: str) -> Any:
+        """The approval's response schema, decoded (None: it declares none)."""
+        row = self._read1(lambda c: _row(c, SQL_APPROVAL_SCHEMA, (approval_id,)))
+        if row is None:
+            raise NotFound.of("approval", approval_id)
+        return None if row["payload_schema"] is None else loads(row["payload_schema"])
 
     def get_approval(self, approval_id: str) -> dict[str, Any]:
         row = self._read1(lambda c: _row(c, SQL_GET_APPROVAL, (approval_id,)))

@@ -184,3 +184,28 @@ async def checkpoint_across_restart(gate: str) -> dict[str, Any]:
     second = await app.save_checkpoint("c", {"step": 2}, expected_revision=first)
     await app.save_memory("restart", current_context().traverser_id, {"saved": second})
     return {"first": first, "second": second, "attempt": current_context().attempt}
+
+
+@app.skill()
+async def fails_until_retried() -> dict[str, Any]:
+    """Fails its first run after saving a checkpoint; a retry (a new attempt) starts from it."""
+    seen = await app.load_checkpoint("seen")
+    if seen is None:
+        await app.save_checkpoint("seen", {"failed_on": current_context().attempt})
+        raise HandlerError("the first run fails on purpose", code="first_run")
+    return {"seen": seen, "attempt": current_context().attempt}
+
+
+@app.skill()
+async def typed_review(ticket: str) -> dict[str, Any]:
+    """Pauses on an approval whose approving response must carry a number ``amount_aud``."""
+    decision = await app.request_approval(
+        f"Refund on {ticket}?",
+        operation_key=f"refund:{ticket}",
+        response_schema={
+            "type": "object",
+            "required": ["amount_aud"],
+            "properties": {"amount_aud": {"type": "number"}},
+        },
+    )
+    return {"status": decision["status"], "response": decision["response"]}

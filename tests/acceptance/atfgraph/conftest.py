@@ -4,7 +4,9 @@ from collections.abc import AsyncIterator, Callable, Iterator
 from pathlib import Path
 
 import pytest
+from atfg_console import launch_browser
 from atfg_harness import ServerProcess, WorkerProcess
+from playwright.async_api import Browser
 
 from atfgraph import Client
 
@@ -45,3 +47,9 @@ def spawn_worker(server: ServerProcess) -> Iterator[Callable[..., WorkerProcess]
 async def client(server: ServerProcess) -> AsyncIterator[Client]:
     async with Client(server.url) as c:
         yield c
+
+
+@pytest.fixture
+async def browser() -> AsyncIterator[Browser]:
+    async for launched in launch_browser():
+        yield launched

@@ -6,15 +6,14 @@ Screenshots land in test-artifacts/console/ (gitignored); docs/img/console-*.png
 from __future__ import annotations
 
 import re
-from collections.abc import AsyncIterator, Callable
-from pathlib import Path
+from collections.abc import Callable
 from typing import Any
 
-import httpx
 import pytest
-from atfg_harness import REPO, ServerProcess, WorkerProcess, wait_until
+from atfg_console import audit, create_token, new_page, shot, sign_in
+from atfg_harness import ServerProcess, WorkerProcess, wait_until
 from atfg_waits import only_approval, reach
-from playwright.async_api import Browser, Page, async_playwright, expect
+from playwright.async_api import Browser, expect
 
 import pyworkflow
 from atfgraph import Client
@@ -22,78 +21,9 @@ from pyworkflow import step, step_hook, workflow
 
 pytestmark = pytest.mark.browser
 
-CHROMIUM = Path("/usr/bin/chromium")
-ARGS = [
-    "--no-sandbox",
-    "--disable-gpu",
-    "--disable-background-networking",
-    "--disable-component-update",
-    "--disable-sync",
-    "--no-first-run",
-]
-ARTIFACTS = REPO / "test-artifacts" / "console"
 AGENT = "examples.python.features.approvals.agent:app"
 CSP = "default-src 'self'; frame-ancestors 'none'; base-uri 'none'; form-action 'self'"
 NOTE = "verified against the disruption log"
-
-
-@pytest.fixture
-async def browser() -> AsyncIterator[Browser]:
-    if not CHROMIUM.exists():
-        pytest.fail("Debian's chromium is missing: apt-get install -y chromium", pytrace=False)
-    async with async_playwright() as pw:
-        launched = await pw.chromium.launch(executable_path=str(CHROMIUM), args=ARGS)
-        yield launched
-        await launched.close()
-
-
-def create_token(server: ServerProcess, name: str, role: str) -> str:
-    """Mint a token through the API with the owner credential the server wrote on first start."""
-    r = httpx.post(
-        server.url + "/api/v2/tokens", json={"name": name, "role": role}, headers=server.headers(), timeout=10
-    )
-    assert r.status_code == 201, r.text
-    token: str = r.json()["token"]
-    return token
-
-
-def audit(server: ServerProcess, target: str) -> list[dict[str, Any]]:
-    r = httpx.get(
-        server.url + "/api/v2/audit", params={"target": target}, headers=server.headers(), timeout=10
-    )
-    r.raise_for_status()
-    items: list[dict[str, Any]] = r.json()["items"]
-    return items
-
-
-async def new_page(browser: Browser, size: tuple[int, int] = (1280, 900)) -> tuple[Page, list[str]]:
-    """A fresh context (no cookies) and page; returns the messages of any dialog that opened."""
-    context = await browser.new_context(viewport={"width": size[0], "height": size[1]})
-    page = await context.new_page()
-    dialogs: list[str] = []
-
-    async def on_dialog(dialog: Any) -> None:
-        dialogs.append(dialog.message)
-        await dialog.dismiss()
-
-    page.on("dialog", on_dialog)
-    return page, dialogs
-
-
-async def sign_in(page: Page, server: ServerProcess, token: str) -> int:
-    """Fill the sign-in form; returns the status of the form's answer (after redirects)."""
-    await page.goto(server.url + "/login")
-    await page.locator("input[name=token]").fill(token)
-    async with page.expect_navigation() as nav:
-        await page.get_by_role("button", name="Sign in").click()
-    response = await nav.value
-    assert response is not None
-    return response.status
-
-
-async def shot(page: Page, name: str) -> None:
-    ARTIFACTS.mkdir(parents=True, exist_ok=True)
-    await page.screenshot(path=str(ARTIFACTS / f"{name}.png"), full_page=True)
 
 
 async def test_reviewer_signs_in_sees_the_refund_approves_it_and_the_traverser_succeeds(
@@ -117,14 +47,14 @@ async def test_reviewer_signs_in_sees_the_refund_approves_it_and_the_traverser_s
     session = next(c for c in await page.context.cookies() if c["name"] == "atfg_console")
     assert (session["httpOnly"], session["sameSite"], session["path"]) == (True, "Strict", "/")
 
-    # Policies: the pending refund with its traverser, node, key, prompt and checkpoint.
+    # The inbox: the pending refund led by its question, then its traverser, node, key, the rest
+    # of the prompt and the checkpoint.
     card = page.locator(f"article[data-approval-id='{approval['id']}']")
     await expect(card).to_contain_text(handle.id)
     await expect(card).to_contain_text("refunds.request_refund")
     await expect(card.locator(".operation-key")).to_have_text("refund:QF-4417")
-    await expect(card.locator(".prompt")).to_contain_text(
-        '"question": "Refund 480.0 AUD on QF-4417 (BNE-SYD)?"'
-    )
+    await expect(card.locator(".question")).to_have_text("Refund 480.0 AUD on QF-4417 (BNE-SYD)?")
+    await expect(card.locator(".prompt")).not_to_contain_text('"question"')
     await expect(card.locator(".checkpoint")).to_contain_text('"prepared_on_attempt": 1')
     await expect(card.locator(".checkpoint")).to_contain_text('"route": "BNE-SYD"')
     await shot(page, "policies")
@@ -294,16 +224,26 @@ async def test_a_pyworkflow_step_hook_in_the_same_database_is_resumed_from_the_i
         await expect(card).to_contain_text("step_hook")
         await shot(page, "inbox")
 
-        # The hook's schema is enforced: a wrong payload changes nothing.
-        await card.locator("textarea[name=payload]").fill('{"approved": "yes"}')
+        # The hook's schema is a form (a yes/no field for the boolean) with a raw JSON fallback.
+        await expect(card.get_by_label("approved")).to_have_count(1)
+        raw = card.locator("textarea[name=payload]")
+        await card.get_by_text("Answer as raw JSON instead").click()
+        # The schema is enforced: a wrong payload changes nothing, and the page comes back with
+        # the text as typed and the reason beside the field it concerns.
+        await raw.fill('{"approved": "yes"}')
         await card.get_by_role("button", name="Resume").click()
-        await expect(page.locator(".flash.error")).to_contain_text("schema")
-        await card.locator("textarea[name=payload]").fill("{not json")
+        field = card.locator(".field[data-field='f.approved']")
+        await expect(field.locator(".field-error")).to_contain_text("schema at approved")
+        await expect(raw).to_have_value('{"approved": "yes"}')
+        await raw.fill("{not json")
         await card.get_by_role("button", name="Resume").click()
-        await expect(page.locator(".flash.error")).to_contain_text("not valid JSON")
+        await expect(card.locator(".field[data-field=payload] .field-error")).to_contain_text(
+            "not valid JSON"
+        )
+        await expect(raw).to_have_value("{not json")
         assert (await pyworkflow.get_workflow_run(run_id)).status == "suspended"
 
-        await card.locator("textarea[name=payload]").fill('{"approved": true, "by": "console"}')
+        await raw.fill('{"approved": true, "by": "console"}')
         await card.get_by_role("button", name="Resume").click()
         await expect(page.locator(".flash.ok")).to_contain_text("resumed by rita")
         await expect(page.locator("article.hook", has_text=run_id)).to_have_count(0)
@@ -405,7 +345,7 @@ async def test_the_runs_page_lists_pyworkflow_runs_beside_traversers_and_shows_o
         # Answered from the inbox (linked from the wait), the run completes and the page says so.
         await wait_row.get_by_role("link", name="answer in the inbox").click()
         card = page.locator("article.hook", has_text=run_id)
-        await card.locator("textarea[name=payload]").fill('{"approved": true}')
+        await card.get_by_label("approved").select_option("true")  # the schema form's field
         await card.get_by_role("button", name="Resume").click()
         await expect(page.locator(".flash.ok")).to_contain_text("resumed by rita")
         await pyworkflow.wait_for_run(run_id, timeout=15)

@@ -41,7 +41,7 @@ def signed_in(server: ServerProcess, token: str) -> Iterator[httpx.Client]:
 
 
 def flashes(html: str) -> list[str]:
-    return re.findall(r'<p class="flash (?:ok|error)" role="status">([^<]*)</p>', html)
+    return re.findall(r'<p class="flash (?:ok|error)" role="(?:status|alert)">([^<]*)</p>', html)
 
 
 def test_anonymous_visits_go_to_sign_in_and_every_console_answer_carries_the_csp(
@@ -52,12 +52,19 @@ def test_anonymous_visits_go_to_sign_in_and_every_console_answer_carries_the_csp
             r = http.get(path)
             assert (r.status_code, r.headers["location"]) == (303, "/login"), path
             assert r.headers["content-security-policy"] == CSP
-        for path, kind in (("/login", "text/html"), ("/static/console.css", "text/css")):
+        for path, kind in (
+            ("/login", "text/html"),
+            ("/static/console.css", "text/css"),
+            ("/static/console.js", "text/javascript"),
+        ):
             r = http.get(path)
             assert r.status_code == 200 and r.headers["content-type"].startswith(kind)
             assert r.headers["content-security-policy"] == CSP
             assert r.headers["x-content-type-options"] == "nosniff"
-        assert "<script" not in http.get("/login").text
+        # The one script is the console's own file (no inline code, no other origin).
+        scripts = re.findall(r"<script[^>]*>", http.get("/login").text)
+        assert scripts == ['<script src="/static/console.js" defer>'], scripts
+        assert http.get("/static/nope.js").status_code == 404
         # A POST that is not signed in is refused outright.
         r = http.post("/hooks/h/resume", data={"payload": "1"})
         assert r.status_code == 403 and r.headers["content-security-policy"] == CSP
@@ -122,12 +129,16 @@ async def test_the_response_field_is_a_note_or_json_and_bad_json_changes_nothing
     with signed_in(server, token) as http:
         csrf = hidden_csrf(http.get("/").text)
         url = f"/approvals/{approval['id']}/decide"
+        # A refused answer is shown again, as typed, with the reason beside the field (no redirect).
         page = http.post(
-            url, data={"csrf": csrf, "decision": "approved", "response": "{oops"}, follow_redirects=True
+            url, data={"csrf": csrf, "decision": "approved", "response": "{oops", "back": "/inbox"}
         )
-        assert any("not valid JSON" in f for f in flashes(page.text)), page.text
-        page = http.post(url, data={"csrf": csrf, "decision": "maybe"}, follow_redirects=True)
-        assert any("validation_error" in f for f in flashes(page.text)), page.text
+        assert page.status_code == 422, page.text
+        assert ">{oops</textarea>" in page.text
+        assert re.search(r'class="field-error"[^>]*>The answer is not valid JSON', page.text), page.text
+        page = http.post(url, data={"csrf": csrf, "decision": "maybe", "response": "keep me"})
+        assert page.status_code == 422 and ">keep me</textarea>" in page.text
+        assert re.search(r'class="field-error form-error"[^>]*>[^<]*validation_error', page.text), page.text
         assert (await client.get_approval(approval["id"]))["status"] == "pending"
 
         page = http.post(
@@ -151,3 +162,53 @@ async def test_the_response_field_is_a_note_or_json_and_bad_json_changes_nothing
         r = http.post("/logout", data={"csrf": csrf})
         assert (r.status_code, r.headers["location"]) == (303, "/login")
         assert http.get("/").status_code == 303
+
+
+def card_ids(html: str) -> list[str]:
+    return re.findall(r'<article class="card approval" id="approval-([0-9a-f]+)"', html)
+
+
+async def test_the_inbox_searches_filters_by_kind_and_pages_with_a_cursor_without_a_silent_cap(
+    server: ServerProcess, client: Client
+) -> None:
+    handle = await client.submit("nobody.home", {"ticket": "ZX-77", "note": "Mixed_Case 100%"})
+    other = await client.submit("nobody.else", {"ticket": "AB-1"})
+    made = [
+        (await client.request_approval(handle.id, f"q{i}?", operation_key=f"k{i:02}", pause=False))["id"]
+        for i in range(52)
+    ]
+    lone = await client.request_approval(other.id, {"title": "Lone one"}, operation_key="lone", pause=False)
+    token, _ = create_token(server, "rita", "reviewer")
+    with signed_in(server, token) as http:
+        first = http.get("/inbox?kind=approval")
+        assert first.status_code == 200
+        assert card_ids(first.text) == made[:50]  # oldest first, 50 a page
+        assert ">53 waiting<" in first.text and 'data-live="count-approval">53<' in first.text
+        after = re.search(r'href="(/inbox\?[^"]+)" rel="next"', first.text)
+        assert after, first.text
+        second = http.get(after.group(1).replace("&amp;", "&"))
+        assert card_ids(second.text) == [*made[50:], lone["id"]]
+        assert 'rel="next"' not in second.text and "Back to the oldest" in second.text
+
+        # Search: the operation key, the run's id and target, its input text, any case; the
+        # pattern's own % and _ are literal.
+        for q, expected in (
+            ("k07", [made[7]]),
+            ("LONE", [lone["id"]]),
+            ("nobody.else", [lone["id"]]),
+            (other.id, [lone["id"]]),
+            ("mixed_case 100%", made[:50]),
+            ("ab-1", [lone["id"]]),
+            ("no such text", []),
+        ):
+            page = http.get("/inbox", params={"q": q, "kind": "approval"})
+            assert card_ids(page.text) == expected, q
+        assert "No waiting item matches “zzz”." in http.get("/inbox", params={"q": "zzz"}).text
+        # The kind filter: no hook is waiting; an unknown kind or cursor lists the first page and says so.
+        assert card_ids(http.get("/inbox?kind=hook").text) == []
+        bad = http.get("/inbox", params={"kind": "<b>", "after": "x"})
+        assert bad.status_code == 200 and "kind: &#39;&lt;b&gt;&#39; is not one of" in bad.text
+        assert "is not a page of this inbox" in bad.text and card_ids(bad.text) == made[:50]
+        # The live endpoint serves the same regions and leaves the session's messages alone.
+        live = http.get("/inbox/live?kind=approval")
+        assert live.status_code == 200 and 'data-live="items"' in live.text

@@ -19,7 +19,7 @@ from atfgraph._worker import _jsonable
 from atfgraph.cli._base import CliError, json_argument
 from atfgraph.server._body import read_json
 from atfgraph.server._errors import ApiError
-from atfgraph.server.console._pages import parse_json_field
+from atfgraph.server.console._answers import parse_json_text as parse_json_field
 from pyworkflow import SerializationError as EngineSerializationError
 from pyworkflow import _serde
 

@@ -1,7 +1,7 @@
 """The review console: server-rendered pages at ``/`` for reviewers and operators.
 
-Policies (pending approvals, oldest first, and recent decisions), one Inbox for approvals and
-pyworkflow hooks, Runs with their path and timeline, and Workers. Sign-in takes a bearer token;
+One Inbox for every kind of wait (approvals, pyworkflow hooks and step hooks; Approvals is its
+filter, with recent decisions), Runs with their path and timeline, and Workers. Sign-in takes a bearer token;
 only principals that may decide see or may submit the decide and resume forms. See
 docs/reviewers.md.
 """
@@ -10,7 +10,10 @@ from __future__ import annotations
 
 from fastapi import FastAPI, Request, Response
 
-from ._pages import ConsoleExit, router
+from ._common import ConsoleExit
+from ._forms import router as forms
+from ._pages import router as pages
+from ._run_pages import router as run_pages
 from ._session import SecurityHeaders
 
 __all__ = ["install_console"]
@@ -19,7 +22,8 @@ __all__ = ["install_console"]
 def install_console(app: FastAPI) -> None:
     """Serve the console from ``app``: its routes and the security headers (Content-Security-
     Policy and companions) on every response outside ``/api``. Sessions live in the database."""
-    app.include_router(router)
+    for router in (pages, run_pages, forms):
+        app.include_router(router)
 
     async def console_exit(request: Request, exc: Exception) -> Response:
         assert isinstance(exc, ConsoleExit)

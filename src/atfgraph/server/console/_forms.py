@@ -1,0 +1,157 @@
+"""The console's forms that change things: decide an approval, resume a hook.
+
+Each calls the service function the API calls (``Service.decide``, ``Service.resume_hook``), so
+the console records exactly what ``POST /api/v2/approvals/{id}/decide`` and
+``POST /api/v2/hooks/{id}/resume`` record, with the signed-in principal as ``decided_by``. A
+success redirects (POST-redirect-GET) with a message. A refused answer (not JSON, a field of the
+wrong type, a response or payload that does not match its schema) is *not* a redirect: the page
+the form came from is rendered again (422) with what the reviewer typed and the error beside
+the field it concerns, so nothing typed is lost. Other refusals (decided meanwhile, not found)
+redirect with the reason.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+from urllib.parse import quote, unquote, urlsplit
+
+from fastapi import APIRouter, Request, Response
+
+from pyworkflow.store import WaitKind
+
+from ..._json import dumps, loads
+from .._identity import Permission
+from .._refusals import Invalid, NotFound, Refusal
+from .._service import HOOK_KINDS
+from ._answers import Answer, Field, field_of, read_answer, schema_fields
+from ._common import (
+    Auth,
+    Draft,
+    _back,
+    _flash,
+    _form,
+    _redirect,
+    _service,
+    _store,
+    _text,
+    _writer,
+    error_page,
+    render,
+)
+from ._pages import inbox_context
+from ._run_pages import ACTIONS, run_page
+
+router = APIRouter(include_in_schema=False)
+
+
+async def _again(request: Request, auth: Auth, back: str, draft: Draft) -> Response:
+    """The page at ``back`` (the inbox or a run's page) rendered again with ``draft``."""
+    parts = urlsplit(back)
+    if parts.path.startswith("/runs/") and parts.path.count("/") == 2:
+        return await run_page(request, auth, unquote(parts.path[6:]), draft)
+    scope = dict(request.scope, path="/inbox", query_string=parts.query.encode(), method="GET")
+    context = inbox_context(Request(scope), draft)
+    return render(request, "inbox.html", auth, 422, **context)
+
+
+def _refused(answer: Answer, exc: Invalid, fields: list[Field] | None, raw: str) -> dict[str, str]:
+    """The errors of a refused answer: beside the field the refusal's path points at; a refusal
+    of the form itself (a decision that is neither approve nor reject) above the form."""
+    errors = dict(answer.errors)
+    where = "" if exc.code == "validation_error" and not exc.path else field_of(exc.path, fields, raw)
+    errors[where] = f"{exc.message} ({exc.code})"
+    return errors
+
+
+@router.post("/approvals/{approval_id}/decide")
+async def decide(request: Request, approval_id: str) -> Response:
+    form = await _form(request)
+    auth = await _writer(request, form, Permission.DECIDE, "approval.decide", approval_id)
+    back = _back(form, "/inbox")
+    decision = _text(form, "decision")
+    store = _store(request)
+    try:
+        fields = schema_fields(store.approval_schema(approval_id))
+    except NotFound:
+        fields = None
+    answer = read_answer(form, fields, "response", note_key="note")
+    if answer.errors:
+        return await _again(request, auth, back, Draft(approval_id, answer.typed, answer.errors))
+    response: Any = answer.value
+    if decision == "rejected" and response == {}:
+        response = None  # a rejection with no field filled in carries no response
+    try:
+        stored = None if response is None else dumps(response, what="the response")
+        await _service(request).decide(auth.principal, approval_id, decision, stored)
+    except Invalid as exc:
+        errors = _refused(answer, exc, fields, "response")
+        return await _again(request, auth, back, Draft(approval_id, answer.typed, errors))
+    except Refusal as exc:
+        await _flash(
+            request, auth, "error", f"Approval {approval_id} was not decided: {exc.message} ({exc.code})"
+        )
+        return _redirect(back)
+    await _flash(request, auth, "ok", f"Approval {approval_id} {decision} by {auth.principal.name}.")
+    return _redirect(back)
+
+
+@router.post("/hooks/{hook_id}/resume")
+async def resume(request: Request, hook_id: str) -> Response:
+    form = await _form(request)
+    auth = await _writer(request, form, Permission.DECIDE, "hook.resume", hook_id)
+    back = _back(form, "/inbox")
+    wait = await _store(request).pyworkflow.get_wait(hook_id)
+    schema = None
+    if wait is not None and wait.kind in HOOK_KINDS and wait.payload_schema is not None:
+        schema = loads(wait.payload_schema)
+    fields = schema_fields(schema)
+    answer = read_answer(form, fields, "payload", note_key=None)
+    if answer.errors:
+        return await _again(request, auth, back, Draft(hook_id, answer.typed, answer.errors))
+    try:
+        await _service(request).resume_hook(auth.principal, hook_id, answer.value)
+    except Invalid as exc:
+        errors = _refused(answer, exc, fields, "payload")
+        return await _again(request, auth, back, Draft(hook_id, answer.typed, errors))
+    except Refusal as exc:
+        await _flash(request, auth, "error", f"Hook {hook_id} was not resumed: {exc.message} ({exc.code})")
+        return _redirect(back)
+    kind = "step hook" if wait is not None and wait.kind == WaitKind.STEP_HOOK else "hook"
+    await _flash(
+        request,
+        auth,
+        "ok",
+        f"Hook {hook_id} resumed by {auth.principal.name}: the payload is recorded. The run continues "
+        f"on a pyworkflow runtime serving this database (the console cannot see one); its {kind} "
+        "returns the payload there.",
+    )
+    return _redirect(back)
+
+
+@router.post("/runs/{run_id}/{action}")
+async def run_action(request: Request, run_id: str, action: str) -> Response:
+    """Cancel or retry a traverser from its page, after the page's confirmation step."""
+    if action not in ACTIONS:
+        return error_page(request, 404, "Not found", f"There is no run action {action[:40]!r}.")
+    form = await _form(request)
+    auth = await _writer(request, form, Permission.SUBMIT, f"traverser.{action}", run_id)
+    here = f"/runs/{quote(run_id, safe='')}"
+    if _text(form, "confirmed") != "yes":
+        return _redirect(f"{here}?confirm={action}")
+    service = _service(request)
+    try:
+        if action == "cancel":
+            view = await service.cancel(auth.principal, run_id)
+        else:
+            view = await service.retry(auth.principal, run_id)
+    except Refusal as exc:
+        await _flash(
+            request, auth, "error", f"Run {run_id}: the {action} was refused: {exc.message} ({exc.code})"
+        )
+        return _redirect(here)
+    done = "cancelled" if action == "cancel" else "queued again"
+    await _flash(request, auth, "ok", f"Run {run_id} {done} by {auth.principal.name} (now {view['status']}).")
+    return _redirect(here)
+
+
+__all__ = ["router"]
