@@ -25,8 +25,17 @@ def server() -> None:
 )
 @click.option("--lease-seconds", default=None, type=float, help="Task lease length (default 30).")
 @click.option("--log-level", default="warning", show_default=True)
-def start(host: str, port: int, db: str | None, lease_seconds: float | None, log_level: str) -> None:
+@click.option(
+    "--public-url",
+    default=None,
+    metavar="URL",
+    help="Address people and machines outside reach the server at; decision links and webhook URLs "
+    "are built on it (default: $ATFGRAPH_PUBLIC_URL, else http://HOST:PORT).",
+)
+def start(
+    host: str, port: int, db: str | None, lease_seconds: float | None, log_level: str, public_url: str | None
+) -> None:
     """Start the graph server in the foreground."""
     from ..server import serve
 
-    serve(host, port, db, lease_seconds, log_level)
+    serve(host, port, db, lease_seconds, log_level, public_url)

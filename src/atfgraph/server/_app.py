@@ -28,6 +28,7 @@ from ._identity import Identity
 from ._refusals import Refusal
 from ._routes import error_response, router, unavailable_response
 from ._routes_admin import router as admin_router
+from ._routes_links import router as links_router
 from ._routes_runs import router as runs_router
 from ._service import Service
 from ._store import GraphStore
@@ -57,11 +58,17 @@ class Settings:
     synchronous: str = "FULL"
     #: the data directory: the default database and the credentials file of the first start
     home: Path = Path()
+    #: the address people and machines outside reach the server at (decision links and webhook
+    #: URLs are built on it): --public-url, else $ATFGRAPH_PUBLIC_URL, else the listening address
     public_url: str = ""
 
     @classmethod
     def from_env(
-        cls, db_path: str | None = None, lease_seconds: float | None = None, public_url: str = ""
+        cls,
+        db_path: str | None = None,
+        lease_seconds: float | None = None,
+        public_url: str | None = None,
+        listen_url: str = "",
     ) -> Settings:
         return cls(
             db_path=db_path or os.environ.get("ATFGRAPH_DB") or default_db_path(),
@@ -69,7 +76,7 @@ class Settings:
             sweep_seconds=float(os.environ.get("ATFGRAPH_SWEEP_SECONDS", "0.25")),
             synchronous=os.environ.get("ATFGRAPH_SQLITE_SYNCHRONOUS", "FULL"),
             home=default_home(),
-            public_url=public_url,
+            public_url=(public_url or os.environ.get("ATFGRAPH_PUBLIC_URL") or listen_url).rstrip("/"),
         )
 
 
@@ -254,6 +261,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     app.include_router(router)
     app.include_router(admin_router)
     app.include_router(runs_router)
+    app.include_router(links_router)
     install_console(app)
 
     @app.get("/livez")

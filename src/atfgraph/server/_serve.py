@@ -26,10 +26,20 @@ def serve(
     db_path: str | None = None,
     lease_seconds: float | None = None,
     log_level: str = "warning",
+    public_url: str | None = None,
 ) -> None:
     settings = Settings.from_env(
-        db_path=db_path, lease_seconds=lease_seconds, public_url=f"http://{host}:{port}"
+        db_path=db_path,
+        lease_seconds=lease_seconds,
+        public_url=public_url,
+        listen_url=f"http://{host}:{port}",
     )
+    if not settings.public_url.startswith(("http://", "https://")):  # --public-url, $ATFGRAPH_PUBLIC_URL
+        print(
+            f"atfgraph: the public URL must start with http:// or https://: {settings.public_url!r}",
+            file=sys.stderr,
+        )
+        raise SystemExit(2)
     logging.basicConfig(level=log_level.upper(), stream=sys.stderr, format="%(asctime)s %(name)s %(message)s")
     try:  # --db, else $ATFGRAPH_DB, else the default file: pyworkflow's grammar of storage locations
         parse_location(settings.db_path)
@@ -104,5 +114,11 @@ def main(argv: list[str] | None = None) -> None:
     )
     parser.add_argument("--lease-seconds", type=float, default=None, help="task lease length (default 30)")
     parser.add_argument("--log-level", default="warning")
+    parser.add_argument(
+        "--public-url",
+        default=None,
+        help="the address people and machines outside reach this server at, e.g. https://review.example.com;"
+        " decision links and webhook URLs are built on it (default: $ATFGRAPH_PUBLIC_URL, else http://HOST:PORT)",
+    )
     args = parser.parse_args(argv)
-    serve(args.host, args.port, args.db, args.lease_seconds, args.log_level)
+    serve(args.host, args.port, args.db, args.lease_seconds, args.log_level, args.public_url)

@@ -19,10 +19,12 @@ import pyworkflow
 from pyworkflow import validate_payload
 from pyworkflow.store import WaitKind, WaitRecord
 
+from .._json import dumps_read
 from .._models import DECISIONS
 from ._graph_rows import StepRecord
 from ._hub import Hub, node_key, traverser_key
-from ._identity import AuditEntry, Identity, Principal, write_audit
+from ._identity import AuditEntry, Identity, Principal, Role, write_audit
+from ._links import DEFAULT_LINK_SECONDS, MAX_LINK_SECONDS, Link, LinkKind, LinkState, WaitLinks, check_label
 from ._refusals import Conflict, Invalid, NotFound, Refusal
 from ._store import GraphStore
 
@@ -37,6 +39,7 @@ class Service:
         self.store = store
         self.identity = identity
         self.hub = hub
+        self.links = WaitLinks(store.db)
 
     async def submit(
         self,
@@ -90,15 +93,29 @@ class Service:
         return approval, paused
 
     async def decide(
-        self, who: Principal, approval_id: str, decision: str, response: bytes | None
+        self,
+        who: Principal,
+        approval_id: str,
+        decision: str,
+        response: bytes | None,
+        link: Link | None = None,
     ) -> dict[str, Any]:
         """Record ``approved`` or ``rejected`` by ``who``; the paused traverser continues. The same
-        decision again is idempotent; a different one is refused (``approval_decided``)."""
+        decision again is idempotent; a different one is refused (``approval_decided``). Through
+        a decision ``link`` (``who`` is the link's principal) the link is used in the same
+        transaction, and the approval must still be pending."""
         if decision not in DECISIONS:
             raise Invalid("decision must be 'approved' or 'rejected'", "validation_error")
         audit = AuditEntry(who, "approval.decide", approval_id, "allowed")
+        also = None
+        if link is not None:
+            audit = AuditEntry(who, "approval.decide", approval_id, "allowed", {"link_id": link.id})
+
+            def also(conn: Any, now: float) -> None:
+                self.links.use(conn, link, decision, now)
+
         try:
-            approval, node = await self.store.decide(approval_id, decision, response, who.name, audit)
+            approval, node = await self.store.decide(approval_id, decision, response, who.name, audit, also)
         except Refusal as exc:
             await self._refused(who, "approval.decide", approval_id, exc.code)
             raise
@@ -134,8 +151,106 @@ class Service:
             raise Conflict(str(exc), "hook_not_pending") from None
         return resolved
 
+    # -- decision links and webhooks --------------------------------------------------------------
+
+    async def mint_link(
+        self,
+        who: Principal,
+        kind: LinkKind,
+        wait_id: str,
+        expires_in: float | None,
+        label: str | None,
+    ) -> tuple[Link, str]:
+        """A decision link on a pending approval (``page``) or a webhook on a pending approval or
+        hook (``webhook``), minted by ``who``; returns it and its secret (shown once)."""
+        action = f"{'approval.link' if kind is LinkKind.PAGE else 'wait.webhook'}.create"
+        try:
+            label = check_label(label)
+        except ValueError as exc:
+            raise Invalid(str(exc), "validation_error") from None
+        seconds = DEFAULT_LINK_SECONDS if expires_in is None else expires_in
+        if not 0 < seconds <= MAX_LINK_SECONDS:
+            raise Invalid(f"expires_in_seconds must be in (0, {MAX_LINK_SECONDS:.0f}]", "validation_error")
+        wait = await self.store.pyworkflow.get_wait(wait_id)
+        kinds = (WaitKind.APPROVAL,) if kind is LinkKind.PAGE else (WaitKind.APPROVAL, *HOOK_KINDS)
+        if wait is None or wait.kind not in kinds:
+            raise NotFound.of("approval" if kind is LinkKind.PAGE else "wait", wait_id)
+        if wait.status != "pending":
+            await self._refused(who, action, wait_id, f"the wait is {wait.status}")
+            raise Conflict(f"wait {wait_id!r} is {wait.status}, not pending", "wait_not_pending")
+        if wait.expires_at is not None:  # a link outlives its wait for nothing
+            seconds = min(seconds, max(wait.expires_at - time.time(), 1.0))
+        audit = AuditEntry(who, action, wait_id, "allowed", {"label": label} if label else None)
+        return await self.links.mint(kind, wait_id, who.name, seconds, label, audit)
+
+    def link_principal(self, link: Link) -> Principal:
+        """Who acts through a link: named after it, with a reviewer's rights on its one wait."""
+        return Principal(link.id, link.principal_name, Role.REVIEWER)
+
+    async def decide_by_link(
+        self, link: Link, decision: str, response: bytes | None, client: str | None
+    ) -> dict[str, Any]:
+        """Decide the link's approval through the link (single use); a link that is not live is
+        refused (``link_used``, ``link_revoked``, ``link_expired``) and the refusal audited."""
+        who = self.link_principal(link)
+        state = link.state(time.time())
+        if state is not LinkState.LIVE:
+            await self._refused(who, "approval.decide", link.wait_id, f"link {link.id} is {state.value}")
+            raise Conflict(f"this decision link was {state.value}", f"link_{state.value}")
+        return await self.decide(who, link.wait_id, decision, response, link)
+
+    async def resume_by_webhook(self, link: Link, body: dict[str, Any]) -> dict[str, Any]:
+        """Resume the webhook's wait with a signed body: an approval's ``decision`` (and
+        ``response``) through :meth:`decide`, a hook's ``payload`` through :meth:`resume_hook`.
+        The same body again answers as the first did; a different decision or payload is
+        refused (409)."""
+        who = self.link_principal(link)
+        state = link.state(time.time())
+        if state is not LinkState.LIVE:
+            await self._refused(
+                who, "wait.webhook.resume", link.wait_id, f"webhook {link.id} is {state.value}"
+            )
+            raise Conflict(f"this webhook was {state.value}", f"webhook_{state.value}")
+        wait = await self.store.pyworkflow.get_wait(link.wait_id)
+        if wait is None:
+            raise NotFound.of("wait", link.wait_id)
+        if wait.kind is WaitKind.APPROVAL:
+            decision = body.get("decision")
+            if decision not in DECISIONS:
+                raise Invalid("body.decision must be 'approved' or 'rejected'", "validation_error")
+            response = body.get("response")
+            approval = await self.decide(
+                who, wait.id, decision, None if response is None else dumps_read(response)
+            )
+            return {"kind": "approval", "approval": approval}
+        if set(body) - {"payload"}:
+            raise Invalid('a hook\'s webhook body is {"payload": ...}', "validation_error")
+        payload = body.get("payload")
+        if wait.status == "received" and _same_payload(wait, payload):
+            return {"kind": wait.kind.value, "hook_id": wait.id, "run_id": wait.run_id, "status": "received"}
+        resolved = await self.resume_hook(who, wait.id, payload)
+        return {
+            "kind": resolved.kind.value,
+            "hook_id": resolved.id,
+            "run_id": resolved.run_id,
+            "status": "received",
+        }
+
+    async def revoke_link(self, who: Principal, link_id: str) -> Link:
+        link = self.links.get(link_id)
+        action = "approval.link.revoke" if link.kind is LinkKind.PAGE else "wait.webhook.revoke"
+        return await self.links.revoke(link_id, AuditEntry(who, action, link_id, "allowed"))
+
     async def _refused(self, who: Principal, action: str, target: str, detail: str) -> None:
         await self.identity.audit(who, action, target=target, outcome="refused", detail=detail)
+
+
+def _same_payload(wait: WaitRecord, payload: Any) -> bool:
+    """Whether a received hook got this payload (a webhook's repeated delivery)."""
+    try:
+        return bytes(validate_payload(wait, payload)) == bytes(wait.payload or b"")
+    except (pyworkflow.HookError, pyworkflow.SerializationError):  # not a payload it could take
+        return False
 
 
 __all__ = ["HOOK_KINDS", "Service"]

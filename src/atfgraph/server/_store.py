@@ -631,11 +631,16 @@ class GraphStore(ConsoleReads):
         response: bytes | None,
         decided_by: str,
         audit: AuditEntry | None = None,
+        also: Callable[[Conn, float], None] | None = None,
     ) -> tuple[dict[str, Any], str | None]:
         """Record a decision and, in the same transaction, queue the continuation of a traverser
         paused on it and record ``audit`` (with the decision and the stored response as its
-        detail). Returns the approval and the node to wake (None when nothing was queued)."""
-        if self._pg is not None:
+        detail). Returns the approval and the node to wake (None when nothing was queued).
+
+        ``also(conn, now)`` runs in that transaction once the decision is made (a decision link
+        marks itself used there; a refusal it raises undoes the decision). With ``also`` the
+        approval must be pending: the same decision again is refused instead of accepted."""
+        if self._pg is not None and also is None:
             found = await self._pg.decide(approval_id, decision, response, decided_by, audit, time.time())
             if found is not None:
                 return found
@@ -646,7 +651,7 @@ class GraphStore(ConsoleReads):
             if row is None:
                 raise NotFound.of("approval", approval_id)
             if row["status"] != ApprovalStatus.PENDING:
-                if row["status"] == decision:  # the same decision again: idempotent
+                if row["status"] == decision and also is None:  # the same decision again: idempotent
                     view = approval_view(row)
                     if audit is not None:
                         write_audit(conn, _decision_audit(audit, decision, view), now)
@@ -655,6 +660,8 @@ class GraphStore(ConsoleReads):
             if conn.execute(SQL_DECIDE, (decision, decided_by, response, now, approval_id)).rowcount == 0:
                 # Decided (or expired) since it was read: never two decisions of one approval.
                 raise Conflict(f"approval {approval_id!r} is no longer pending", "approval_decided")
+            if also is not None:
+                also(conn, now)
             node = self._continue(conn, row["traverser_id"], approval_id, now)
             decided = _row(conn, SQL_GET_APPROVAL, (approval_id,))
             assert decided is not None
@@ -719,4 +726,5 @@ def _requeue(conn: Conn, traverser_id: str, error: bytes | None, *, charged: boo
 
 
 def _decision_audit(audit: AuditEntry, decision: str, view: dict[str, Any]) -> AuditEntry:
-    return replace(audit, detail={"decision": decision, "response": view["response"]})
+    extra = audit.detail if isinstance(audit.detail, dict) else {}  # e.g. the decision link's id
+    return replace(audit, detail={**extra, "decision": decision, "response": view["response"]})

@@ -68,7 +68,9 @@ async def test_tables_are_prefixed_and_hot_queries_use_indexes(store: GraphStore
         "atfg_audit",
         "atfg_console_sessions",
         "atfg_memory",
+        "atfg_server_keys",
         "atfg_tokens",
+        "atfg_wait_links",
         "atfg_workers",
     ]
     pyworkflow_tables = {"checkpoints", "events", "queue", "runs", "steps", "wait_tokens", "waits"}

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from fastapi import FastAPI, Request, Response
 
+from ._link_page import router as link_router
 from ._pages import ConsoleExit, router
 from ._session import SecurityHeaders
 
@@ -20,6 +21,7 @@ def install_console(app: FastAPI) -> None:
     """Serve the console from ``app``: its routes and the security headers (Content-Security-
     Policy and companions) on every response outside ``/api``. Sessions live in the database."""
     app.include_router(router)
+    app.include_router(link_router)
 
     async def console_exit(request: Request, exc: Exception) -> Response:
         assert isinstance(exc, ConsoleExit)
