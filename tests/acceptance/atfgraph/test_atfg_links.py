@@ -9,9 +9,13 @@ from __future__ import annotations
 import asyncio
 import hashlib
 import hmac
+import json
 import re
+import subprocess
+import sys
 import time
 from collections.abc import AsyncIterator, Callable
+from pathlib import Path
 from typing import Any
 
 import httpx
@@ -22,6 +26,8 @@ from atfg_waits import only_approval, reach
 import pyworkflow
 from atfgraph import Client
 from pyworkflow import hook, workflow
+
+ATFG = str(Path(sys.executable).parent / "atfg")
 
 
 @pytest.fixture
@@ -211,7 +217,10 @@ async def test_a_link_decision_continues_the_paused_traverser(
     handle = await client.submit("tester.pausing", {"prompt": "Go?"})
     await reach(client, handle.id, "waiting")
     approval = await only_approval(client, handle.id)
-    url = (await mint_link(http, str(approval["id"])))["url"]
+    spare = await client.create_decision_link(str(approval["id"]), label="spare")
+    assert (await client.revoke_link(spare["link"]["id"]))["state"] == "revoked"
+    url = (await client.create_decision_link(str(approval["id"]), expires_in_seconds=600))["url"]
+    assert [x["state"] for x in await client.list_links(str(approval["id"]))] == ["revoked", "live"]
     async with httpx.AsyncClient(timeout=30) as anonymous:
         assert (await anonymous.post(url, data={"decision": "approved"})).status_code == 200
     result = await handle.result(timeout=30)
@@ -346,3 +355,45 @@ async def test_a_signed_webhook_resumes_a_pyworkflow_hook_with_its_schema_enforc
     finally:
         await pyworkflow.shutdown()
         pyworkflow.configure()
+
+
+# -- the command line and the public URL ---------------------------------------------------------
+
+
+def atfg(server: ServerProcess, *args: str) -> Any:
+    """``atfg ... -o json`` as the owner; its JSON answer."""
+    done = subprocess.run(
+        [ATFG, *args, "-o", "json"],
+        env=server.env,
+        cwd=server.home,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert done.returncode == 0, (done.returncode, done.stdout, done.stderr)
+    return json.loads(done.stdout)
+
+
+async def test_atfg_mints_lists_and_revokes_links_on_the_configured_public_url(tmp_path: Path) -> None:
+    server = ServerProcess(tmp_path)
+    server.env["ATFGRAPH_PUBLIC_URL"] = "https://review.example.com/"
+    server.start()
+    try:
+        async with httpx.AsyncClient(base_url=server.url, headers=server.headers(), timeout=30) as http:
+            approval_id = await pending_approval(http)
+        created = atfg(
+            server, "approvals", "link", "create", approval_id, "--label", "ops", "--expires-in", "600"
+        )
+        assert created["url"].startswith("https://review.example.com/d/")
+        secret = created["url"].rsplit("/", 1)[1]
+        webhook = atfg(server, "hooks", "webhook", approval_id)
+        assert webhook["url"] == f"https://review.example.com/api/v2/webhooks/{webhook['link']['id']}"
+        listed = atfg(server, "approvals", "link", "list", approval_id)
+        assert [(x["kind"], x["state"]) for x in listed] == [("page", "live"), ("webhook", "live")]
+        revoked = atfg(server, "approvals", "link", "revoke", created["link"]["id"])
+        assert revoked["link"]["state"] == "revoked"
+        # The page itself is served wherever the server listens.
+        page = httpx.get(f"{server.url}/d/{secret}", timeout=10)
+        assert page.status_code == 410 and "revoked" in page.text
+    finally:
+        server.close()

@@ -27,6 +27,9 @@ _NOT_LIVE = {
 }
 
 
+_TITLES = {LinkState.USED: "Link used", LinkState.REVOKED: "Link revoked", LinkState.EXPIRED: "Link expired"}
+
+
 def _approval(request: Request, link: Link) -> dict[str, Any] | None:
     try:
         view = _store(request).get_approval(link.wait_id)
@@ -62,7 +65,7 @@ def _not_live(request: Request, link: Link) -> Response:
         message += f" ({link.decision})."
     else:
         message += "."
-    return _page(request, link, 410, _NOT_LIVE[state], message=message)
+    return _page(request, link, 410, _TITLES[state], message=message)
 
 
 @router.get("/d/{secret}")
