@@ -67,7 +67,7 @@ async def create_link(
 async def list_links(request: Request, approval_id: str) -> Response:
     """The decision links and webhooks of one wait (never their secrets)."""
     now = time.time()
-    return ok({"items": [link.as_json(now) for link in service_of(request).links.of_wait(approval_id)]})
+    return ok({"items": [link.as_json(now) for link in await service_of(request).links_of(approval_id)]})
 
 
 @router.post("/links/{link_id}/revoke")
@@ -88,8 +88,8 @@ async def create_webhook(
 @router.get("/waits/{wait_id}/webhooks")
 async def list_webhooks(request: Request, wait_id: str) -> Response:
     now = time.time()
-    links = service_of(request).links.of_wait(wait_id)
-    return ok({"items": [link.as_json(now) for link in links if link.kind is LinkKind.WEBHOOK]})
+    links = await service_of(request).links_of(wait_id, LinkKind.WEBHOOK)
+    return ok({"items": [link.as_json(now) for link in links]})
 
 
 @router.post(

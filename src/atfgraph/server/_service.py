@@ -183,6 +183,12 @@ class Service:
         audit = AuditEntry(who, action, wait_id, "allowed", {"label": label} if label else None)
         return await self.links.mint(kind, wait_id, who.name, seconds, label, audit)
 
+    async def links_of(self, wait_id: str, kind: LinkKind | None = None) -> list[Link]:
+        """The links of an existing wait (of ``kind``, or every kind); an unknown wait is refused."""
+        if await self.store.pyworkflow.get_wait(wait_id) is None:
+            raise NotFound.of("wait", wait_id)
+        return [link for link in self.links.of_wait(wait_id) if kind is None or link.kind is kind]
+
     def link_principal(self, link: Link) -> Principal:
         """Who acts through a link: named after it, with a reviewer's rights on its one wait."""
         return Principal(link.id, link.principal_name, Role.REVIEWER)
