@@ -32,10 +32,23 @@ def server() -> None:
     help="Address people and machines outside reach the server at; decision links and webhook URLs "
     "are built on it (default: $ATFGRAPH_PUBLIC_URL, else http://HOST:PORT).",
 )
+@click.option(
+    "--notify",
+    multiple=True,
+    metavar="URL",
+    help="POST a JSON event (with a Slack-compatible 'text') to URL when an approval or hook is created; "
+    "repeatable (default: $ATFGRAPH_NOTIFY).",
+)
 def start(
-    host: str, port: int, db: str | None, lease_seconds: float | None, log_level: str, public_url: str | None
+    host: str,
+    port: int,
+    db: str | None,
+    lease_seconds: float | None,
+    log_level: str,
+    public_url: str | None,
+    notify: tuple[str, ...],
 ) -> None:
     """Start the graph server in the foreground."""
     from ..server import serve
 
-    serve(host, port, db, lease_seconds, log_level, public_url)
+    serve(host, port, db, lease_seconds, log_level, public_url, notify)

@@ -76,6 +76,7 @@ RULES: tuple[Rule, ...] = (
     _rule("POST", "/tokens", "token.create", A),
     _rule("POST", "/tokens/{id}/revoke", "token.revoke", A),
     _rule("GET", "/audit", "audit.list", A),
+    _rule("GET", "/notifications", "notification.list", A),
     _rule("GET", "/runs", "run.list", R),
     _rule("GET", "/runs/{id}", "run.get", R),
     _rule("GET", "/inbox", "inbox.list", R),

@@ -8,6 +8,7 @@ import asyncio
 import contextlib
 import logging
 import sys
+from collections.abc import Sequence
 from types import FrameType
 from typing import Any
 
@@ -27,13 +28,19 @@ def serve(
     lease_seconds: float | None = None,
     log_level: str = "warning",
     public_url: str | None = None,
+    notify: Sequence[str] = (),
 ) -> None:
-    settings = Settings.from_env(
-        db_path=db_path,
-        lease_seconds=lease_seconds,
-        public_url=public_url,
-        listen_url=f"http://{host}:{port}",
-    )
+    try:
+        settings = Settings.from_env(
+            db_path=db_path,
+            lease_seconds=lease_seconds,
+            public_url=public_url,
+            listen_url=f"http://{host}:{port}",
+            notify=notify,
+        )
+    except ValueError as exc:  # --notify, $ATFGRAPH_NOTIFY and companions
+        print(f"atfgraph: {exc}", file=sys.stderr)
+        raise SystemExit(2) from None
     if not settings.public_url.startswith(("http://", "https://")):  # --public-url, $ATFGRAPH_PUBLIC_URL
         print(
             f"atfgraph: the public URL must start with http:// or https://: {settings.public_url!r}",
@@ -120,5 +127,13 @@ def main(argv: list[str] | None = None) -> None:
         help="the address people and machines outside reach this server at, e.g. https://review.example.com;"
         " decision links and webhook URLs are built on it (default: $ATFGRAPH_PUBLIC_URL, else http://HOST:PORT)",
     )
+    parser.add_argument(
+        "--notify",
+        action="append",
+        default=[],
+        metavar="URL",
+        help="POST a JSON event (with a Slack-compatible 'text') to URL when an approval or hook is created;"
+        " repeatable (default: $ATFGRAPH_NOTIFY, space- or comma-separated)",
+    )
     args = parser.parse_args(argv)
-    serve(args.host, args.port, args.db, args.lease_seconds, args.log_level, args.public_url)
+    serve(args.host, args.port, args.db, args.lease_seconds, args.log_level, args.public_url, args.notify)

@@ -67,9 +67,11 @@ async def test_tables_are_prefixed_and_hot_queries_use_indexes(store: GraphStore
     assert sorted(n for n in names if n.startswith("atfg_")) == [
         "atfg_audit",
         "atfg_console_sessions",
+        "atfg_deliveries",
         "atfg_memory",
         "atfg_server_keys",
         "atfg_tokens",
+        "atfg_wait_events",
         "atfg_wait_links",
         "atfg_workers",
     ]

@@ -11,6 +11,7 @@ from __future__ import annotations
 from fastapi import FastAPI, Request, Response
 
 from ._link_page import router as link_router
+from ._notify_page import router as notify_router
 from ._pages import ConsoleExit, router
 from ._session import SecurityHeaders
 
@@ -22,6 +23,7 @@ def install_console(app: FastAPI) -> None:
     Policy and companions) on every response outside ``/api``. Sessions live in the database."""
     app.include_router(router)
     app.include_router(link_router)
+    app.include_router(notify_router)
 
     async def console_exit(request: Request, exc: Exception) -> Response:
         assert isinstance(exc, ConsoleExit)

@@ -27,3 +27,37 @@ CREATE TABLE atfg_server_keys (
     name   TEXT PRIMARY KEY,
     secret BLOB NOT NULL
 );
+
+-- Notifications (docs/operators.md, "Notifications"): a wait a person answers (an approval, a
+-- hook, a step hook) is announced to the server's configured endpoints. The trigger writes the
+-- outbox row in the transaction that creates the wait, whoever creates it (the graph store, or
+-- pyworkflow's store for a run on this database), so no wait is announced that did not commit and
+-- none is missed. The server's notifier expands each outbox row into one delivery per endpoint
+-- (deleting it), then posts them after the commit, never in the run's path.
+CREATE TABLE atfg_wait_events (
+    seq        INTEGER PRIMARY KEY AUTOINCREMENT,
+    wait_id    TEXT NOT NULL,
+    created_at REAL NOT NULL
+);
+CREATE TRIGGER atfg_wait_created AFTER INSERT ON waits
+WHEN NEW.kind IN ('approval', 'hook', 'step_hook')
+BEGIN
+    INSERT INTO atfg_wait_events (wait_id, created_at) VALUES (NEW.id, NEW.created_at);
+END;
+-- One delivery of one event to one endpoint: pending (due at next_at) -> delivered | dead (after
+-- the last attempt: the dead-letter list). attempts and last_error record every failure.
+CREATE TABLE atfg_deliveries (
+    id           TEXT PRIMARY KEY,
+    wait_id      TEXT NOT NULL,
+    endpoint     TEXT NOT NULL,
+    status       TEXT NOT NULL,
+    attempts     INTEGER NOT NULL,
+    next_at      REAL NOT NULL,
+    last_error   TEXT,
+    created_at   REAL NOT NULL,
+    delivered_at REAL
+);
+-- The notifier's walk: due pending deliveries, by time.
+CREATE INDEX atfg_deliveries_due ON atfg_deliveries (next_at) WHERE status = 'pending';
+-- The dead-letter list and the other statuses, newest first.
+CREATE INDEX atfg_deliveries_by_status ON atfg_deliveries (status, created_at);
