@@ -97,3 +97,47 @@ async def test_a_decision_link_approves_once_in_the_browser_and_then_says_it_was
 
     # A bad link is a plain 404 page, the same for a wrong secret as for garbage.
     assert httpx.get(url[:-3] + "xyz", timeout=10).status_code == 404
+
+
+async def test_the_dead_letter_list_in_the_console(tmp_path: Path, browser: Browser) -> None:
+    from atfg_harness import free_port, wait_until
+
+    dead_endpoint = f"http://127.0.0.1:{free_port()}/notify"  # nobody listens there
+    server = ServerProcess(tmp_path)
+    server.env.update(
+        ATFGRAPH_NOTIFY=dead_endpoint,
+        ATFGRAPH_NOTIFY_MAX_ATTEMPTS="2",
+        ATFGRAPH_NOTIFY_BACKOFF_SECONDS="0.1",
+        ATFGRAPH_NOTIFY_POLL_SECONDS="0.05",
+    )
+    server.start()
+    try:
+        headers = server.headers()
+        trav = httpx.post(
+            server.url + "/api/v2/traversers", json={"target": "nobody.skill"}, headers=headers
+        ).json()
+        body = {"traverser_id": trav["id"], "operation_key": "k", "prompt": "ok?", "pause": False}
+        httpx.post(server.url + "/api/v2/approvals", json=body, headers=headers).raise_for_status()
+
+        def dead() -> bool:
+            r = httpx.get(server.url + "/api/v2/notifications", params={"status": "dead"}, headers=headers)
+            return len(r.json()["items"]) == 1
+
+        wait_until(dead, 20, "the delivery never reached the dead-letter list")
+        context = await browser.new_context(viewport={"width": 1280, "height": 600})
+        page = await context.new_page()
+        await page.goto(server.url + "/login")
+        await page.locator("input[name=token]").fill(server.token("owner"))
+        async with page.expect_navigation():
+            await page.get_by_role("button", name="Sign in").click()
+        await page.get_by_role("link", name="Notifications").click()
+        await expect(page.get_by_role("heading", name="Notifications")).to_be_visible()
+        row = page.locator("table.deliveries tbody tr")
+        await expect(row).to_have_count(1)
+        await expect(row.locator("td").nth(1)).to_have_text(dead_endpoint)
+        await expect(row.locator("td.attempts")).to_have_text("2")
+        await expect(row.locator("td.last-error")).to_contain_text("ConnectError")
+        await shot(page, "notifications-dead")
+        await context.close()
+    finally:
+        server.close()
