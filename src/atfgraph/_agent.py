@@ -209,11 +209,17 @@ class Agent:
         checkpoint: Any = None,
         expires_in_seconds: float | None = None,
         pause: bool = True,
+        assign_to: dict[str, list[str]] | None = None,
+        escalate: dict[str, Any] | None = None,
     ) -> dict[str, Any]:
         """Ask a person to decide. The first time, the server stores a pending approval and (with
         ``pause``) the handler stops here, holding nothing; after the decision it runs again from
         the top and this call returns the decided approval record (status ``approved``,
-        ``rejected`` or ``expired``). With ``pause=False`` it returns the pending record at once."""
+        ``rejected`` or ``expired``). With ``pause=False`` it returns the pending record at once.
+
+        ``assign_to={"roles": [...], "principals": [...]}``: only those may decide (others see it
+        read-only). ``escalate={"roles"|"principals": [...], "expires_in_seconds": N}``: when it
+        falls due it is re-assigned to those, with N more seconds, instead of expiring (once)."""
         attempt = _attempt()
         normalized = loads(dumps(prompt, what="the approval prompt"))
         known = attempt.approvals.get(operation_key)
@@ -232,6 +238,8 @@ class Agent:
             checkpoint=checkpoint,
             expires_in_seconds=expires_in_seconds,
             pause=pause,
+            **({} if assign_to is None else {"assign_to": assign_to}),
+            **({} if escalate is None else {"escalate": escalate}),
         )
         answer = await _leased_call(attempt, "POST", "/approvals", body)
         approval: dict[str, Any] = answer["approval"]

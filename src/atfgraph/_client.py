@@ -272,9 +272,12 @@ class Client:
         checkpoint: Any = None,
         expires_in_seconds: float | None = None,
         pause: bool = False,
+        assign_to: dict[str, list[str]] | None = None,
+        escalate: dict[str, Any] | None = None,
     ) -> dict[str, Any]:
         """Create (or find) an approval on a traverser from outside its handler. Without the task
-        lease the traverser cannot be paused, so ``pause`` must stay False."""
+        lease the traverser cannot be paused, so ``pause`` must stay False. ``assign_to`` and
+        ``escalate`` as for ``Agent.request_approval``."""
         if pause:
             raise ValueError("Client.request_approval cannot pause a traverser; use app.request_approval")
         body = {
@@ -284,6 +287,8 @@ class Client:
             "checkpoint": checkpoint,
             "expires_in_seconds": expires_in_seconds,
             "pause": False,
+            "assign_to": assign_to,
+            "escalate": escalate,
         }
         answer = await self._transport.request("POST", "/approvals", body)
         approval: dict[str, Any] = answer["approval"]

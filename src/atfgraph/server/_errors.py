@@ -7,7 +7,7 @@ from __future__ import annotations
 import sqlite3
 
 from ._dburl import first_line
-from ._refusals import Conflict, Invalid, LeaseLost, NotFound, Refusal
+from ._refusals import Conflict, Forbidden, Invalid, LeaseLost, NotFound, Refusal
 
 
 class ApiError(Exception):
@@ -23,7 +23,9 @@ class ApiError(Exception):
 
 
 #: The HTTP status of each kind of refusal.
-_STATUS: dict[type[Refusal], int] = {NotFound: 404, LeaseLost: 409, Conflict: 409, Invalid: 422, Refusal: 409}
+_STATUS: dict[type[Refusal], int] = {
+    NotFound: 404, LeaseLost: 409, Conflict: 409, Invalid: 422, Forbidden: 403, Refusal: 409,
+}  # fmt: skip
 
 
 def api_error(exc: Refusal | ApiError) -> ApiError:

@@ -11,6 +11,7 @@ from fastapi import APIRouter, Depends, Query, Request, Response
 
 from .._json import dumps_read
 from .._models import DECISIONS, ApprovalStatus, TraverserStatus
+from ._assign import parse_assignees, parse_escalation, read_assignment
 from ._auth import Principal, caller
 from ._body import Fields, error_info, read_json
 from ._errors import RETRY_AFTER_SECONDS, ApiError, bad_request
@@ -269,6 +270,8 @@ async def put_checkpoint(request: Request, traverser_id: str, name: str) -> Resp
             "checkpoint": _ANY,
             "expires_in_seconds": {"type": "number"},
             "pause": {"type": "boolean"},
+            "assign_to": {"type": "object"},
+            "escalate": {"type": "object"},
         },
         ["traverser_id", "operation_key", "prompt"],
     ),
@@ -290,6 +293,8 @@ async def request_approval(request: Request, who: Annotated[Principal, Depends(c
         f.number("expires_in_seconds", required=False, maximum=10 * 365 * 86400),
         f.boolean("pause", True),
         f.steps(),
+        parse_assignees(f.data.get("assign_to"), "body.assign_to"),
+        parse_escalation(f.data.get("escalate")),
     )
     return ok({"approval": approval, "paused": paused})
 
@@ -310,7 +315,11 @@ async def list_approvals(
 
 @router.get("/approvals/{approval_id}")
 async def get_approval(request: Request, approval_id: str) -> Response:
-    return ok(store_of(request).get_approval(approval_id))
+    """One approval, with ``assignment`` (who may decide it, and its escalation) when it has one."""
+    store = store_of(request)
+    approval = store.get_approval(approval_id)
+    assignment = store.db.read(lambda conn: read_assignment(conn, approval_id))
+    return ok(approval if assignment is None else {**approval, "assignment": assignment})
 
 
 @router.post(

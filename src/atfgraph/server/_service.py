@@ -12,7 +12,7 @@ refusal -> response.
 from __future__ import annotations
 
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import pyworkflow
@@ -21,11 +21,12 @@ from pyworkflow.store import WaitKind, WaitRecord
 
 from .._json import dumps_read
 from .._models import DECISIONS
+from ._assign import Assignees, Escalation, assignees_of, write_assignment
 from ._graph_rows import StepRecord
 from ._hub import Hub, node_key, traverser_key
 from ._identity import AuditEntry, Identity, Principal, Role, write_audit
 from ._links import DEFAULT_LINK_SECONDS, MAX_LINK_SECONDS, Link, LinkKind, LinkState, WaitLinks, check_label
-from ._refusals import Conflict, Invalid, NotFound, Refusal
+from ._refusals import Conflict, Forbidden, Invalid, NotFound, Refusal
 from ._store import GraphStore
 
 #: The wait kinds a person may resume through the server (approvals are decided instead).
@@ -75,9 +76,13 @@ class Service:
         expires_in_seconds: float | None,
         pause: bool,
         steps: Sequence[StepRecord] = (),
+        assign_to: Assignees | None = None,
+        escalate: Escalation | None = None,
     ) -> tuple[dict[str, Any], bool]:
         """Find or create the approval (traverser, operation_key); with ``pause`` (under the lease
-        ``epoch``) a pending one also parks the traverser. Returns it and whether it paused."""
+        ``epoch``) a pending one also parks the traverser. Returns it and whether it paused. A new
+        approval is assigned to ``assign_to`` (only they may decide) and, with ``escalate``,
+        re-assigned once when it falls due instead of expiring (``_assign``)."""
         audit = AuditEntry(
             who,
             "approval.request",
@@ -85,8 +90,27 @@ class Service:
             "allowed",
             {"traverser_id": traverser_id, "operation_key": operation_key},
         )
+        also = None
+        if assign_to is not None or escalate is not None:
+            if escalate is not None and expires_in_seconds is None:
+                raise Invalid(
+                    "an escalation needs expires_in_seconds (when it escalates)", "validation_error"
+                )
+
+            def also(conn: Any, approval_id: str) -> None:
+                write_assignment(conn, approval_id, assign_to, escalate)
+
         approval, paused = await self.store.request_approval(
-            traverser_id, epoch, operation_key, prompt, checkpoint, expires_in_seconds, pause, steps, audit
+            traverser_id,
+            epoch,
+            operation_key,
+            prompt,
+            checkpoint,
+            expires_in_seconds,
+            pause,
+            steps,
+            audit,
+            also,
         )
         if paused:
             self.hub.notify(traverser_key(traverser_id))
@@ -107,12 +131,20 @@ class Service:
         if decision not in DECISIONS:
             raise Invalid("decision must be 'approved' or 'rejected'", "validation_error")
         audit = AuditEntry(who, "approval.decide", approval_id, "allowed")
-        also = None
-        if link is not None:
+        checks: list[Callable[[Any, float], None]] = []
+        if link is not None:  # its minter was allowed to decide (checked when it was minted)
             audit = AuditEntry(who, "approval.decide", approval_id, "allowed", {"link_id": link.id})
+            if link.kind is LinkKind.PAGE:
+                checks.append(lambda conn, now: self.links.use(conn, link, decision, now))
+        elif self.store.db.read(lambda conn: assignees_of(conn, approval_id)) is not None:
+            # Checked again in the decision's transaction: an escalation may re-assign it.
+            checks.append(lambda conn, now: _check_assigned(conn, who, approval_id))
+        also = None
+        if checks:
 
             def also(conn: Any, now: float) -> None:
-                self.links.use(conn, link, decision, now)
+                for check in checks:
+                    check(conn, now)
 
         try:
             approval, node = await self.store.decide(approval_id, decision, response, who.name, audit, also)
@@ -178,6 +210,11 @@ class Service:
         if wait.status != "pending":
             await self._refused(who, action, wait_id, f"the wait is {wait.status}")
             raise Conflict(f"wait {wait_id!r} is {wait.status}, not pending", "wait_not_pending")
+        try:
+            self.store.db.read(lambda conn: _check_assigned(conn, who, wait_id))
+        except Forbidden as exc:
+            await self._refused(who, action, wait_id, exc.code)
+            raise
         if wait.expires_at is not None:  # a link outlives its wait for nothing
             seconds = min(seconds, max(wait.expires_at - time.time(), 1.0))
         audit = AuditEntry(who, action, wait_id, "allowed", {"label": label} if label else None)
@@ -249,6 +286,14 @@ class Service:
 
     async def _refused(self, who: Principal, action: str, target: str, detail: str) -> None:
         await self.identity.audit(who, action, target=target, outcome="refused", detail=detail)
+
+
+def _check_assigned(conn: Any, who: Principal, approval_id: str) -> None:
+    """Refuse ``who`` an approval assigned to others (``not_assigned``)."""
+    assignees = assignees_of(conn, approval_id)
+    if assignees is not None and not assignees.allows(who):
+        names = ", ".join([*(f"role {r}" for r in assignees.roles), *assignees.principals])
+        raise Forbidden(f"approval {approval_id!r} is assigned to {names}", "not_assigned")
 
 
 def _same_payload(wait: WaitRecord, payload: Any) -> bool:

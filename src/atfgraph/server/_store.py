@@ -42,6 +42,7 @@ from pyworkflow.store import (
 
 from .._json import dumps, fragment, loads
 from .._models import ApprovalStatus, TraverserStatus
+from ._assign import SQL_DUE_ESCALATIONS, escalate_due
 from ._console_reads import ConsoleReads
 from ._dburl import parse_location
 from ._graph_pg import PgTransitions
@@ -549,11 +550,13 @@ class GraphStore(ConsoleReads):
         pause: bool,
         steps: Sequence[StepRecord],
         audit: AuditEntry | None = None,
+        also: Callable[[Conn, str], None] | None = None,
     ) -> tuple[dict[str, Any], bool]:
         """Find or create the approval (traverser, operation_key). Returns it and whether the
         traverser is now paused on it (a pending approval requested with ``pause``). ``audit``
-        is recorded when the approval is created (its target becomes the approval's id)."""
-        if self._pg is not None:
+        is recorded when the approval is created (its target becomes the approval's id), and
+        ``also(conn, approval_id)`` runs in that transaction then (an assignment is written)."""
+        if self._pg is not None and also is None:
             now = time.time()
             expires_at = None if expires_in_seconds is None else now + expires_in_seconds
             found = await self._pg.request_approval(
@@ -588,6 +591,8 @@ class GraphStore(ConsoleReads):
                 assert approval is not None
                 if audit is not None:
                     write_audit(conn, replace(audit, target=ident), now)
+                if also is not None:
+                    also(conn, ident)
             elif loads(approval["prompt"]) != loads(prompt):
                 raise Conflict(
                     f"operation key {operation_key!r} was already used with a different prompt",
@@ -687,6 +692,9 @@ class GraphStore(ConsoleReads):
         their traversers). Safe at any time, including right after a restart, when it catches up
         on everything that fell due while the server was down."""
         out = SweepOutcome(set(), set())
+        # Approvals whose handler asked for an escalation are re-assigned before they expire.
+        if _row(self.db.reader(), SQL_DUE_ESCALATIONS, (time.time(), 1)) is not None:
+            await self.db.write(lambda conn: escalate_due(conn, SWEEP_BATCH))
         expired = await self.pyworkflow.expire_due_waits(now=time.time(), limit=SWEEP_BATCH)
 
         def reap(conn: Conn) -> SweepOutcome:

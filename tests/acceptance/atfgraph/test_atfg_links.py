@@ -231,6 +231,26 @@ async def test_a_link_decision_continues_the_paused_traverser(
 # -- webhooks ----------------------------------------------------------------------------------
 
 
+def outbox(server: ServerProcess) -> int:
+    """How many created-wait events the server has not yet expanded (atfg_wait_events)."""
+    sql = "SELECT COUNT(*) FROM atfg_wait_events"
+    if server.on_postgres:
+        import psycopg
+
+        with psycopg.connect(server.db, autocommit=True) as pg:
+            row = pg.execute(sql).fetchone()
+    else:
+        import sqlite3
+
+        conn = sqlite3.connect(server.db_path)
+        try:
+            row = conn.execute(sql).fetchone()
+        finally:
+            conn.close()
+    assert row is not None
+    return int(row[0])
+
+
 def unaudited(dump: str) -> str:
     """A database dump without the denials of webhook deliveries (and SQLite's row counter)."""
     return "\n".join(
@@ -261,6 +281,8 @@ async def test_a_signed_webhook_decides_an_approval_idempotently_and_a_bad_signa
     url, secret = hook_["url"], hook_["secret"]
     assert url == f"{server.url}/api/v2/webhooks/{hook_['link']['id']}" and secret.startswith("whsec_")
     body = b'{"decision": "approved", "response": {"ticket": "QF-4417"}}'
+    # The server's notifier drains the outbox of the approval's creation in the background.
+    wait_until(lambda: outbox(server) == 0, 20, "the outbox was never drained")
     async with httpx.AsyncClient(timeout=30) as machine:
         before = database_dump(server)
         bad = [

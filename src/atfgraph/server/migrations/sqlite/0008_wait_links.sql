@@ -61,3 +61,17 @@ CREATE TABLE atfg_deliveries (
 CREATE INDEX atfg_deliveries_due ON atfg_deliveries (next_at) WHERE status = 'pending';
 -- The dead-letter list and the other statuses, newest first.
 CREATE INDEX atfg_deliveries_by_status ON atfg_deliveries (status, created_at);
+
+-- Reviewer policies (docs/reviewers.md, "Assigned approvals"): an approval assigned to roles or
+-- named principals may be decided only by them; with an escalation, one that falls due is
+-- re-assigned (once) with a new deadline instead of expiring. Written in the transaction that
+-- creates the approval. roles, principals and escalate are JSON.
+CREATE TABLE atfg_assignments (
+    wait_id     TEXT PRIMARY KEY,
+    roles       TEXT NOT NULL,
+    principals  TEXT NOT NULL,
+    escalate    TEXT,
+    escalations INTEGER NOT NULL DEFAULT 0
+);
+-- The sweeper's escalations: assignments that still have one.
+CREATE INDEX atfg_assignments_escalating ON atfg_assignments (wait_id) WHERE escalate IS NOT NULL;
