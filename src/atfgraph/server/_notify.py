@@ -166,19 +166,20 @@ class Notifier:
                 await asyncio.sleep(self.settings.poll_seconds)
 
     async def pass_once(self) -> int:
-        """Expand new events, then send the due deliveries; returns how many were sent."""
-        reader = self.db.reader()
-        if _row(reader, SQL_EVENTS, (1,)) is not None:
-            await self.db.write(self._expand)
-        now = time.time()
-        if not _rows(reader, SQL_DUE, (now, 1)):
-            return 0
-        claimed = await self.db.write(lambda conn: self._claim(conn, now))
+        """Expand new events and claim the due deliveries in one transaction on the writer (a
+        read-only one when there is nothing to do; the readers of the request threads see
+        nothing of it), then send them; returns how many were sent."""
+
+        def tx(conn: Conn) -> Sequence[Any]:
+            now = time.time()
+            self._expand(conn, now)
+            return self._claim(conn, now)
+
+        claimed = await self.db.write(tx)
         await asyncio.gather(*(self._send(d) for d in claimed))
         return len(claimed)
 
-    def _expand(self, conn: Conn) -> None:
-        now = time.time()
+    def _expand(self, conn: Conn, now: float) -> None:
         for event in _rows(conn, SQL_EVENTS, (BATCH,)):
             for endpoint in self.settings.endpoints:
                 conn.execute(SQL_INSERT_DELIVERY, (uuid.uuid4().hex, event["wait_id"], endpoint, now, now))
@@ -189,14 +190,15 @@ class Notifier:
         claimed = []
         for row in _rows(conn, SQL_DUE, (now, BATCH)):
             if conn.execute(SQL_CLAIM, (until, row["id"], row["next_at"])).rowcount == 1:
-                claimed.append({"id": row["id"], "wait_id": row["wait_id"], "endpoint": row["endpoint"],
-                                "attempts": row["attempts"]})  # fmt: skip
+                wait = _row(conn, SQL_WAIT, (row["wait_id"],))
+                claimed.append({"id": row["id"], "wait": None if wait is None else dict(wait),
+                                "endpoint": row["endpoint"], "attempts": row["attempts"]})  # fmt: skip
         return claimed
 
     async def _send(self, delivery: dict[str, Any]) -> None:
         assert self._http is not None
         error: str | None = None
-        wait = _row(self.db.reader(), SQL_WAIT, (delivery["wait_id"],))
+        wait = delivery["wait"]
         if wait is None:
             error = "the wait no longer exists"
         else:

@@ -230,9 +230,7 @@ class Service:
         """Who acts through a link: named after it, with a reviewer's rights on its one wait."""
         return Principal(link.id, link.principal_name, Role.REVIEWER)
 
-    async def decide_by_link(
-        self, link: Link, decision: str, response: bytes | None, client: str | None
-    ) -> dict[str, Any]:
+    async def decide_by_link(self, link: Link, decision: str, response: bytes | None) -> dict[str, Any]:
         """Decide the link's approval through the link (single use); a link that is not live is
         refused (``link_used``, ``link_revoked``, ``link_expired``) and the refusal audited."""
         who = self.link_principal(link)

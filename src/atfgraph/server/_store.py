@@ -42,7 +42,7 @@ from pyworkflow.store import (
 
 from .._json import dumps, fragment, loads
 from .._models import ApprovalStatus, TraverserStatus
-from ._assign import SQL_DUE_ESCALATIONS, escalate_due
+from ._assign import escalate_due
 from ._console_reads import ConsoleReads
 from ._dburl import parse_location
 from ._graph_pg import PgTransitions
@@ -692,9 +692,10 @@ class GraphStore(ConsoleReads):
         their traversers). Safe at any time, including right after a restart, when it catches up
         on everything that fell due while the server was down."""
         out = SweepOutcome(set(), set())
-        # Approvals whose handler asked for an escalation are re-assigned before they expire.
-        if _row(self.db.reader(), SQL_DUE_ESCALATIONS, (time.time(), 1)) is not None:
-            await self.db.write(lambda conn: escalate_due(conn, SWEEP_BATCH))
+        # Approvals whose handler asked for an escalation are re-assigned before they expire. On
+        # the writer (a read-only transaction when there is none): the request threads' readers
+        # see nothing of the background tasks.
+        await self.db.write(lambda conn: escalate_due(conn, SWEEP_BATCH))
         expired = await self.pyworkflow.expire_due_waits(now=time.time(), limit=SWEEP_BATCH)
 
         def reap(conn: Conn) -> SweepOutcome:

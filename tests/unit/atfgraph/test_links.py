@@ -71,14 +71,14 @@ async def test_a_link_is_used_in_the_transaction_of_its_decision(service: Servic
     # A live link whose decision is refused (not a decision) stays live.
     live, _ = await service.mint_link(ALICE, LinkKind.PAGE, approval["id"], 60, None)
     with pytest.raises(Invalid):
-        await service.decide_by_link(live, "maybe", None, None)
+        await service.decide_by_link(live, "maybe", None)
     assert service.links.get(live.id).state(time.time()).value == "live"
-    decided = await service.decide_by_link(live, "rejected", None, None)
+    decided = await service.decide_by_link(live, "rejected", None)
     assert (decided["status"], decided["decided_by"]) == ("rejected", f"link:{live.id}")
     used = service.links.get(live.id)
     assert (used.state(time.time()).value, used.decision) == ("used", "rejected")
     with pytest.raises(Conflict) as again:
-        await service.decide_by_link(used, "rejected", None, None)
+        await service.decide_by_link(used, "rejected", None)
     assert again.value.code == "link_used"
     assert ("link:" + live.id, "approval.decide", "allowed") in audit(service, approval["id"])
     assert ("link:" + live.id, "approval.decide", "refused") in audit(service, approval["id"])

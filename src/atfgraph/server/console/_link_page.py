@@ -115,7 +115,7 @@ async def link_decide(request: Request, secret: str) -> Response:
         )
     stored = None if response is None else dumps(response)
     try:
-        approval = await service.decide_by_link(link, decision, stored, _client(request))
+        approval = await service.decide_by_link(link, decision, stored)
     except Refusal as exc:
         if exc.code.startswith("link_"):
             return _not_live(request, service.links.get(link.id))
