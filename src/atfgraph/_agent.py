@@ -214,13 +214,19 @@ class Agent:
         expires_in_seconds: float | None = None,
         pause: bool = True,
         response_schema: dict[str, Any] | None = None,
+        assign_to: dict[str, list[str]] | None = None,
+        escalate: dict[str, Any] | None = None,
     ) -> dict[str, Any]:
         """Ask a person to decide. The first time, the server stores a pending approval and (with
         ``pause``) the handler stops here, holding nothing; after the decision it runs again from
         the top and this call returns the decided approval record (status ``approved``,
         ``rejected`` or ``expired``). With ``pause=False`` it returns the pending record at once.
         ``response_schema`` (a JSON Schema) is what an approving response must match: the
-        console shows it as a form, and a decision whose response does not match is refused."""
+        console shows it as a form, and a decision whose response does not match is refused.
+
+        ``assign_to={"roles": [...], "principals": [...]}``: only those may decide (others see it
+        read-only). ``escalate={"roles"|"principals": [...], "expires_in_seconds": N}``: when it
+        falls due it is re-assigned to those, with N more seconds, instead of expiring (once)."""
         attempt = _attempt()
         normalized = loads(dumps(prompt, what="the approval prompt"))
         known = attempt.approvals.get(operation_key)
@@ -240,6 +246,8 @@ class Agent:
             expires_in_seconds=expires_in_seconds,
             pause=pause,
             response_schema=response_schema,
+            **({} if assign_to is None else {"assign_to": assign_to}),
+            **({} if escalate is None else {"escalate": escalate}),
         )
         if pause and attempt.claim_next is not None:
             body["claim"] = attempt.claim_next

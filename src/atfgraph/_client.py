@@ -239,6 +239,38 @@ class Client:
         )
         return approval
 
+    async def create_decision_link(
+        self, approval_id: str, *, expires_in_seconds: float | None = None, label: str | None = None
+    ) -> dict[str, Any]:
+        """Mint a single-use decision link for a pending approval (reviewer, administrator or
+        owner): ``{"url", "link"}``. The URL is in this answer only; send it to the reviewer."""
+        body = {"expires_in_seconds": expires_in_seconds, "label": label}
+        minted: dict[str, Any] = await self._transport.request(
+            "POST", f"/approvals/{q(approval_id)}/links", body
+        )
+        return minted
+
+    async def create_webhook(
+        self, wait_id: str, *, expires_in_seconds: float | None = None, label: str | None = None
+    ) -> dict[str, Any]:
+        """Mint a webhook for a pending approval or pyworkflow hook: ``{"url", "secret", "link"}``;
+        the secret signs each POST (docs/reviewers.md) and is in this answer only."""
+        body = {"expires_in_seconds": expires_in_seconds, "label": label}
+        minted: dict[str, Any] = await self._transport.request("POST", f"/waits/{q(wait_id)}/webhooks", body)
+        return minted
+
+    async def list_links(self, wait_id: str) -> list[dict[str, Any]]:
+        """The decision links and webhooks of one wait, with their state (never their secrets)."""
+        data = await self._transport.request("GET", f"/approvals/{q(wait_id)}/links")
+        items: list[dict[str, Any]] = data["items"]
+        return items
+
+    async def revoke_link(self, link_id: str) -> dict[str, Any]:
+        """Revoke a decision link or a webhook."""
+        data = await self._transport.request("POST", f"/links/{q(link_id)}/revoke", {})
+        link: dict[str, Any] = data["link"]
+        return link
+
     async def request_approval(
         self,
         traverser_id: str,
@@ -249,9 +281,12 @@ class Client:
         expires_in_seconds: float | None = None,
         pause: bool = False,
         response_schema: dict[str, Any] | None = None,
+        assign_to: dict[str, list[str]] | None = None,
+        escalate: dict[str, Any] | None = None,
     ) -> dict[str, Any]:
         """Create (or find) an approval on a traverser from outside its handler. Without the task
-        lease the traverser cannot be paused, so ``pause`` must stay False."""
+        lease the traverser cannot be paused, so ``pause`` must stay False. ``assign_to`` and
+        ``escalate`` as for ``Agent.request_approval``."""
         if pause:
             raise ValueError("Client.request_approval cannot pause a traverser; use app.request_approval")
         body = {
@@ -262,6 +297,8 @@ class Client:
             "expires_in_seconds": expires_in_seconds,
             "pause": False,
             "response_schema": response_schema,
+            "assign_to": assign_to,
+            "escalate": escalate,
         }
         answer = await self._transport.request("POST", "/approvals", body)
         approval: dict[str, Any] = answer["approval"]

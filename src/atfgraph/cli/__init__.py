@@ -3,9 +3,10 @@
     atfg ps                                   runs that are running or waiting, and on what
     atfg runs start|list|show|watch           (run, r; submit, ls, get, follow)
     atfg approvals list|show|decide           (approval, ap; ls, get)
+    atfg approvals link create|list|revoke    decision links and webhooks of one wait
     atfg checkpoints get TRAVERSER NAME       (checkpoint, cp)
     atfg tokens create|list|revoke            (token; new, ls, rm)
-    atfg hooks list|resume                    (hook)
+    atfg hooks list|resume|webhook            (hook)
     atfg audit list
     atfg server start
     atfg db migrate [--sql]
@@ -18,6 +19,7 @@ from __future__ import annotations
 
 import click
 
+from . import _links  # noqa: F401  (registers ``approvals link`` and ``hooks webhook``)
 from ._admin import audit, tokens
 from ._approvals import approvals, hooks
 from ._base import RootGroup, global_options

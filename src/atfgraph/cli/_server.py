@@ -46,6 +46,20 @@ def server() -> None:
     help="Also serve GET /metrics here, without authentication (on the main port it needs an "
     "owner or administrator token).",
 )
+@click.option(
+    "--public-url",
+    default=None,
+    metavar="URL",
+    help="Address people and machines outside reach the server at; decision links and webhook URLs "
+    "are built on it (default: $ATFGRAPH_PUBLIC_URL, else http://HOST:PORT).",
+)
+@click.option(
+    "--notify",
+    multiple=True,
+    metavar="URL",
+    help="POST a JSON event (with a Slack-compatible 'text') to URL when an approval or hook is created; "
+    "repeatable (default: $ATFGRAPH_NOTIFY).",
+)
 def start(
     host: str,
     port: int,
@@ -56,9 +70,12 @@ def start(
     log_format: str | None,
     access_log: bool,
     metrics_bind: str | None,
+    public_url: str | None,
+    notify: tuple[str, ...],
 ) -> None:
     """Start the graph server in the foreground."""
     from ..server import serve
 
     serve(host, port, db, lease_seconds, log_level, write_timeout, log_format=log_format,
-          access_log=access_log, metrics_bind=metrics_bind)  # fmt: skip
+          access_log=access_log, metrics_bind=metrics_bind, public_url=public_url,
+          notify=notify)  # fmt: skip

@@ -9,8 +9,8 @@ import os
 import re
 import sys
 import uuid
-from collections.abc import AsyncIterator
-from dataclasses import dataclass
+from collections.abc import AsyncIterator, Sequence
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 from urllib.parse import unquote_to_bytes
@@ -28,11 +28,13 @@ from ._errors import ApiError, api_error, database_refused, database_unavailable
 from ._fastpath import FastPath
 from ._hub import Hub, node_key, traverser_key
 from ._identity import Identity
+from ._notify import Notifier, NotifySettings, check_endpoint
 from ._observe import HttpMetrics
 from ._openapi import install_limits
 from ._refusals import Refusal
 from ._routes import error_response, router, unavailable_response
 from ._routes_admin import router as admin_router
+from ._routes_links import router as links_router
 from ._routes_runs import router as runs_router
 from ._service import Service
 from ._store import GraphStore
@@ -62,18 +64,24 @@ class Settings:
     synchronous: str = "FULL"
     #: the data directory: the default database and the credentials file of the first start
     home: Path = Path()
+    #: the address people and machines outside reach the server at (decision links and webhook
+    #: URLs are built on it): --public-url, else $ATFGRAPH_PUBLIC_URL, else the listening address
     public_url: str = ""
     #: seconds a write may wait for the database before the request is a 503
     write_timeout: float = WRITE_TIMEOUT
     #: one INFO record per request on the ``atfgraph.access`` logger
     access_log: bool = False
+    #: where and how created waits are announced (--notify, $ATFGRAPH_NOTIFY and companions)
+    notify: NotifySettings = field(default_factory=NotifySettings)
 
     @classmethod
     def from_env(
         cls,
         db_path: str | None = None,
         lease_seconds: float | None = None,
-        public_url: str = "",
+        public_url: str | None = None,
+        listen_url: str = "",
+        notify: Sequence[str] = (),
         write_timeout: float | None = None,
         access_log: bool = False,
     ) -> Settings:
@@ -94,10 +102,39 @@ class Settings:
             sweep_seconds=float(os.environ.get("ATFGRAPH_SWEEP_SECONDS", "0.25")),
             synchronous=os.environ.get("ATFGRAPH_SQLITE_SYNCHRONOUS", "FULL"),
             home=default_home(),
-            public_url=public_url,
+            public_url=(public_url or os.environ.get("ATFGRAPH_PUBLIC_URL") or listen_url).rstrip("/"),
+            notify=notify_settings(notify),
             write_timeout=timeout,
             access_log=access_log,
         )
+
+
+def notify_settings(flags: Sequence[str] = ()) -> NotifySettings:
+    """``--notify`` endpoints, else those of ``$ATFGRAPH_NOTIFY`` (separated by spaces or commas),
+    with ``$ATFGRAPH_NOTIFY_MAX_ATTEMPTS``, ``$ATFGRAPH_NOTIFY_BACKOFF_SECONDS``,
+    ``$ATFGRAPH_NOTIFY_TIMEOUT_SECONDS`` and ``$ATFGRAPH_NOTIFY_POLL_SECONDS``. Raises ValueError."""
+    endpoints = list(flags) or os.environ.get("ATFGRAPH_NOTIFY", "").replace(",", " ").split()
+    default = NotifySettings()
+
+    def number(name: str, value: float, low: float) -> float:
+        raw = os.environ.get(name)
+        if raw is None:
+            return value
+        try:
+            parsed = float(raw)
+        except ValueError:
+            parsed = float("nan")
+        if not parsed >= low:
+            raise ValueError(f"${name} must be a number of at least {low}, not {raw!r}")
+        return parsed
+
+    return NotifySettings(
+        endpoints=tuple(dict.fromkeys(check_endpoint(url) for url in endpoints)),
+        max_attempts=int(number("ATFGRAPH_NOTIFY_MAX_ATTEMPTS", default.max_attempts, 1)),
+        backoff_seconds=number("ATFGRAPH_NOTIFY_BACKOFF_SECONDS", default.backoff_seconds, 0.01),
+        timeout_seconds=number("ATFGRAPH_NOTIFY_TIMEOUT_SECONDS", default.timeout_seconds, 0.1),
+        poll_seconds=number("ATFGRAPH_NOTIFY_POLL_SECONDS", default.poll_seconds, 0.01),
+    )
 
 
 #: The longest name a path segment may carry (an id, a checkpoint name, a memory scope or key),
@@ -270,15 +307,19 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         # leases that ran out while it was down are settled first.
         await app.state.store.sweep()
         sweeper = asyncio.create_task(_sweep_forever(app))
+        # Announces created waits (and drains the outbox when no endpoint is configured).
+        app.state.notifier = Notifier(app.state.store.db, settings.notify, settings.public_url)
+        notifier = asyncio.create_task(app.state.notifier.run_forever())
         # The runs and waits of this database, read when /metrics is scraped.
         stop_collecting = metrics.collect_store(app.state.store.db.read, app.state.store)
         try:
             yield
         finally:
             stop_collecting()
-            sweeper.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await sweeper
+            for task in (sweeper, notifier):
+                task.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await task
             app.state.store.close()
 
     app = FastAPI(
@@ -297,6 +338,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     app.include_router(router)
     app.include_router(admin_router)
     app.include_router(runs_router)
+    app.include_router(links_router)
     install_console(app)
 
     @app.get("/livez")

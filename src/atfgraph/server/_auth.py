@@ -82,6 +82,11 @@ RULES: tuple[Rule, ...] = (
     _rule("GET", "/approvals", "approval.list", R),
     _rule("GET", "/approvals/{id}", "approval.get", R),
     _rule("POST", "/approvals/{id}/decide", "approval.decide", D),
+    _rule("POST", "/approvals/{id}/links", "approval.link.create", D),
+    _rule("GET", "/approvals/{id}/links", "approval.link.list", R),
+    _rule("POST", "/links/{id}/revoke", "approval.link.revoke", D),
+    _rule("POST", "/waits/{id}/webhooks", "wait.webhook.create", D),
+    _rule("GET", "/waits/{id}/webhooks", "wait.webhook.list", R),
     _rule("POST", "/workers", "worker.register", W),
     _rule("GET", "/workers", "worker.list", R),
     _rule("GET", "/workers/{id}", "worker.get", R, W),
@@ -96,6 +101,7 @@ RULES: tuple[Rule, ...] = (
     _rule("POST", "/tokens", "token.create", A),
     _rule("POST", "/tokens/{id}/revoke", "token.revoke", A),
     _rule("GET", "/audit", "audit.list", A),
+    _rule("GET", "/notifications", "notification.list", A),
     _rule("GET", "/runs", "run.list", R),
     _rule("GET", "/runs/{id}", "run.get", R),
     _rule("POST", "/runs/{id}/retry", "traverser.retry", S),
@@ -108,8 +114,9 @@ RULES: tuple[Rule, ...] = (
 #: Paths outside /api/ that need a token all the same.
 _PROTECTED = frozenset({"/metrics"})
 
-#: Readable without a token: the API description, so that tools can discover it.
-PUBLIC = re.compile("/api/v2/(openapi\\.json|docs.*)")
+#: Reachable without a token: the API description, so that tools can discover it, and the signed
+#: webhook deliveries, which their signature authenticates (``_routes_links``).
+PUBLIC = re.compile("/api/v2/(openapi\\.json|docs.*|webhooks/[^/]+)")
 
 
 def rule_for(method: str, path: str) -> Rule | None:

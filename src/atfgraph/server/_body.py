@@ -29,6 +29,11 @@ MAX_MESSAGE = 10_000
 
 async def read_json(request: Request) -> dict[str, Any]:
     """The request body as a JSON object."""
+    return parse_object(await read_raw(request))
+
+
+async def read_raw(request: Request) -> bytes:
+    """The request body's bytes, within the size cap (a signed body is checked on these)."""
     declared = request.headers.get("content-length")
     if declared is not None:
         try:
@@ -44,7 +49,11 @@ async def read_json(request: Request) -> dict[str, Any]:
         if size > MAX_BODY_BYTES:
             raise _too_large()
         chunks.append(chunk)
-    raw = b"".join(chunks)
+    return b"".join(chunks)
+
+
+def parse_object(raw: bytes) -> dict[str, Any]:
+    """A body's bytes as a JSON object, with the checks of :func:`read_json`."""
     if not raw:
         raise ApiError(400, "invalid_json", "the request body is empty; a JSON object is required")
     try:

@@ -10,7 +10,8 @@ each kind to one::
     ├── Conflict             the current state forbids it: approval_decided, approval_conflict,
     │                        revision_conflict, idempotency_conflict, invalid_state, lease_required,
     │                        hook_not_pending
-    └── Invalid              the request is well formed but its content is refused (payload_invalid)
+    ├── Invalid              the request is well formed but its content is refused (payload_invalid)
+    └── Forbidden            the approval is assigned to others (not_assigned)
 """
 
 from __future__ import annotations

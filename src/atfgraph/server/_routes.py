@@ -11,6 +11,7 @@ from fastapi import APIRouter, Depends, Query, Request, Response
 
 from .._json import MAX_BODY_BYTES, MAX_DEPTH, dumps_read
 from .._models import DECISIONS, ApprovalStatus, TraverserStatus
+from ._assign import parse_assignees, parse_escalation, read_assignment
 from ._auth import Principal, caller, under_lease
 from ._body import MAX_INT, MAX_KEY, MAX_MESSAGE, MAX_STEPS, Fields, error_info, read_json
 from ._errors import RETRY_AFTER_SECONDS, ApiError, bad_request
@@ -330,6 +331,8 @@ async def put_checkpoint(request: Request, traverser_id: str, name: str) -> Resp
             "pause": {"type": "boolean"},
             "claim": _NEXT_CLAIM,
             "response_schema": {"type": "object"},
+            "assign_to": {"type": "object"},
+            "escalate": {"type": "object"},
         },
         ["traverser_id", "operation_key", "prompt"],
     ),
@@ -354,6 +357,8 @@ async def request_approval(request: Request, who: Annotated[Principal, Depends(c
         f.boolean("pause", True),
         f.steps(),
         f.json("response_schema", required=False),
+        parse_assignees(f.data.get("assign_to"), "body.assign_to"),
+        parse_escalation(f.data.get("escalate")),
     )
     # The pause frees the worker's permit: its next task may come with this answer.
     tasks = await hand_out(request, wanted) if paused else []
@@ -376,7 +381,11 @@ async def list_approvals(
 
 @router.get("/approvals/{approval_id}")
 async def get_approval(request: Request, approval_id: str) -> Response:
-    return ok(store_of(request).get_approval(approval_id))
+    """One approval, with ``assignment`` (who may decide it, and its escalation) when it has one."""
+    store = store_of(request)
+    approval = store.get_approval(approval_id)
+    assignment = store.db.read(lambda conn: read_assignment(conn, approval_id))
+    return ok(approval if assignment is None else {**approval, "assignment": assignment})
 
 
 @router.post(

@@ -13,6 +13,7 @@ from ._auth import Principal, caller
 from ._body import Fields, read_json
 from ._errors import ApiError, bad_request
 from ._identity import MAX_NAME, AuditEntry, Identity, IdentityError
+from ._notify import DELIVERY_STATUSES, Notifier
 from ._refusals import NotFound
 from ._routes import _STR as _KEY
 from ._routes import _doc, ok, service_of, store_of
@@ -78,6 +79,23 @@ async def list_audit(
 ) -> Response:
     """Decisions, token changes and denied attempts, newest first."""
     return ok({"items": await identity_of(request).list_audit(target=target, limit=limit)})
+
+
+# -- notifications ------------------------------------------------------------------------------
+
+
+@router.get("/notifications")
+async def list_notifications(
+    request: Request,
+    status: Annotated[str, Query(description="dead (the dead-letter list), pending or delivered")] = "dead",
+    limit: Annotated[int, Query(ge=1, le=1000)] = 100,
+) -> Response:
+    """Deliveries of created-wait events to the configured endpoints, newest first: each with its
+    attempts, next attempt and last error. ``dead`` ones exhausted their attempts."""
+    if status not in DELIVERY_STATUSES:
+        raise bad_request(f"status must be one of {', '.join(DELIVERY_STATUSES)}; not {status!r}")
+    notifier: Notifier = request.app.state.notifier
+    return ok({"items": notifier.list(status, limit)})
 
 
 # -- pyworkflow hooks -------------------------------------------------------------------------

@@ -8,6 +8,7 @@ import asyncio
 import contextlib
 import socket
 import sys
+from collections.abc import Sequence
 from types import FrameType
 from typing import Any
 
@@ -34,12 +35,16 @@ def serve(
     log_format: str | None = None,
     access_log: bool = False,
     metrics_bind: str | None = None,
+    public_url: str | None = None,
+    notify: Sequence[str] = (),
 ) -> None:
-    try:  # --log-format, else $ATFGRAPH_LOG_FORMAT, else text; the write timeout likewise
+    try:  # --log-format, else $ATFGRAPH_LOG_FORMAT, else text; the write timeout and --notify likewise
         settings = Settings.from_env(
             db_path=db_path,
             lease_seconds=lease_seconds,
-            public_url=f"http://{host}:{port}",
+            public_url=public_url,
+            listen_url=f"http://{host}:{port}",
+            notify=notify,
             write_timeout=write_timeout,
             access_log=access_log,
         )
@@ -49,6 +54,12 @@ def serve(
     except ValueError as exc:
         print(f"atfgraph: {exc}", file=sys.stderr)
         raise SystemExit(2) from None
+    if not settings.public_url.startswith(("http://", "https://")):  # --public-url, $ATFGRAPH_PUBLIC_URL
+        print(
+            f"atfgraph: the public URL must start with http:// or https://: {settings.public_url!r}",
+            file=sys.stderr,
+        )
+        raise SystemExit(2)
     try:  # --db, else $ATFGRAPH_DB, else the default file: pyworkflow's grammar of storage locations
         parse_location(settings.db_path)
     except ConfigurationError as exc:
@@ -176,6 +187,20 @@ def main(argv: list[str] | None = None) -> None:
         help="also serve GET /metrics on this address, without authentication"
         " (on the main port /metrics needs an owner or administrator token)",
     )
+    parser.add_argument(
+        "--public-url",
+        default=None,
+        help="the address people and machines outside reach this server at, e.g. https://review.example.com;"
+        " decision links and webhook URLs are built on it (default: $ATFGRAPH_PUBLIC_URL, else http://HOST:PORT)",
+    )
+    parser.add_argument(
+        "--notify",
+        action="append",
+        default=[],
+        metavar="URL",
+        help="POST a JSON event (with a Slack-compatible 'text') to URL when an approval or hook is created;"
+        " repeatable (default: $ATFGRAPH_NOTIFY, space- or comma-separated)",
+    )
     args = parser.parse_args(argv)
     serve(
         args.host,
@@ -187,6 +212,8 @@ def main(argv: list[str] | None = None) -> None:
         log_format=args.log_format,
         access_log=args.access_log,
         metrics_bind=args.metrics_bind,
+        public_url=args.public_url,
+        notify=args.notify,
     )
 
 

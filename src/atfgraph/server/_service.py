@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import jsonschema
@@ -22,12 +22,14 @@ import pyworkflow
 from pyworkflow import validate_payload
 from pyworkflow.store import WaitKind, WaitRecord
 
-from .._json import dumps, fragment, loads
+from .._json import dumps, dumps_read, fragment, loads
 from .._models import DECISIONS
+from ._assign import Assignees, Escalation, assignees_of, write_assignment
 from ._graph_rows import Lease, StepRecord
 from ._hub import Hub, node_key, traverser_key
-from ._identity import AuditEntry, Identity, Principal, write_audit
-from ._refusals import Conflict, Invalid, NotFound, Refusal
+from ._identity import AuditEntry, Identity, Principal, Role, write_audit
+from ._links import DEFAULT_LINK_SECONDS, MAX_LINK_SECONDS, Link, LinkKind, LinkState, WaitLinks, check_label
+from ._refusals import Conflict, Forbidden, Invalid, NotFound, Refusal
 from ._store import GraphStore
 
 log = logging.getLogger("atfgraph.server")
@@ -45,6 +47,7 @@ class Service:
         self.store = store
         self.identity = identity
         self.hub = hub
+        self.links = WaitLinks(store.db)
 
     async def submit(
         self,
@@ -121,10 +124,14 @@ class Service:
         pause: bool,
         steps: Sequence[StepRecord] = (),
         response_schema: bytes | None = None,
+        assign_to: Assignees | None = None,
+        escalate: Escalation | None = None,
     ) -> tuple[dict[str, Any], bool]:
         """Find or create the approval (traverser, operation_key); with ``pause`` (under the lease
         ``epoch``) a pending one also parks the traverser. Returns it and whether it paused.
-        ``response_schema``, a JSON Schema, is what an approving response must match."""
+        ``response_schema``, a JSON Schema, is what an approving response must match. A new
+        approval is assigned to ``assign_to`` (only they may decide) and, with ``escalate``,
+        re-assigned once when it falls due instead of expiring (``_assign``)."""
         if response_schema is not None:
             check_response_schema(loads(response_schema))
         audit = AuditEntry(
@@ -134,9 +141,19 @@ class Service:
             "allowed",
             {"traverser_id": traverser_id, "operation_key": operation_key},
         )
+        also = None
+        if assign_to is not None or escalate is not None:
+            if escalate is not None and expires_in_seconds is None:
+                raise Invalid(
+                    "an escalation needs expires_in_seconds (when it escalates)", "validation_error"
+                )
+
+            def also(conn: Any, approval_id: str) -> None:
+                write_assignment(conn, approval_id, assign_to, escalate)
+
         approval, paused = await self.store.request_approval(
             traverser_id, epoch, operation_key, prompt, checkpoint, expires_in_seconds, pause, steps, audit,
-            response_schema,
+            response_schema, also,
         )  # fmt: skip
         if paused:
             self.hub.notify(traverser_key(traverser_id))
@@ -151,21 +168,43 @@ class Service:
         return approval, paused
 
     async def decide(
-        self, who: Principal, approval_id: str, decision: str, response: bytes | None
+        self,
+        who: Principal,
+        approval_id: str,
+        decision: str,
+        response: bytes | None,
+        link: Link | None = None,
     ) -> dict[str, Any]:
         """Record ``approved`` or ``rejected`` by ``who``; the paused traverser continues. The same
         decision again is idempotent; a different one is refused (``approval_decided``). When the
         approval declares a response schema, an approving response (null when absent) must match
         it (``response_invalid``, with the path in the message and on the refusal); a rejection's
-        response is free (a note, or nothing)."""
+        response is free (a note, or nothing). Through a decision ``link`` (``who`` is the link's
+        principal) the link is used in the same transaction, and the approval must still be
+        pending."""
         if decision not in DECISIONS:
             raise Invalid("decision must be 'approved' or 'rejected'", "validation_error")
         audit = AuditEntry(who, "approval.decide", approval_id, "allowed")
+        checks: list[Callable[[Any, float], None]] = []
+        if link is not None:  # its minter was allowed to decide (checked when it was minted)
+            audit = AuditEntry(who, "approval.decide", approval_id, "allowed", {"link_id": link.id})
+            if link.kind is LinkKind.PAGE:
+                checks.append(lambda conn, now: self.links.use(conn, link, decision, now))
+        elif self.store.db.read(lambda conn: assignees_of(conn, approval_id)) is not None:
+            # Checked again in the decision's transaction: an escalation may re-assign it.
+            checks.append(lambda conn, now: _check_assigned(conn, who, approval_id))
+        also = None
+        if checks:
+
+            def also(conn: Any, now: float) -> None:
+                for check in checks:
+                    check(conn, now)
+
         try:
             schema = self.store.approval_schema(approval_id)
             if schema is not None and decision == "approved":
                 check_response(schema, None if response is None else loads(response))
-            approval, node = await self.store.decide(approval_id, decision, response, who.name, audit)
+            approval, node = await self.store.decide(approval_id, decision, response, who.name, audit, also)
         except Refusal as exc:
             await self._refused(who, "approval.decide", approval_id, exc.code)
             raise
@@ -210,6 +249,105 @@ class Service:
         log.info("hook %s: received", hook_id, extra={"run_id": resolved.run_id, "wait_id": hook_id})
         return resolved
 
+    # -- decision links and webhooks --------------------------------------------------------------
+
+    async def mint_link(
+        self,
+        who: Principal,
+        kind: LinkKind,
+        wait_id: str,
+        expires_in: float | None,
+        label: str | None,
+    ) -> tuple[Link, str]:
+        """A decision link on a pending approval (``page``) or a webhook on a pending approval or
+        hook (``webhook``), minted by ``who``; returns it and its secret (shown once)."""
+        action = f"{'approval.link' if kind is LinkKind.PAGE else 'wait.webhook'}.create"
+        try:
+            label = check_label(label)
+        except ValueError as exc:
+            raise Invalid(str(exc), "validation_error") from None
+        seconds = DEFAULT_LINK_SECONDS if expires_in is None else expires_in
+        if not 0 < seconds <= MAX_LINK_SECONDS:
+            raise Invalid(f"expires_in_seconds must be in (0, {MAX_LINK_SECONDS:.0f}]", "validation_error")
+        wait = await self.store.pyworkflow.get_wait(wait_id)
+        kinds = (WaitKind.APPROVAL,) if kind is LinkKind.PAGE else (WaitKind.APPROVAL, *HOOK_KINDS)
+        if wait is None or wait.kind not in kinds:
+            raise NotFound.of("approval" if kind is LinkKind.PAGE else "wait", wait_id)
+        if wait.status != "pending":
+            await self._refused(who, action, wait_id, f"the wait is {wait.status}")
+            raise Conflict(f"wait {wait_id!r} is {wait.status}, not pending", "wait_not_pending")
+        try:
+            self.store.db.read(lambda conn: _check_assigned(conn, who, wait_id))
+        except Forbidden as exc:
+            await self._refused(who, action, wait_id, exc.code)
+            raise
+        if wait.expires_at is not None:  # a link outlives its wait for nothing
+            seconds = min(seconds, max(wait.expires_at - time.time(), 1.0))
+        audit = AuditEntry(who, action, wait_id, "allowed", {"label": label} if label else None)
+        return await self.links.mint(kind, wait_id, who.name, seconds, label, audit)
+
+    async def links_of(self, wait_id: str, kind: LinkKind | None = None) -> list[Link]:
+        """The links of an existing wait (of ``kind``, or every kind); an unknown wait is refused."""
+        if await self.store.pyworkflow.get_wait(wait_id) is None:
+            raise NotFound.of("wait", wait_id)
+        return [link for link in self.links.of_wait(wait_id) if kind is None or link.kind is kind]
+
+    def link_principal(self, link: Link) -> Principal:
+        """Who acts through a link: named after it, with a reviewer's rights on its one wait."""
+        return Principal(link.id, link.principal_name, Role.REVIEWER)
+
+    async def decide_by_link(self, link: Link, decision: str, response: bytes | None) -> dict[str, Any]:
+        """Decide the link's approval through the link (single use); a link that is not live is
+        refused (``link_used``, ``link_revoked``, ``link_expired``) and the refusal audited."""
+        who = self.link_principal(link)
+        state = link.state(time.time())
+        if state is not LinkState.LIVE:
+            await self._refused(who, "approval.decide", link.wait_id, f"link {link.id} is {state.value}")
+            raise Conflict(f"this decision link was {state.value}", f"link_{state.value}")
+        return await self.decide(who, link.wait_id, decision, response, link)
+
+    async def resume_by_webhook(self, link: Link, body: dict[str, Any]) -> dict[str, Any]:
+        """Resume the webhook's wait with a signed body: an approval's ``decision`` (and
+        ``response``) through :meth:`decide`, a hook's ``payload`` through :meth:`resume_hook`.
+        The same body again answers as the first did; a different decision or payload is
+        refused (409)."""
+        who = self.link_principal(link)
+        state = link.state(time.time())
+        if state is not LinkState.LIVE:
+            await self._refused(
+                who, "wait.webhook.resume", link.wait_id, f"webhook {link.id} is {state.value}"
+            )
+            raise Conflict(f"this webhook was {state.value}", f"webhook_{state.value}")
+        wait = await self.store.pyworkflow.get_wait(link.wait_id)
+        if wait is None:
+            raise NotFound.of("wait", link.wait_id)
+        if wait.kind is WaitKind.APPROVAL:
+            decision = body.get("decision")
+            if decision not in DECISIONS:
+                raise Invalid("body.decision must be 'approved' or 'rejected'", "validation_error")
+            response = body.get("response")
+            approval = await self.decide(
+                who, wait.id, decision, None if response is None else dumps_read(response)
+            )
+            return {"kind": "approval", "approval": approval}
+        if set(body) - {"payload"}:
+            raise Invalid('a hook\'s webhook body is {"payload": ...}', "validation_error")
+        payload = body.get("payload")
+        if wait.status == "received" and _same_payload(wait, payload):
+            return {"kind": wait.kind.value, "hook_id": wait.id, "run_id": wait.run_id, "status": "received"}
+        resolved = await self.resume_hook(who, wait.id, payload)
+        return {
+            "kind": resolved.kind.value,
+            "hook_id": resolved.id,
+            "run_id": resolved.run_id,
+            "status": "received",
+        }
+
+    async def revoke_link(self, who: Principal, link_id: str) -> Link:
+        link = self.links.get(link_id)
+        action = "approval.link.revoke" if link.kind is LinkKind.PAGE else "wait.webhook.revoke"
+        return await self.links.revoke(link_id, AuditEntry(who, action, link_id, "allowed"))
+
     async def _refused(self, who: Principal, action: str, target: str, detail: str) -> None:
         await self.identity.audit(who, action, target=target, outcome="refused", detail=detail)
 
@@ -233,6 +371,22 @@ def check_response(schema: Any, response: Any) -> None:
     except pyworkflow.PayloadValidationError as exc:
         message = str(exc).replace("payload does not match", "the response does not match", 1)
         raise Invalid(message, "response_invalid", exc.path) from None
+
+
+def _check_assigned(conn: Any, who: Principal, approval_id: str) -> None:
+    """Refuse ``who`` an approval assigned to others (``not_assigned``)."""
+    assignees = assignees_of(conn, approval_id)
+    if assignees is not None and not assignees.allows(who):
+        names = ", ".join([*(f"role {r}" for r in assignees.roles), *assignees.principals])
+        raise Forbidden(f"approval {approval_id!r} is assigned to {names}", "not_assigned")
+
+
+def _same_payload(wait: WaitRecord, payload: Any) -> bool:
+    """Whether a received hook got this payload (a webhook's repeated delivery)."""
+    try:
+        return bytes(validate_payload(wait, payload)) == bytes(wait.payload or b"")
+    except (pyworkflow.HookError, pyworkflow.SerializationError):  # not a payload it could take
+        return False
 
 
 __all__ = ["CHILD_KEY_PREFIX", "HOOK_KINDS", "Service", "check_response", "check_response_schema"]

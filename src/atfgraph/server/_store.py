@@ -43,6 +43,7 @@ from pyworkflow.store import (
 
 from .._json import dumps, fragment, loads
 from .._models import ApprovalStatus, TraverserStatus
+from ._assign import escalate_due
 from ._console_reads import ConsoleReads
 from ._dburl import parse_location
 from ._graph_pg import PgTransitions
@@ -633,13 +634,15 @@ class GraphStore(ConsoleReads):
         steps: Sequence[StepRecord],
         audit: AuditEntry | None = None,
         response_schema: bytes | None = None,
+        also: Callable[[Conn, str], None] | None = None,
     ) -> tuple[dict[str, Any], bool]:
         """Find or create the approval (traverser, operation_key). Returns it and whether the
         traverser is now paused on it (a pending approval requested with ``pause``). ``audit``
-        is recorded when the approval is created (its target becomes the approval's id).
-        ``response_schema`` (a JSON Schema) is stored as the wait's payload schema; the
-        PostgreSQL function does not take one, so such a request runs the Python rule."""
-        if self._pg is not None and response_schema is None:
+        is recorded when the approval is created (its target becomes the approval's id), and
+        ``also(conn, approval_id)`` runs in that transaction then (an assignment is written).
+        ``response_schema`` (a JSON Schema) is stored as the wait's payload schema. The
+        PostgreSQL function takes neither, so such a request runs the Python rule."""
+        if self._pg is not None and response_schema is None and also is None:
             now = time.time()
             expires_at = None if expires_in_seconds is None else now + expires_in_seconds
             found = await self._pg.request_approval(
@@ -684,6 +687,8 @@ class GraphStore(ConsoleReads):
                 assert approval is not None
                 if audit is not None:
                     write_audit(conn, replace(audit, target=ident), now)
+                if also is not None:
+                    also(conn, ident)
             elif loads(approval["prompt"]) != loads(prompt):
                 raise Conflict(
                     f"operation key {operation_key!r} was already used with a different prompt",
@@ -734,11 +739,16 @@ class GraphStore(ConsoleReads):
         response: bytes | None,
         decided_by: str,
         audit: AuditEntry | None = None,
+        also: Callable[[Conn, float], None] | None = None,
     ) -> tuple[dict[str, Any], str | None]:
         """Record a decision and, in the same transaction, queue the continuation of a traverser
         paused on it and record ``audit`` (with the decision and the stored response as its
-        detail). Returns the approval and the node to wake (None when nothing was queued)."""
-        if self._pg is not None:
+        detail). Returns the approval and the node to wake (None when nothing was queued).
+
+        ``also(conn, now)`` runs in that transaction once the decision is made (a decision link
+        marks itself used there; a refusal it raises undoes the decision). With ``also`` the
+        approval must be pending: the same decision again is refused instead of accepted."""
+        if self._pg is not None and also is None:
             found = await self._pg.decide(approval_id, decision, response, decided_by, audit, time.time())
             if found is not None:
                 return found
@@ -749,7 +759,7 @@ class GraphStore(ConsoleReads):
             if row is None:
                 raise NotFound.of("approval", approval_id)
             if row["status"] != ApprovalStatus.PENDING:
-                if row["status"] == decision:  # the same decision again: idempotent
+                if row["status"] == decision and also is None:  # the same decision again: idempotent
                     view = approval_view(row)
                     if audit is not None:
                         write_audit(conn, _decision_audit(audit, decision, view), now)
@@ -758,6 +768,8 @@ class GraphStore(ConsoleReads):
             if conn.execute(SQL_DECIDE, (decision, decided_by, response, now, approval_id)).rowcount == 0:
                 # Decided (or expired) since it was read: never two decisions of one approval.
                 raise Conflict(f"approval {approval_id!r} is no longer pending", "approval_decided")
+            if also is not None:
+                also(conn, now)
             node = self._continue(conn, row["traverser_id"], approval_id, now)
             decided = _row(conn, SQL_GET_APPROVAL, (approval_id,))
             assert decided is not None
@@ -783,6 +795,10 @@ class GraphStore(ConsoleReads):
         their traversers). Safe at any time, including right after a restart, when it catches up
         on everything that fell due while the server was down."""
         out = SweepOutcome(set(), set())
+        # Approvals whose handler asked for an escalation are re-assigned before they expire. On
+        # the writer (a read-only transaction when there is none): the request threads' readers
+        # see nothing of the background tasks.
+        await self.db.write(lambda conn: escalate_due(conn, SWEEP_BATCH))
         expired = await self.pyworkflow.expire_due_waits(now=time.time(), limit=SWEEP_BATCH)
 
         def reap(conn: Conn) -> SweepOutcome:
@@ -864,4 +880,5 @@ def _requeue(conn: Conn, traverser_id: str, error: bytes | None, *, charged: boo
 
 
 def _decision_audit(audit: AuditEntry, decision: str, view: dict[str, Any]) -> AuditEntry:
-    return replace(audit, detail={"decision": decision, "response": view["response"]})
+    extra = audit.detail if isinstance(audit.detail, dict) else {}  # e.g. the decision link's id
+    return replace(audit, detail={**extra, "decision": decision, "response": view["response"]})

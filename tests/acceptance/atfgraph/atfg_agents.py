@@ -30,6 +30,20 @@ async def pausing(
 
 
 @app.skill()
+async def assigned(
+    assign_to: dict[str, list[str]] | None = None,
+    escalate: dict[str, Any] | None = None,
+    expires_in_seconds: float | None = None,
+) -> dict[str, Any]:
+    """Pause on an approval assigned to some reviewers (and escalated when it falls due)."""
+    decision = await app.request_approval(
+        "Assigned?", operation_key="assigned", assign_to=assign_to, escalate=escalate,
+        expires_in_seconds=expires_in_seconds,
+    )  # fmt: skip
+    return {"decision": decision}
+
+
+@app.skill()
 async def swallowing() -> dict[str, Any]:
     """User code that catches Exception around a pause must not swallow it."""
     try:

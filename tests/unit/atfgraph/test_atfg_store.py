@@ -67,10 +67,15 @@ async def test_tables_are_prefixed_and_hot_queries_use_indexes(store: GraphStore
     # The graph's tables and identity's are prefixed; the rest are pyworkflow's, which share the
     # file so that one inbox shows pyworkflow hooks beside approvals.
     assert sorted(n for n in names if n.startswith("atfg_")) == [
+        "atfg_assignments",
         "atfg_audit",
         "atfg_console_sessions",
+        "atfg_deliveries",
         "atfg_memory",
+        "atfg_server_keys",
         "atfg_tokens",
+        "atfg_wait_events",
+        "atfg_wait_links",
         "atfg_workers",
     ]
     pyworkflow_tables = {"checkpoints", "events", "queue", "runs", "steps", "wait_tokens", "waits"}

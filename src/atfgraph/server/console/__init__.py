@@ -12,6 +12,8 @@ from fastapi import FastAPI, Request, Response
 
 from ._common import ConsoleExit
 from ._forms import router as forms
+from ._link_page import router as link_router
+from ._notify_page import router as notify_router
 from ._pages import router as pages
 from ._run_pages import router as run_pages
 from ._session import SecurityHeaders
@@ -22,7 +24,7 @@ __all__ = ["install_console"]
 def install_console(app: FastAPI) -> None:
     """Serve the console from ``app``: its routes and the security headers (Content-Security-
     Policy and companions) on every response outside ``/api``. Sessions live in the database."""
-    for router in (pages, run_pages, forms):
+    for router in (pages, run_pages, forms, link_router, notify_router):
         app.include_router(router)
 
     async def console_exit(request: Request, exc: Exception) -> Response:

@@ -1,0 +1,173 @@
+"""Reviewer policies beyond the spec: an approval assigned to roles or named principals, and its
+escalation when it falls due.
+
+An assignment is written in the transaction that creates its approval (``GraphStore.
+request_approval(also=...)``). Only an assigned principal (its token's name is listed, or its
+role is) may decide it, or mint a decision link or webhook for it; everyone else who may read
+approvals still sees it. With an escalation, the sweeper re-assigns a pending approval that fell
+due (once) and gives it a new deadline, before the engine's sweeper would expire it; the handler
+asked for that by passing ``escalate``.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+from typing import Any
+
+import orjson
+
+from ._graph_rows import Conn, _row, _rows
+from ._identity import AuditEntry, Principal, Role, write_audit
+from ._refusals import Invalid
+
+MAX_ASSIGNEES = 50
+_NAME_MAX = 100
+
+# One approval's assignment (the primary key).
+SQL_ASSIGNMENT = (
+    "SELECT wait_id, roles, principals, escalate, escalations FROM atfg_assignments WHERE wait_id = ?"
+)
+SQL_INSERT_ASSIGNMENT = """
+INSERT INTO atfg_assignments (wait_id, roles, principals, escalate, escalations) VALUES (?, ?, ?, ?, 0)
+ON CONFLICT (wait_id) DO NOTHING
+"""
+# Pending approvals that fell due and still have an escalation (atfg_assignments_escalating, then
+# the waits' primary key).
+SQL_DUE_ESCALATIONS = """
+SELECT a.wait_id, a.escalate FROM atfg_assignments a JOIN waits w ON w.id = a.wait_id
+WHERE a.escalate IS NOT NULL AND w.status = 'pending' AND w.expires_at <= ? LIMIT ?
+"""
+SQL_EXTEND_WAIT = "UPDATE waits SET expires_at = ? WHERE id = ? AND status = 'pending'"
+SQL_ESCALATE = """
+UPDATE atfg_assignments SET roles = ?, principals = ?, escalate = NULL, escalations = escalations + 1
+WHERE wait_id = ?
+"""
+#: Who escalates, as the audit trail names it.
+ESCALATION = Principal("system", "system:escalation", Role.OWNER)
+
+
+@dataclass(frozen=True, slots=True)
+class Assignees:
+    roles: tuple[str, ...]
+    principals: tuple[str, ...]
+
+    def allows(self, who: Principal) -> bool:
+        return who.role.value in self.roles or who.name in self.principals
+
+    def as_json(self) -> dict[str, Any]:
+        return {"roles": list(self.roles), "principals": list(self.principals)}
+
+
+@dataclass(frozen=True, slots=True)
+class Escalation:
+    to: Assignees
+    expires_in_seconds: float
+
+
+def parse_assignees(value: Any, where: str) -> Assignees | None:
+    """``{"roles": [...], "principals": [...]}`` (either may be absent), or None; Invalid."""
+    if value is None:
+        return None
+    if not isinstance(value, dict) or set(value) - {"roles", "principals"}:
+        raise Invalid(f"{where} must be an object with 'roles' and/or 'principals'", "validation_error")
+    roles = _names(value.get("roles"), f"{where}.roles")
+    bad = [r for r in roles if r not in {role.value for role in Role} - {Role.WORKER.value}]
+    if bad:
+        raise Invalid(
+            f"{where}.roles: {bad[0]!r} is not owner, administrator or reviewer", "validation_error"
+        )
+    principals = _names(value.get("principals"), f"{where}.principals")
+    if not roles and not principals:
+        raise Invalid(f"{where} names nobody", "validation_error")
+    return Assignees(roles, principals)
+
+
+def parse_escalation(value: Any, where: str = "body.escalate") -> Escalation | None:
+    """``{"roles", "principals", "expires_in_seconds"}``, or None; Invalid."""
+    if value is None:
+        return None
+    if not isinstance(value, dict):
+        raise Invalid(f"{where} must be an object", "validation_error")
+    seconds = value.get("expires_in_seconds")
+    if (
+        isinstance(seconds, bool)
+        or not isinstance(seconds, int | float)
+        or not 0 < seconds <= 10 * 365 * 86400
+    ):
+        raise Invalid(f"{where}.expires_in_seconds must be a positive number of seconds", "validation_error")
+    to = parse_assignees({k: v for k, v in value.items() if k != "expires_in_seconds"}, where)
+    assert to is not None
+    return Escalation(to, float(seconds))
+
+
+def _names(value: Any, where: str) -> tuple[str, ...]:
+    if value is None:
+        return ()
+    if not isinstance(value, list) or len(value) > MAX_ASSIGNEES:
+        raise Invalid(f"{where} must be a list of at most {MAX_ASSIGNEES} names", "validation_error")
+    for item in value:
+        if not isinstance(item, str) or not item or len(item) > _NAME_MAX or not item.isprintable():
+            raise Invalid(f"{where} holds names of 1 to {_NAME_MAX} printable characters", "validation_error")
+    return tuple(dict.fromkeys(value))
+
+
+def write_assignment(conn: Conn, wait_id: str, to: Assignees | None, escalate: Escalation | None) -> None:
+    """Record an approval's assignment (in the transaction that creates it); a second request of
+    the same approval keeps the first assignment."""
+    if to is None:  # an escalation alone: anyone may decide until it escalates
+        to = Assignees(("owner", "administrator", "reviewer"), ())
+    esc = None
+    if escalate is not None:
+        esc = orjson.dumps(
+            {**escalate.to.as_json(), "expires_in_seconds": escalate.expires_in_seconds}
+        ).decode()
+    params = (wait_id, orjson.dumps(list(to.roles)).decode(), orjson.dumps(list(to.principals)).decode(), esc)
+    conn.execute(SQL_INSERT_ASSIGNMENT, params)
+
+
+def read_assignment(conn: Conn, wait_id: str) -> dict[str, Any] | None:
+    """An approval's assignment as the API shows it, or None (anyone who may decide may)."""
+    row = _row(conn, SQL_ASSIGNMENT, (wait_id,))
+    if row is None:
+        return None
+    return {
+        "roles": orjson.loads(row["roles"]),
+        "principals": orjson.loads(row["principals"]),
+        "escalate": None if row["escalate"] is None else orjson.loads(row["escalate"]),
+        "escalations": row["escalations"],
+    }
+
+
+def assignees_of(conn: Conn, wait_id: str) -> Assignees | None:
+    found = read_assignment(conn, wait_id)
+    return None if found is None else Assignees(tuple(found["roles"]), tuple(found["principals"]))
+
+
+def escalate_due(conn: Conn, limit: int) -> list[str]:
+    """Re-assign the pending approvals that fell due and have an escalation, each with its new
+    deadline, audited; returns their ids. Runs in the sweeper's transaction, before expiry."""
+    now = time.time()
+    done = []
+    for row in _rows(conn, SQL_DUE_ESCALATIONS, (now, limit)):
+        esc = orjson.loads(row["escalate"])
+        if conn.execute(SQL_EXTEND_WAIT, (now + esc["expires_in_seconds"], row["wait_id"])).rowcount != 1:
+            continue
+        roles, principals = orjson.dumps(esc["roles"]).decode(), orjson.dumps(esc["principals"]).decode()
+        conn.execute(SQL_ESCALATE, (roles, principals, row["wait_id"]))
+        entry = AuditEntry(ESCALATION, "approval.escalate", row["wait_id"], "allowed", esc)
+        write_audit(conn, entry, now)
+        done.append(row["wait_id"])
+    return done
+
+
+__all__ = [
+    "Assignees",
+    "Escalation",
+    "assignees_of",
+    "escalate_due",
+    "parse_assignees",
+    "parse_escalation",
+    "read_assignment",
+    "write_assignment",
+]

@@ -1,0 +1,146 @@
+"""The notifications outbox (``_notify``, atfgraph migration sqlite 0008 / postgres 0009): the
+trigger writes an event in the transaction that creates a wait a person answers (approvals,
+hooks, step hooks; not timers), so a wait that rolled back has none; the notifier expands events
+into one delivery per endpoint (draining the outbox when there is none); back-off doubles; the
+notifier's reads use indexes. On a temporary SQLite file, or with
+``PYWORKFLOW_TEST_STORE=postgresql`` a new PostgreSQL database."""
+
+from __future__ import annotations
+
+import os
+import time
+from collections.abc import AsyncIterator
+from pathlib import Path
+from typing import Any
+
+import httpx
+import orjson
+import pytest
+
+from atfgraph._json import dumps
+from atfgraph.server import _notify
+from atfgraph.server._graph_rows import _row
+from atfgraph.server._graph_sql import SQL_INSERT_APPROVAL
+from atfgraph.server._hub import Hub
+from atfgraph.server._identity import Identity, Principal, Role
+from atfgraph.server._notify import Notifier, NotifySettings, backoff, event_body
+from atfgraph.server._service import Service
+from atfgraph.server._store import GraphStore
+from pyworkflow.store import NewWait, WaitKind
+
+ON_POSTGRES = os.environ.get("PYWORKFLOW_TEST_STORE", "sqlite") in ("postgresql", "postgres")
+OWNER = Principal("t-owner", "olga", Role.OWNER)
+
+
+@pytest.fixture
+def location(tmp_path: Path, request: pytest.FixtureRequest) -> str:
+    if ON_POSTGRES:
+        return str(request.getfixturevalue("pg_database"))
+    return str(tmp_path / "g.db")
+
+
+@pytest.fixture
+async def service(location: str) -> AsyncIterator[Service]:
+    store = GraphStore(location, lease_seconds=5)
+    yield Service(store, Identity(store.db), Hub())
+    store.close()
+
+
+def events(service: Service) -> list[str]:
+    rows = service.store.db.read(
+        lambda c: c.execute("SELECT wait_id FROM atfg_wait_events ORDER BY seq").fetchall()
+    )
+    return [r[0] for r in rows]
+
+
+async def test_the_outbox_is_written_with_the_wait_and_only_for_waits_people_answer(service: Service) -> None:
+    trav, _ = await service.submit(OWNER, "desk.refund", dumps({"amount": 480}), 3)
+    approval, _ = await service.request_approval(OWNER, trav["id"], None, "k", b'"ok?"', None, None, False)
+    assert events(service) == [approval["id"]]
+
+    class Boom(Exception):
+        pass
+
+    def rolled_back(conn: Any) -> None:
+        conn.execute(SQL_INSERT_APPROVAL, ("gone", trav["id"], "k2", "k2", time.time(), None, b'"x"', None))
+        raise Boom
+
+    with pytest.raises(Boom):
+        await service.store.db.write(rolled_back)
+    assert events(service) == [approval["id"]]
+
+    store = service.store.pyworkflow
+    now = time.time()
+    claim = await store.create_run("run-1", "tests:wf", b"{}", now=now, lease_owner="me", lease_ttl=30)
+    assert claim is not None
+    await store.create_wait(
+        claim.fence, NewWait("h1", "h#1", WaitKind.HOOK, "approve", "", b"d", None, None), now=now
+    )
+    await store.create_wait(
+        claim.fence, NewWait("t1", "t#1", WaitKind.TIMER, "sleep", "", None, now + 60, None), now=now
+    )
+    assert events(service) == [approval["id"], "h1"]
+
+
+async def test_events_become_one_delivery_per_endpoint_or_are_drained(service: Service) -> None:
+    trav, _ = await service.submit(OWNER, "desk.refund", dumps({}), 3)
+    approval, _ = await service.request_approval(
+        OWNER, trav["id"], None, "k", b'{"question": "ok?"}', None, None, False
+    )
+    # Endpoints nobody listens on: a pass records one failed attempt each, with the back-off.
+    settings = NotifySettings(endpoints=("http://127.0.0.1:9/a", "http://127.0.0.1:9/b"), max_attempts=2,
+                              backoff_seconds=60, timeout_seconds=2)  # fmt: skip
+    notifier = Notifier(service.store.db, settings, "https://review.example.com")
+    async with httpx.AsyncClient(timeout=2) as http:
+        notifier._http = http
+        assert await notifier.pass_once() == 2
+        assert events(service) == []
+        pending = notifier.list("pending", 10)
+        assert sorted(d["endpoint"] for d in pending) == list(settings.endpoints)
+        assert all(
+            d["attempts"] == 1 and d["last_error"] and d["next_at"] > time.time() + 50 for d in pending
+        )
+        assert await notifier.pass_once() == 0  # nothing is due before its back-off
+    assert notifier.list("dead", 10) == []
+    # No endpoint configured: the outbox is drained and nothing is sent.
+    await service.request_approval(OWNER, trav["id"], None, "k2", b'"again?"', None, None, False)
+    quiet = Notifier(service.store.db, NotifySettings(), "http://x")
+    assert await quiet.pass_once() == 0 and events(service) == []
+    assert len(notifier.list("pending", 10)) == 2
+
+    row = service.store.db.read(lambda c: _row(c, _notify.SQL_WAIT, (approval["id"],)))
+    body = orjson.loads(event_body(row, "https://review.example.com"))
+    assert (
+        body["text"]
+        == f"Approval requested on desk.refund: ok? (https://review.example.com/runs/{trav['id']})"
+    )
+    assert body["wait"]["prompt"] == {"question": "ok?"}
+
+
+def test_backoff_doubles_up_to_an_hour() -> None:
+    s = NotifySettings(backoff_seconds=2)
+    assert [backoff(s, n) for n in (1, 2, 3, 4)] == [2, 4, 8, 16]
+    assert backoff(s, 40) == 3600
+
+
+async def test_notifier_reads_use_indexes(service: Service) -> None:
+    db = service.store.db
+    for sql, params in (
+        (_notify.SQL_DUE, (1.0, 10)),
+        (_notify.SQL_DELIVERIES, ("dead", 10)),
+        (_notify.SQL_EVENTS, (10,)),
+    ):
+        if ON_POSTGRES:
+
+            def explain(c: Any, q: str = sql, p: tuple[Any, ...] = params) -> list[str]:
+                c.execute("SET LOCAL enable_seqscan = off")
+                return [str(r[0]) for r in c.execute("EXPLAIN " + q, p).fetchall()]
+
+            plan = db.read(explain)
+            assert not [line for line in plan if "Seq Scan" in line], plan
+        else:
+            plan = db.read(lambda c, q=sql, p=params: c.execute("EXPLAIN QUERY PLAN " + q, p).fetchall())
+            details = [str(row[-1]) for row in plan]
+            # The outbox's walk is SQLite's rowid order (its INTEGER PRIMARY KEY), bounded by LIMIT.
+            scans = [d for d in details if d.startswith("SCAN") and "USING" not in d]
+            assert scans == (["SCAN atfg_wait_events"] if sql is _notify.SQL_EVENTS else []), (sql, details)
