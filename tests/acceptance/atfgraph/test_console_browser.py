@@ -263,7 +263,14 @@ async def console_outline(doc: str) -> str:
 @step
 async def console_checkpointed_review(doc: str, outline: str) -> dict[str, Any]:
     await pyworkflow.save_step_checkpoint({"outlined": doc})  # kept while the step waits
-    answer = await step_hook("console_review", payload_schema={"type": "object"})
+    answer = await step_hook(
+        "console_review",
+        payload_schema={
+            "type": "object",
+            "required": ["approved"],
+            "properties": {"approved": {"type": "boolean"}},
+        },
+    )
     return {"doc": outline, "answer": answer}
 
 
