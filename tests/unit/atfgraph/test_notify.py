@@ -62,7 +62,9 @@ async def test_the_outbox_is_written_with_the_wait_and_only_for_waits_people_ans
         pass
 
     def rolled_back(conn: Any) -> None:
-        conn.execute(SQL_INSERT_APPROVAL, ("gone", trav["id"], "k2", "k2", time.time(), None, b'"x"', None, None))
+        conn.execute(
+            SQL_INSERT_APPROVAL, ("gone", trav["id"], "k2", "k2", time.time(), None, b'"x"', None, None)
+        )
         raise Boom
 
     with pytest.raises(Boom):
