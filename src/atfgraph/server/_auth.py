@@ -238,7 +238,7 @@ async def under_lease(request: Request, lease: Lease | None, *, read: bool = Fal
     if lease is not None and (read or lease.worker_id is not None):
         store: GraphStore = request.app.state.store
         try:
-            await store.check_lease(lease)
+            await store.check_lease(lease, live=read)
         except Forbidden:
             if leased is not None:
                 await _deny_lease(request, leased, "lease held by another worker")

@@ -134,6 +134,8 @@ def server_migrations(dialect: str) -> list[Migration]:
 #: the stopped one opened before it stopped. Heartbeats come every third of a lease, so a live
 #: worker is never near it; its next heartbeat makes it eligible again.
 SILENT_AFTER = 0.75
+#: Leases this server handed out whose worker it remembers (started over when full).
+_LEASE_HOLDERS_MAX = 100_000
 
 
 class GraphStore(ConsoleReads):
@@ -153,6 +155,8 @@ class GraphStore(ConsoleReads):
         ``pyworkflow.DatabaseUnavailableError`` (the HTTP edge's 503 ``database_unavailable``)."""
         self.lease_seconds = lease_seconds
         self._worker_nodes: dict[str, str] = {}
+        # (traverser, epoch) -> the worker this server leased it to (see check_lease).
+        self._lease_holders: dict[tuple[str, int], str] = {}
         self.attempts = AttemptClock()
         self.db: GroupCommitWriter[Any]
         #: pyworkflow's store on the same database (the inbox lists its hooks)
@@ -212,12 +216,20 @@ class GraphStore(ConsoleReads):
         """The traverser row, locked, if ``epoch`` is its live lease, else the transition is refused."""
         return _live(_row(conn, SQL_LOCK_TRAVERSER, (traverser_id,)), traverser_id, epoch, now)
 
-    async def check_lease(self, lease: Lease) -> None:
+    async def check_lease(self, lease: Lease, *, live: bool = True) -> None:
         """Refuse a request made under ``lease`` unless it is the traverser's live lease now
         (NotFound, LeaseLost) held by the worker it names (Forbidden). A lease's worker never
         changes while its epoch stands (a claim sets both), so a write checked here and whose
-        transaction then finds the same epoch live is that worker's."""
+        transaction then finds the same epoch live is that worker's.
+
+        ``live=False`` (a write, whose transaction checks that the epoch is live): when this
+        server handed the lease out it knows its worker, and no read is needed."""
         ident = lease.traverser_id
+        holder = self._lease_holders.get((ident, lease.epoch))
+        if not live and holder is not None:
+            if lease.worker_id is not None and holder != lease.worker_id:
+                raise Forbidden(f"the lease on traverser {ident!r} is held by another worker")
+            return
         if self._pg is not None:
             row: Row | None = await self._pg.traverser_row(ident)
         else:
@@ -828,6 +840,10 @@ class GraphStore(ConsoleReads):
         tasks = await self._claim(worker_id, limit)
         if tasks:
             self.attempts.claimed(tasks, time.time())
+            if len(self._lease_holders) >= _LEASE_HOLDERS_MAX:
+                self._lease_holders.clear()
+            for task in tasks:
+                self._lease_holders[(task["traverser"]["id"], task["epoch"])] = worker_id
         return tasks
 
     async def complete(

@@ -14,9 +14,9 @@ from typing import Any
 import pytest
 
 from atfgraph._json import dumps
-from atfgraph.server._graph_rows import StepRecord
+from atfgraph.server._graph_rows import Lease, StepRecord
 from atfgraph.server._identity import AuditEntry, Principal, Role
-from atfgraph.server._refusals import Conflict, LeaseLost, NotFound, Refusal
+from atfgraph.server._refusals import Conflict, Forbidden, LeaseLost, NotFound, Refusal
 from atfgraph.server._store import GraphStore
 
 ON_POSTGRES = os.environ.get("PYWORKFLOW_TEST_STORE", "sqlite") in ("postgresql", "postgres")
@@ -228,3 +228,22 @@ async def test_a_claim_hands_over_stored_bytes_unchanged(store: GraphStore) -> N
     )
     assert dumps(got) == dumps(store.get_approval(approval["id"]))
     assert dumps(task["traverser"]) == dumps(store.get_traverser(trav))
+
+
+async def test_a_write_under_another_workers_lease_is_forbidden_with_or_without_a_read(
+    store: GraphStore,
+) -> None:
+    """check_lease for a write (live=False) answers from the leases this server handed out, and
+    reads the traverser for one it did not (another server's, or forgotten): both refuse a lease
+    named by a worker that does not hold it, accept the holder, and leave liveness to the write."""
+    worker, trav, epoch = await leased(store)
+    other = (await store.register_worker("n", "1", 4))["id"]
+    for remembered in (True, False):
+        if not remembered:
+            store._lease_holders.clear()
+        with pytest.raises(Forbidden):
+            await store.check_lease(Lease(trav, epoch, other), live=False)
+        await store.check_lease(Lease(trav, epoch, worker), live=False)
+    # A read (live=True) still checks the lease is live: a made-up epoch is lost.
+    with pytest.raises(LeaseLost):
+        await store.check_lease(Lease(trav, epoch + 7, worker))
