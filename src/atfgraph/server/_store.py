@@ -37,18 +37,17 @@ from pyworkflow.store import (
     check_revision,
     load_migrations,
     pyworkflow_migrations,
-    wake_run,
     write_checkpoint,
 )
 
 from .._json import dumps, fragment, loads
-from .._models import ApprovalStatus, TraverserStatus
+from .._models import TraverserStatus
+from ._approval_store import ApprovalTransitions
 from ._assign import escalate_due
 from ._console_reads import ConsoleReads
 from ._dburl import parse_location
 from ._graph_pg import PgTransitions
 from ._graph_rows import (
-    STEP_STATUS_IN,
     Conn,
     Lease,
     Row,
@@ -63,37 +62,25 @@ from ._graph_rows import (
     worker_view,
 )
 from ._graph_sql import (
-    APPROVAL_STATUS_WHERE,
     ENGINE_STATUS,
-    SQL_ALL_APPROVALS,
-    SQL_APPROVAL_BY_KEY,
-    SQL_APPROVAL_SCHEMA,
-    SQL_APPROVALS_IN_STATUS,
     SQL_APPROVALS_OF,
     SQL_CANCEL_WAITS,
     SQL_CHECKPOINTS,
     SQL_CLAIM,
-    SQL_DECIDE,
     SQL_DROP_QUEUE_ROW,
     SQL_EXPIRED_LEASES,
     SQL_FINISH,
-    SQL_GET_APPROVAL,
     SQL_GET_CHECKPOINT,
     SQL_GET_MEMORY,
     SQL_GET_TRAVERSER,
     SQL_GET_WORKER,
-    SQL_INSERT_APPROVAL,
-    SQL_INSERT_STEP,
     SQL_INSERT_TRAVERSER,
     SQL_INSERT_WORKER,
     SQL_LEASE,
     SQL_LEASES_OF_WORKER,
     SQL_LIST_TRAVERSERS,
-    SQL_LOCK_APPROVAL,
     SQL_LOCK_TRAVERSER,
     SQL_NODES_WITH_WORK,
-    SQL_PAUSE,
-    SQL_PENDING_APPROVALS,
     SQL_QUEUE_RETRY,
     SQL_QUEUE_TRAVERSER,
     SQL_READY,
@@ -111,8 +98,9 @@ from ._graph_sql import (
     TRAVERSER_SCOPE,
 )
 from ._identity import AuditEntry, identity_migrations, write_audit
+from ._lease_rules import leased, live_row, record_steps
 from ._observe import AttemptClock, reaped
-from ._refusals import Conflict, Forbidden, LeaseLost, NotFound
+from ._refusals import Conflict, Forbidden, NotFound
 
 T = TypeVar("T")
 
@@ -138,7 +126,7 @@ SILENT_AFTER = 0.75
 _LEASE_HOLDERS_MAX = 100_000
 
 
-class GraphStore(ConsoleReads):
+class GraphStore(ApprovalTransitions, ConsoleReads):
     """The graph server's store: a SQLite file path, or a ``postgresql://`` URL. pyworkflow's
     tables live in the same database."""
 
@@ -211,10 +199,8 @@ class GraphStore(ConsoleReads):
 
     # -- lease checks ----------------------------------------------------------------------------
 
-    @staticmethod
-    def _leased(conn: Conn, traverser_id: str, epoch: int, now: float) -> Row:
-        """The traverser row, locked, if ``epoch`` is its live lease, else the transition is refused."""
-        return _live(_row(conn, SQL_LOCK_TRAVERSER, (traverser_id,)), traverser_id, epoch, now)
+    _leased = staticmethod(leased)
+    _record_steps = staticmethod(record_steps)
 
     async def check_lease(self, lease: Lease, *, live: bool = True) -> None:
         """Refuse a request made under ``lease`` unless it is the traverser's live lease now
@@ -234,27 +220,9 @@ class GraphStore(ConsoleReads):
             row: Row | None = await self._pg.traverser_row(ident)
         else:
             row = self._read1(lambda c: _row(c, SQL_GET_TRAVERSER, (ident,)))
-        row = _live(row, ident, lease.epoch, time.time())
+        row = live_row(row, ident, lease.epoch, time.time())
         if lease.worker_id is not None and row["lease_worker"] != lease.worker_id:
             raise Forbidden(f"the lease on traverser {ident!r} is held by another worker")
-
-    @staticmethod
-    def _record_steps(conn: Conn, row: Row, steps: Sequence[StepRecord], now: float) -> None:
-        for step in steps:
-            conn.execute(
-                SQL_INSERT_STEP,
-                (
-                    row["id"],
-                    step.key,
-                    step.seq,
-                    step.target,
-                    STEP_STATUS_IN[step.status],
-                    row["attempt"],
-                    step.result,
-                    step.error,
-                    now,
-                ),
-            )
 
     # -- traversers ------------------------------------------------------------------------------
 
@@ -632,172 +600,6 @@ class GraphStore(ConsoleReads):
             raise NotFound.of("memory", f"{scope}/{key}")
         return {"scope": scope, "key": key, "value": fragment(found[0]), "revision": found[1]}
 
-    # -- approvals -------------------------------------------------------------------------------
-
-    async def request_approval(
-        self,
-        traverser_id: str,
-        epoch: int | None,
-        operation_key: str,
-        prompt: bytes,
-        checkpoint: bytes | None,
-        expires_in_seconds: float | None,
-        pause: bool,
-        steps: Sequence[StepRecord],
-        audit: AuditEntry | None = None,
-        response_schema: bytes | None = None,
-        also: Callable[[Conn, str], None] | None = None,
-    ) -> tuple[dict[str, Any], bool]:
-        """Find or create the approval (traverser, operation_key). Returns it and whether the
-        traverser is now paused on it (a pending approval requested with ``pause``). ``audit``
-        is recorded when the approval is created (its target becomes the approval's id), and
-        ``also(conn, approval_id)`` runs in that transaction then (an assignment is written).
-        ``response_schema`` (a JSON Schema) is stored as the wait's payload schema. The
-        PostgreSQL function takes neither, so such a request runs the Python rule."""
-        if self._pg is not None and response_schema is None and also is None:
-            now = time.time()
-            expires_at = None if expires_in_seconds is None else now + expires_in_seconds
-            found = await self._pg.request_approval(
-                traverser_id, epoch, operation_key, prompt, checkpoint, expires_at, pause, steps, audit,
-                new_id(), now,
-            )  # fmt: skip
-            if found is not None:
-                return found
-
-        def fn(conn: Conn) -> tuple[dict[str, Any], bool]:
-            now = time.time()
-            if epoch is not None:
-                row = self._leased(conn, traverser_id, epoch, now)
-                self._record_steps(conn, row, steps, now)
-            else:
-                if pause:
-                    raise Conflict("pausing a traverser requires its task lease (epoch)", "lease_required")
-                found = _row(conn, SQL_LOCK_TRAVERSER, (traverser_id,))
-                if found is None:
-                    raise NotFound.of("traverser", traverser_id)
-                if TraverserStatus(found["status"]).is_terminal:
-                    raise Conflict(f"traverser {traverser_id!r} is {found['status']}", "invalid_state")
-            approval = _row(conn, SQL_APPROVAL_BY_KEY, (traverser_id, operation_key))
-            if approval is None:
-                ident = new_id()
-                expires_at = None if expires_in_seconds is None else now + expires_in_seconds
-                conn.execute(
-                    SQL_INSERT_APPROVAL,
-                    (
-                        ident,
-                        traverser_id,
-                        operation_key,
-                        operation_key,
-                        now,
-                        expires_at,
-                        prompt,
-                        checkpoint,
-                        response_schema,
-                    ),
-                )
-                approval = _row(conn, SQL_GET_APPROVAL, (ident,))
-                assert approval is not None
-                if audit is not None:
-                    write_audit(conn, replace(audit, target=ident), now)
-                if also is not None:
-                    also(conn, ident)
-            elif loads(approval["prompt"]) != loads(prompt):
-                raise Conflict(
-                    f"operation key {operation_key!r} was already used with a different prompt",
-                    "approval_conflict",
-                )
-            paused = False
-            if pause and approval["status"] == ApprovalStatus.PENDING:
-                conn.execute(SQL_PAUSE, (approval["id"], now, traverser_id))
-                conn.execute(SQL_DROP_QUEUE_ROW, (traverser_id,))
-                paused = True
-            return approval_view(approval), paused
-
-        return await self.db.write(fn)
-
-    def approval_schema(self, approval_id: str) -> Any:
-        """The approval's response schema, decoded (None: it declares none)."""
-        row = self._read1(lambda c: _row(c, SQL_APPROVAL_SCHEMA, (approval_id,)))
-        if row is None:
-            raise NotFound.of("approval", approval_id)
-        return None if row["payload_schema"] is None else loads(row["payload_schema"])
-
-    def get_approval(self, approval_id: str) -> dict[str, Any]:
-        row = self._read1(lambda c: _row(c, SQL_GET_APPROVAL, (approval_id,)))
-        if row is None:
-            raise NotFound.of("approval", approval_id)
-        return approval_view(row)
-
-    def list_approvals(
-        self, status: str | None, traverser_id: str | None, limit: int
-    ) -> list[dict[str, Any]]:
-        def fn(conn: Conn) -> list[Row]:
-            if traverser_id is not None:
-                rows = _rows(conn, SQL_APPROVALS_OF, (traverser_id,))
-                return [r for r in rows if status is None or r["status"] == status][:limit]
-            if status == ApprovalStatus.PENDING:
-                return _rows(conn, SQL_PENDING_APPROVALS, (limit,))
-            if status is None:
-                return _rows(conn, SQL_ALL_APPROVALS, (limit,))
-            where, params = APPROVAL_STATUS_WHERE[status]
-            return _rows(conn, SQL_APPROVALS_IN_STATUS.format(where=where), (*params, limit))
-
-        return [approval_view(r) for r in self._read1(fn)]
-
-    async def decide(
-        self,
-        approval_id: str,
-        decision: str,
-        response: bytes | None,
-        decided_by: str,
-        audit: AuditEntry | None = None,
-        also: Callable[[Conn, float], None] | None = None,
-    ) -> tuple[dict[str, Any], str | None]:
-        """Record a decision and, in the same transaction, queue the continuation of a traverser
-        paused on it and record ``audit`` (with the decision and the stored response as its
-        detail). Returns the approval and the node to wake (None when nothing was queued).
-
-        ``also(conn, now)`` runs in that transaction once the decision is made (a decision link
-        marks itself used there; a refusal it raises undoes the decision). With ``also`` the
-        approval must be pending: the same decision again is refused instead of accepted."""
-        if self._pg is not None and also is None:
-            found = await self._pg.decide(approval_id, decision, response, decided_by, audit, time.time())
-            if found is not None:
-                return found
-
-        def fn(conn: Conn) -> tuple[dict[str, Any], str | None]:
-            now = time.time()
-            row = _row(conn, SQL_LOCK_APPROVAL, (approval_id,))
-            if row is None:
-                raise NotFound.of("approval", approval_id)
-            if row["status"] != ApprovalStatus.PENDING:
-                if row["status"] == decision and also is None:  # the same decision again: idempotent
-                    view = approval_view(row)
-                    if audit is not None:
-                        write_audit(conn, _decision_audit(audit, decision, view), now)
-                    return view, None
-                raise Conflict(f"approval {approval_id!r} is already {row['status']}", "approval_decided")
-            if conn.execute(SQL_DECIDE, (decision, decided_by, response, now, approval_id)).rowcount == 0:
-                # Decided (or expired) since it was read: never two decisions of one approval.
-                raise Conflict(f"approval {approval_id!r} is no longer pending", "approval_decided")
-            if also is not None:
-                also(conn, now)
-            node = self._continue(conn, row["traverser_id"], approval_id, now)
-            decided = _row(conn, SQL_GET_APPROVAL, (approval_id,))
-            assert decided is not None
-            view = approval_view(decided)
-            if audit is not None:
-                write_audit(conn, _decision_audit(audit, decision, view), now)
-            return view, node
-
-        return await self.db.write(fn)
-
-    @staticmethod
-    def _continue(conn: Conn, traverser_id: str, approval_id: str, now: float) -> str | None:
-        """The engine's wake of a run whose wait was decided: a traverser paused on it is queued
-        again (one more attempt allowed); the node to wake, or None."""
-        return wake_run(conn, traverser_id, approval_id, now)
-
     # -- the sweeper's transitions ---------------------------------------------------------------
 
     async def _sweep(self) -> SweepOutcome:
@@ -871,16 +673,6 @@ class GraphStore(ConsoleReads):
         return outcome
 
 
-def _live(row: Row | None, traverser_id: str, epoch: int, now: float) -> Row:
-    """The rule of a live lease, for every write and read made under one: the traverser is
-    running, ``epoch`` is its queue row's and the lease has not run out."""
-    if row is None:
-        raise NotFound.of("traverser", traverser_id)
-    if row["status"] != TraverserStatus.RUNNING or row["epoch"] != epoch or row["lease_expires_at"] < now:
-        raise LeaseLost.of(traverser_id)
-    return row
-
-
 def _finish(conn: Conn, traverser_id: str, status: TraverserStatus, result: bytes | None,
             error: bytes | None, now: float) -> None:  # fmt: skip
     """End an attempt with a terminal outcome: the run finished, its queue row (lease) gone."""
@@ -893,8 +685,3 @@ def _requeue(conn: Conn, traverser_id: str, error: bytes | None, *, charged: boo
     not charged (a release) gives one more attempt to the budget."""
     conn.execute(SQL_REQUEUE, (error, 0 if charged else 1, now, traverser_id))
     conn.execute(SQL_UNLEASE, (now, traverser_id))
-
-
-def _decision_audit(audit: AuditEntry, decision: str, view: dict[str, Any]) -> AuditEntry:
-    extra = audit.detail if isinstance(audit.detail, dict) else {}  # e.g. the decision link's id
-    return replace(audit, detail={**extra, "decision": decision, "response": view["response"]})
