@@ -71,6 +71,7 @@ async def review(i: int) -> dict[str, Any]:
         record("setup", i)  # the expensive work a checkpoint protects
         state = {"setup": i, "pad": "c" * 200}
         await save_step_checkpoint(state)
+        record("checkpointed", i)  # committed: from here on a re-run must not redo the setup
     if SLOW:
         record("slow", i)
         record(f"slow-{os.getpid()}", i)  # which worker process runs it
