@@ -18,6 +18,7 @@ from jinja2 import Environment, PackageLoader, StrictUndefined
 from starlette.datastructures import FormData
 
 from ..._json import MAX_BODY_BYTES
+from .._assign import Assignees, read_assignment
 from .._identity import Identity, Permission, Principal, Role
 from .._service import Service
 from .._store import GraphStore
@@ -85,7 +86,24 @@ def _duration(seconds: float | None) -> str:
 
 
 _env.filters.update(pretty=_pretty, when=_when, iso=_iso, ago=_ago, duration=_duration)
-_env.globals.update(headline=headline)
+
+
+def may_decide(assigned: dict[str, Any] | None, principal: Principal) -> bool:
+    """Whether ``principal`` may decide an approval assigned so (None: anyone allowed to decide
+    may): the rule the decision itself enforces (``Assignees.allows``)."""
+    if assigned is None:
+        return True
+    return Assignees(tuple(assigned["roles"]), tuple(assigned["principals"])).allows(principal)
+
+
+def assignments(store: GraphStore, approval_ids: list[str]) -> dict[str, dict[str, Any] | None]:
+    """Each approval's assignment (None: not assigned), in one read."""
+    if not approval_ids:
+        return {}
+    return store.db.read(lambda conn: {i: read_assignment(conn, i) for i in approval_ids})
+
+
+_env.globals.update(headline=headline, may_decide=may_decide)
 
 
 @dataclass(frozen=True, slots=True)

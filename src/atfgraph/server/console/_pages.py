@@ -32,6 +32,7 @@ from ._common import (
     _set_cookie,
     _store,
     _text,
+    assignments,
     error_page,
     render,
     sessions_of,
@@ -157,6 +158,10 @@ def inbox_context(request: Request, draft: Draft | None = None) -> dict[str, Any
     items, more = store.console_inbox(_KIND_SETS[kind], search or None, after, INBOX_PAGE)
     live = _served(store, {i["run"]["node_id"] for i in items if i["kind"] == "approval"})
     cards = [_card(item, live) for item in items]
+    assigned = assignments(store, [c["id"] for c in cards if c["kind"] == "approval"])
+    for card in cards:
+        if card["kind"] == "approval":
+            card["assigned"] = assigned[card["id"]]
     counts = store.console_inbox_counts()
     counts["all"] = sum(counts.values())
     base = {k: v for k, v in (("kind", kind if kind != "all" else ""), ("q", search)) if v}

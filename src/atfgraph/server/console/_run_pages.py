@@ -19,7 +19,7 @@ from .._identity import Permission
 from .._refusals import NotFound
 from .._store import GraphStore
 from ._answers import schema_fields
-from ._common import Auth, Draft, _identity, _reader, _store, error_page, render
+from ._common import Auth, Draft, _identity, _reader, _store, assignments, error_page, render
 
 router = APIRouter(include_in_schema=False)
 
@@ -57,8 +57,10 @@ async def run_page(request: Request, auth: Auth, run_id: str, draft: Draft | Non
         )
     identity = _identity(request)
     audit = await identity.list_audit(target=run_id, limit=100)
+    assigned = assignments(store, [a["id"] for a in run["approvals"]])
     for approval in run["approvals"]:
         approval["fields"] = schema_fields(approval["response_schema"])
+        approval["assigned"] = assigned[approval["id"]]
         audit += await identity.list_audit(target=approval["id"], limit=100)
     terminal = TraverserStatus(run["traverser"]["status"]).is_terminal
     confirm = request.query_params.get("confirm", "")
