@@ -9,12 +9,17 @@ per-address bound of the audit trail. So nothing is trusted by default, loopback
 shared host any local process can connect from 127.0.0.1, and a proxy on the same host is named
 explicitly (``--trusted-proxy 127.0.0.1``).
 
-Both header families are read, ``Forwarded`` (RFC 7239) first when a request has it:
+Both header families are read, the ``X-Forwarded-*`` ones when a request has any of them:
 
-- ``Forwarded: for=203.0.113.7;proto=https;host=review.example.com, for=10.0.0.2``: one element
-  per hop, appended by each proxy;
 - ``X-Forwarded-For: 203.0.113.7, 10.0.0.2`` with ``X-Forwarded-Proto`` and ``X-Forwarded-Host``
-  (the last value of each: the one the nearest proxy set).
+  (the last value of each: the one the nearest proxy set);
+- else ``Forwarded: for=203.0.113.7;proto=https;host=review.example.com, for=10.0.0.2`` (RFC
+  7239): one element per hop, appended by each proxy.
+
+Why that order: nginx, Caddy, Traefik and HAProxy set the X-Forwarded family and pass a
+``Forwarded`` header the client sent through untouched, so believing ``Forwarded`` first would let
+any client behind them choose its address and scheme. A proxy that speaks RFC 7239 instead must
+remove the X-Forwarded headers a client sent (docs/operations.md shows how).
 
 The hops are walked from the right (the one the trusted peer wrote) while the address a hop names
 is itself a trusted proxy; the first hop whose address is not trusted is the client, and the
@@ -201,16 +206,21 @@ def _header(headers: Iterable[tuple[bytes, bytes]], name: bytes) -> str | None:
     return ",".join(values) if values else None
 
 
+def _x_forwarded(headers: Sequence[tuple[bytes, bytes]]) -> tuple[str | None, str | None, str | None]:
+    return (
+        _header(headers, b"x-forwarded-for"),
+        _header(headers, b"x-forwarded-proto"),
+        _header(headers, b"x-forwarded-host"),
+    )
+
+
 def forwarded_hops(headers: Sequence[tuple[bytes, bytes]]) -> list[Hop] | None:
-    """The hops a request's forwarding headers describe (``Forwarded`` first), or None."""
-    forwarded = _header(headers, b"forwarded")
-    if forwarded is not None:
-        return parse_forwarded(forwarded)
-    xff = _header(headers, b"x-forwarded-for")
-    proto = _header(headers, b"x-forwarded-proto")
-    host = _header(headers, b"x-forwarded-host")
+    """The hops a request's forwarding headers describe (the X-Forwarded family when there is
+    one, else ``Forwarded``), or None."""
+    xff, proto, host = _x_forwarded(headers)
     if xff is None and proto is None and host is None:
-        return None
+        forwarded = _header(headers, b"forwarded")
+        return None if forwarded is None else parse_forwarded(forwarded)
     clients = [node_address(part) for part in xff.split(",")] if xff else [None]
     if None in clients and xff:
         return None  # one address that does not parse: the list cannot be walked
@@ -238,7 +248,7 @@ def origin_of(
         if hop.client is None or hop.client not in trusted:
             break
     # X-Forwarded-Proto and -Host are one value for the whole chain, set by the nearest proxy.
-    if len(hops) > 1 and chosen is not hops[-1] and _header(headers, b"forwarded") is None:
+    if len(hops) > 1 and chosen is not hops[-1] and any(v is not None for v in _x_forwarded(headers)):
         chosen = Hop(chosen.client, hops[-1].proto, hops[-1].host)
     return Origin(chosen.client, chosen.proto, chosen.host)
 

@@ -66,11 +66,12 @@ def test_rfc_7239_forwarded_with_quoting_ports_and_ipv6() -> None:
     )
     assert parse_forwarded("for=unknown;proto=https") == [Hop("unknown", "https", None)]
     assert parse_forwarded('For="192.0.2.60:80";Proto=HTTPS') == [Hop("192.0.2.60", "https", None)]
-    # Forwarded wins over the X-Forwarded family when both are there.
+    # The X-Forwarded family wins when both are there: nginx, Caddy and others set it and pass a
+    # client's Forwarded through.
     both = headers(
         forwarded="for=203.0.113.7;proto=https", x_forwarded_for="1.1.1.1", x_forwarded_proto="http"
     )
-    assert origin_of("10.0.0.5", both, TRUSTED) == Origin("203.0.113.7", "https", None)
+    assert origin_of("10.0.0.5", both, TRUSTED) == Origin("1.1.1.1", "http", None)
 
 
 @pytest.mark.parametrize(
