@@ -35,6 +35,8 @@ def test_bad_backups_are_refused_and_change_nothing(tmp_path: Path) -> None:
     done = atfg("db", "backup", str(taken), "--db", str(source))
     assert done.returncode == 2 and "never overwrites" in done.stderr, done.stderr
     assert taken.read_bytes() == b"keep me"
+    done = atfg("db", "backup", str(tmp_path / "no" / "x.db"), "--db", str(source))
+    assert done.returncode == 2 and "is not a directory" in done.stderr, done.stderr
     done = atfg("db", "backup", str(source), "--db", str(source))
     assert done.returncode == 2 and "exists" in done.stderr
     done = atfg("db", "backup", str(tmp_path / "a.db"), "--db", str(tmp_path / "missing.db"))
