@@ -5,12 +5,15 @@ tests/acceptance/atfgraph/test_atfg_backup.py."""
 
 from __future__ import annotations
 
+import json
+import shlex
 import sqlite3
 from pathlib import Path
 
 from click.testing import CliRunner, Result
 
 from atfgraph.cli import main
+from doc_snippets import code_blocks, shell_lines
 
 
 class Done:
@@ -59,3 +62,27 @@ def test_bad_backups_are_refused_and_change_nothing(tmp_path: Path) -> None:
         assert copy.execute("PRAGMA journal_mode").fetchone() == ("delete",)  # one file to carry
     finally:
         copy.close()
+
+
+def test_the_documented_backup_commands_run_as_written(tmp_path: Path) -> None:
+    """docs/operations.md's SQLite backup commands, with its paths moved under tmp_path."""
+    live, folder = tmp_path / "srv" / "atfgraph.db", tmp_path / "backups"
+    live.parent.mkdir()
+    folder.mkdir()
+    conn = sqlite3.connect(live)
+    conn.execute("PRAGMA journal_mode = WAL")  # as the server keeps it
+    conn.execute("CREATE TABLE t (x)")
+    conn.execute("INSERT INTO t VALUES (1)")
+    conn.commit()
+    block = code_blocks("docs/operations.md", "SQLite: online, with `atfg db backup`", "sh")[0]
+    lines = shell_lines(
+        block.replace("/var/backups/atfgraph/", f"{folder}/").replace("/srv/atfgraph/", f"{live.parent}/")
+    )
+    assert len(lines) == 2 and all(line.startswith("atfg db backup ") for line in lines), lines
+    for line in lines:
+        result = CliRunner().invoke(main, shlex.split(line)[1:])
+        assert result.exit_code == 0, result.stderr
+    conn.close()
+    made = sorted(folder.iterdir())
+    assert [p.name for p in made][-1] == "nightly.db" and len(made) == 2, made
+    assert json.loads(result.stdout)["backup"] == str(folder / "nightly.db")
