@@ -5,6 +5,8 @@ the audit bound) is tests/acceptance/atfgraph/test_behind_a_proxy.py."""
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
 from atfgraph.server._proxy import Hop, Origin, TrustedProxies, forwarded_hops, origin_of, parse_forwarded
@@ -100,3 +102,26 @@ def test_values_that_are_not_a_scheme_host_or_address_are_not_believed() -> None
     assert forwarded_hops(headers(x_forwarded_for="1.2.3.4, not-an-address")) is None
     assert parse_forwarded('for=1.2.3.4;host="a b"') == [Hop("1.2.3.4", None, None)]
     assert parse_forwarded('for="[1.2.3.4]"') == [Hop(None, None, None)]  # brackets hold IPv6 only
+
+
+@pytest.mark.parametrize("where", ["flag", "environment"])
+def test_the_server_refuses_a_trusted_proxy_that_is_not_an_address_in_one_line(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str], where: str
+) -> None:
+    from atfgraph.server._serve import serve
+
+    monkeypatch.setenv("ATFGRAPH_HOME", str(tmp_path))
+    flags: list[str] = []
+    if where == "flag":
+        flags = ["10.0.0.0/8", "proxy.example.com"]
+    else:
+        monkeypatch.setenv("ATFGRAPH_TRUSTED_PROXIES", "10.0.0.0/8, proxy.example.com")
+    with pytest.raises(SystemExit) as raised:
+        serve(port=1, db_path=str(tmp_path / "graph.db"), trusted_proxies=flags)
+    assert raised.value.code == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err == [
+        "atfgraph: a trusted proxy must be an IP address or a CIDR network such as 10.0.0.0/8,"
+        " not 'proxy.example.com'"
+    ], err
+    assert not list(tmp_path.iterdir())  # nothing was created
