@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 import httpx
+import pytest
 from atfg_harness import ServerProcess, create_pg_database, drop_pg_database
 
 ATFG = str(Path(sys.executable).parent / "atfg")
@@ -123,6 +124,9 @@ def restored_serves_the_copy(server: ServerProcess, tmp_path: Path) -> None:
 
 def test_postgresql_backup_and_restore_with_pg_dump_and_pg_restore(tmp_path: Path) -> None:
     """The commands docs/operations.md gives for PostgreSQL, on a real server's database."""
+    for tool in ("pg_dump", "pg_restore"):
+        if shutil.which(tool) is None:
+            pytest.fail(f"{tool} is missing (apt-get install postgresql-client)", pytrace=False)
     original, restored = create_pg_database(), create_pg_database()
     server = ServerProcess(tmp_path / "a", db=original)
     (tmp_path / "a").mkdir()
