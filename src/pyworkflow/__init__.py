@@ -16,6 +16,7 @@ from ._api import (
     get_workflow_events,
     get_workflow_run,
     list_pending_hooks,
+    list_runs,
     resume_hook,
     resume_hook_by_id,
     serve,
@@ -49,7 +50,7 @@ from ._errors import (
     WorkflowNotFoundError,
 )
 from ._step import step
-from ._sync import cancel_workflow_sync, get_workflow_run_sync, resume_hook_sync
+from ._sync import cancel_workflow_sync, get_workflow_run_sync, list_runs_sync, resume_hook_sync
 from ._waits import STEP_HOOK_TIMEOUT, check_json_schema, hook, sleep, step_hook, validate_payload
 from ._workflow import workflow
 from .store import RunStatus, WaitStatus
@@ -97,6 +98,8 @@ __all__ = [
     "get_workflow_run_sync",
     "hook",
     "list_pending_hooks",
+    "list_runs",
+    "list_runs_sync",
     "load_step_checkpoint",
     "resume_hook",
     "resume_hook_by_id",

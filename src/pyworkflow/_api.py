@@ -246,6 +246,39 @@ async def get_workflow_events(run_id: str) -> list[WorkflowEvent]:
     return [WorkflowEvent.from_record(e) for e in await get_store().get_events(run_id)]
 
 
+async def list_runs(
+    *,
+    status: RunStatus | str | None = None,
+    workflow: Any = None,
+    limit: int = 100,
+    after: str | None = None,
+) -> list[WorkflowRun]:
+    """Runs in the store, newest first: ``status`` (a :class:`RunStatus` or its name),
+    ``workflow`` (a ``@workflow`` function or its registered name), at most ``limit`` (1 to
+    1000). Cursor-paged: pass the last run's id of a page as ``after`` for the next one; a page
+    shorter than ``limit`` is the last. Every run in the store is listed, an atfgraph traverser's
+    too (its workflow name is its ``node.skill`` target). Bad arguments raise
+    ``ConfigurationError``; an ``after`` that names no run raises ``WorkflowNotFoundError``."""
+    if isinstance(limit, bool) or not isinstance(limit, int) or not 1 <= limit <= 1000:
+        raise ConfigurationError(f"limit must be an int from 1 to 1000, not {limit!r}")
+    wanted: RunStatus | None = None
+    if status is not None:
+        try:
+            wanted = RunStatus(status)
+        except ValueError:
+            names = ", ".join(s.value for s in RunStatus)
+            raise ConfigurationError(f"status must be one of {names}, not {status!r}") from None
+    name: str | None = None
+    if workflow is not None:
+        name = workflow if isinstance(workflow, str) else definition_of(workflow).name
+        if not name or len(name) > 1000:
+            raise ConfigurationError(f"workflow must name a workflow, not {workflow!r}")
+    if after is not None:
+        _check_run_id(after)
+    records = await get_store().list_runs(status=wanted, workflow=name, limit=limit, after=after)
+    return [WorkflowRun.from_record(r) for r in records]
+
+
 async def cancel_workflow(run_id: str) -> bool:
     """Cancel a run that has not finished (its pending hooks are cancelled); False if it had."""
     cancelled = await get_store().cancel_run(_check_run_id(run_id), now=time.time())

@@ -59,6 +59,8 @@ PUBLIC_API = [
     "get_workflow_run_sync",
     "hook",
     "list_pending_hooks",
+    "list_runs",
+    "list_runs_sync",
     "load_step_checkpoint",
     "resume_hook",
     "resume_hook_by_id",

@@ -118,8 +118,10 @@ from ._protocol import (
 )
 from ._rows import (
     RUN_COLUMNS,
+    SQL_RUN_CURSOR,
     check_revision,
     hook_not_found,
+    list_runs_sql,
     list_waits_sql,
     raise_if_resolved,
     refuse_approval,
@@ -359,17 +361,20 @@ class PostgresStore:
         return run_from_row(rows[0]) if rows else None
 
     async def list_runs(
-        self, *, status: RunStatus | None = None, workflow: str | None = None, limit: int = 100
+        self,
+        *,
+        status: RunStatus | None = None,
+        workflow: str | None = None,
+        limit: int = 100,
+        after: str | None = None,
     ) -> list[RunRecord]:
-        clauses, params = [], []
-        if status is not None:
-            clauses.append("status = %s")
-            params.append(str(status))
-        if workflow is not None:
-            clauses.append("workflow = %s")
-            params.append(workflow)
-        where = f"WHERE {' AND '.join(clauses)}" if clauses else ""
-        sql = f"SELECT {RUN_COLUMNS} FROM runs {where} ORDER BY created_at DESC LIMIT %s"
+        cursor = None
+        if after is not None:
+            found = await self._fetch(SQL_RUN_CURSOR.replace("?", "%s"), (after,))
+            if not found:
+                raise WorkflowNotFoundError(f"no run {after!r} to continue the list after")
+            cursor = found[0]
+        sql, params = list_runs_sql(status, workflow, cursor, "%s")
         return [run_from_row(r) for r in await self._fetch(sql, (*params, int(limit)))]
 
     async def get_events(self, run_id: str, *, after_seq: int = 0, limit: int = 10_000) -> list[Event]:

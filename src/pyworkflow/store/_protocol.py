@@ -189,8 +189,17 @@ class Store(Protocol):
     async def get_run(self, run_id: str) -> RunRecord | None: ...
 
     async def list_runs(
-        self, *, status: RunStatus | None = None, workflow: str | None = None, limit: int = 100
-    ) -> list[RunRecord]: ...
+        self,
+        *,
+        status: RunStatus | None = None,
+        workflow: str | None = None,
+        limit: int = 100,
+        after: str | None = None,
+    ) -> list[RunRecord]:
+        """Runs newest first (creation time, then id), optionally only those in ``status`` or of
+        ``workflow``. ``after``: the id of the last run of the previous page; the page continues
+        after it (``WorkflowNotFoundError`` when no run has that id)."""
+        ...
 
     async def get_events(self, run_id: str, *, after_seq: int = 0, limit: int = 10_000) -> list[Event]: ...
 

@@ -34,9 +34,11 @@ from ._protocol import (
 from ._remote import wake_run
 from ._rows import (
     RUN_COLUMNS,
+    SQL_RUN_CURSOR,
     WAIT_COLUMNS,
     fence_refused,
     hook_not_found,
+    list_runs_sql,
     list_waits_sql,
     raise_if_resolved,
     refuse_approval,
@@ -293,18 +295,21 @@ class SQLiteStore:
         return run_from_row(row) if row else None
 
     async def list_runs(
-        self, *, status: RunStatus | None = None, workflow: str | None = None, limit: int = 100
+        self,
+        *,
+        status: RunStatus | None = None,
+        workflow: str | None = None,
+        limit: int = 100,
+        after: str | None = None,
     ) -> list[RunRecord]:
-        clauses, params = [], []
-        if status is not None:
-            clauses.append("status = ?")
-            params.append(str(status))
-        if workflow is not None:
-            clauses.append("workflow = ?")
-            params.append(workflow)
-        where = f"WHERE {' AND '.join(clauses)}" if clauses else ""
-        sql = f"SELECT {RUN_COLUMNS} FROM runs {where} ORDER BY created_at DESC LIMIT ?"
-        return [run_from_row(r) for r in self.db.reader().execute(sql, (*params, int(limit)))]
+        reader = self.db.reader()
+        cursor = None
+        if after is not None:
+            cursor = reader.execute(SQL_RUN_CURSOR, (after,)).fetchone()
+            if cursor is None:
+                raise WorkflowNotFoundError(f"no run {after!r} to continue the list after")
+        sql, params = list_runs_sql(status, workflow, cursor, "?")
+        return [run_from_row(r) for r in reader.execute(sql, (*params, int(limit)))]
 
     async def get_events(self, run_id: str, *, after_seq: int = 0, limit: int = 10_000) -> list[Event]:
         rows = self.db.reader().execute(SQL_EVENTS, (run_id, after_seq, limit)).fetchall()
