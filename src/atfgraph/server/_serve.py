@@ -37,6 +37,8 @@ def serve(
     metrics_bind: str | None = None,
     public_url: str | None = None,
     notify: Sequence[str] = (),
+    retention: str | None = None,
+    audit_retention: str | None = None,
 ) -> None:
     try:  # --log-format, else $ATFGRAPH_LOG_FORMAT, else text; the write timeout and --notify likewise
         settings = Settings.from_env(
@@ -47,6 +49,8 @@ def serve(
             notify=notify,
             write_timeout=write_timeout,
             access_log=access_log,
+            retention=retention,
+            audit_retention=audit_retention,
         )
         fmt = log_format_of(log_format)
         level_of(log_level)
@@ -201,6 +205,19 @@ def main(argv: list[str] | None = None) -> None:
         help="POST a JSON event (with a Slack-compatible 'text') to URL when an approval or hook is created;"
         " repeatable (default: $ATFGRAPH_NOTIFY, space- or comma-separated)",
     )
+    parser.add_argument(
+        "--retention",
+        default=None,
+        metavar="AGE",
+        help="purge runs that finished longer ago than AGE (30d, 12h, 90m) with their events, steps,"
+        " waits and checkpoints (default: $ATFGRAPH_RETENTION, else keep every run)",
+    )
+    parser.add_argument(
+        "--audit-retention",
+        default=None,
+        metavar="AGE",
+        help="purge audit entries older than AGE (default: $ATFGRAPH_AUDIT_RETENTION, else keep them)",
+    )
     args = parser.parse_args(argv)
     serve(
         args.host,
@@ -214,6 +231,8 @@ def main(argv: list[str] | None = None) -> None:
         metrics_bind=args.metrics_bind,
         public_url=args.public_url,
         notify=args.notify,
+        retention=args.retention,
+        audit_retention=args.audit_retention,
     )
 
 

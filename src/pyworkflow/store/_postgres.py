@@ -117,7 +117,6 @@ from ._protocol import (
     WaitStatus,
 )
 from ._rows import (
-    RUN_COLUMNS,
     SQL_RUN_CURSOR,
     check_revision,
     hook_not_found,
