@@ -175,9 +175,9 @@ def test_the_server_purges_finished_runs_older_than_its_retention(tmp_path: Path
 
 def test_a_bad_retention_stops_the_server_from_starting(tmp_path: Path) -> None:
     server = ServerProcess(tmp_path)
+    command = [sys.executable, "-m", "atfgraph.server", "--db", server.db, "--port", str(server.port)]
     done = subprocess.run(
-        [sys.executable, "-m", "atfgraph.server", "--db", server.db, "--port", str(server.port), "--retention", "forever"],
-        env=server.env, capture_output=True, text=True, timeout=60,
-    )  # fmt: skip
+        [*command, "--retention", "forever"], env=server.env, capture_output=True, text=True, timeout=60
+    )
     assert done.returncode == 2 and "retention must be an age" in done.stderr, done.stderr
     server.close()
