@@ -28,6 +28,7 @@ from .store import (
     WaitStatus,
     metrics,
     open_store,
+    parse_age,
     parse_storage_url,
 )
 
@@ -48,6 +49,7 @@ class Settings:
     max_concurrency: int = 1000
     max_crashes: int = 5
     extra: dict[str, Any] = field(default_factory=dict)
+    retention: float | None = None
 
     def storage_url(self) -> str:
         return (
@@ -72,6 +74,7 @@ def configure(
     poll_interval: float = 0.05,
     max_concurrency: int = 1000,
     max_crashes: int = 5,
+    retention: str | float | None = None,
     **extra: Any,
 ) -> None:
     """Choose where state lives and how runs execute. Call before the first ``start``.
@@ -80,7 +83,10 @@ def configure(
     ``postgresql://...`` (see :func:`pyworkflow.store.parse_storage_url`; default:
     ``$PYWORKFLOW_STORAGE`` or ``~/.pyworkflow/pyworkflow.db``, the folder from ``$PYWORKFLOW_HOME``).
     ``synchronous``: SQLite's durability level (FULL by default). ``max_crashes``: turns a run may
-    lose to dead workers before it is failed."""
+    lose to dead workers before it is failed. ``retention``: an age (``"30d"``, ``"12h"``, or
+    seconds) after which the local runtime purges finished runs with their events, steps, waits
+    and checkpoints (None, the default: every run is kept; the Celery runtime's sweeper takes
+    ``pyworkflow worker --retention``)."""
     global _settings, _store
     if runtime not in ("local", "celery"):
         raise ConfigurationError(f"runtime must be 'local' or 'celery', not {runtime!r}")
@@ -96,6 +102,7 @@ def configure(
     for label, count in (("max_concurrency", max_concurrency), ("max_crashes", max_crashes)):
         if isinstance(count, bool) or not isinstance(count, int) or count < 1:
             raise ConfigurationError(f"{label} must be an int >= 1, not {count!r}")
+    kept = None if retention is None else parse_age(retention, what="retention")
     if storage is not None:
         parse_storage_url(storage)  # refuse a location open_store cannot open now, not at the first start
     if runtime == "local" and extra:
@@ -103,7 +110,7 @@ def configure(
     if _runtime is not None and _runtime.running:
         raise ConfigurationError("pyworkflow is running; await shutdown() before configure()")
     new = Settings(storage or "", runtime, synchronous.upper(), float(lease_ttl), float(poll_interval),
-                   max_concurrency, max_crashes, extra)  # fmt: skip
+                   max_concurrency, max_crashes, extra, kept)  # fmt: skip
     if _store is not None and new.storage_url() != _settings.storage_url():
         _store.close()
         _store = None
@@ -131,6 +138,7 @@ async def get_runtime() -> LocalRuntime:
             poll_interval=_settings.poll_interval,
             max_concurrency=_settings.max_concurrency,
             max_crashes=_settings.max_crashes,
+            retention=_settings.retention,
         )
         await _runtime.start()
     return _runtime

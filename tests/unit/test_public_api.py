@@ -90,6 +90,7 @@ STORE_API = [
     "PostgresDatabase",
     "PostgresStore",
     "PurgeReport",
+    "Purger",
     "RunRecord",
     "RunState",
     "RunStatus",

@@ -51,7 +51,7 @@ from ._protocol import (
     WaitStatus,
 )
 from ._remote import wake_run
-from ._retention import PurgeReport, count_purgeable, parse_age, purge_runs
+from ._retention import Purger, PurgeReport, count_purgeable, parse_age, purge_runs
 from ._rows import check_revision, write_checkpoint
 from ._sqlite import SQLiteStore
 from ._sqlite_db import SQLiteDatabase
@@ -73,6 +73,7 @@ __all__ = [
     "PostgresDatabase",
     "PostgresStore",
     "PurgeReport",
+    "Purger",
     "RunRecord",
     "RunState",
     "RunStatus",

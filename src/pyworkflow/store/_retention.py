@@ -24,6 +24,7 @@ entry.
 
 from __future__ import annotations
 
+import logging
 import re
 import time
 from collections.abc import Sequence
@@ -31,6 +32,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from .._errors import ConfigurationError
+
+_log = logging.getLogger("pyworkflow.retention")
 
 #: Runs deleted per transaction.
 PURGE_BATCH = 500
@@ -193,3 +196,38 @@ async def purge_runs(
         report.finished = False
     report.seconds = time.monotonic() - started
     return report
+
+
+#: Batches one pass of a runtime's purger deletes at most, before the runtime's other work.
+PASS_BATCHES = 20
+#: The longest pause between two passes of a runtime's purger.
+PURGE_SECONDS = 60.0
+
+
+class Purger:
+    """A runtime's retention, ticked by its loop (pyworkflow's local runtime, the Celery
+    sweeper): a pass of at most :data:`PASS_BATCHES` batches every ``min(60 s, retention / 10)``,
+    at once again while a pass left work behind. A tick that is not due costs nothing."""
+
+    def __init__(self, db: Any, retention: float, *, counted: Sequence[tuple[str, str]] = ()) -> None:
+        self.db = db
+        self.retention = retention
+        self.every = min(PURGE_SECONDS, retention / 10)
+        self.counted = counted
+        self._next = 0.0
+
+    async def tick(self) -> PurgeReport | None:
+        """A pass if one is due (its report), else None. Errors propagate: the caller's loop logs
+        them, and the next pass is due at the usual time."""
+        started = time.monotonic()
+        if started < self._next:
+            return None
+        self._next = started + self.every
+        report = await purge_runs(
+            self.db, time.time() - self.retention, max_batches=PASS_BATCHES, counted=self.counted
+        )
+        if not report.finished:
+            self._next = time.monotonic()
+        if report.runs:
+            _log.info("retention: purged %d finished run(s) in %.2f s", report.runs, report.seconds)
+        return report
