@@ -287,12 +287,26 @@ async def list_runs(
     return [WorkflowRun.from_record(r) for r in records]
 
 
-async def cancel_workflow(run_id: str) -> bool:
-    """Cancel a run that has not finished (its pending hooks are cancelled); False if it had."""
-    cancelled = await get_store().cancel_run(_check_run_id(run_id), now=time.time())
+async def cancel_workflow(run_id: str, reason: str | None = None) -> bool:
+    """Cancel a run that has not finished (its pending hooks are cancelled); False if it had.
+    ``reason`` (at most 1000 characters) is kept as the run's error."""
+    if reason is not None and (not isinstance(reason, str) or len(reason) > 1000):
+        raise ConfigurationError(f"reason must be a str of at most 1000 characters, not {reason!r:.80}")
+    cancelled = await get_store().cancel_run(_check_run_id(run_id), now=time.time(), reason=reason)
     if _runtime is not None and _runtime.running:
         _runtime.wake()
     return cancelled
+
+
+async def retry_workflow(run_id: str) -> bool:
+    """A new attempt of a failed run (DBOS ``resume``, Prefect's retry): its completed steps are
+    replayed, the step that failed runs again, and it continues from there. False (and nothing
+    changed) unless the run had failed; ``WorkflowNotFoundError`` for an unknown run. The run is
+    executed by whichever runtime serves the store (this process's, once started)."""
+    outcome = await get_store().retry_run(_check_run_id(run_id), now=time.time())
+    if outcome == "ok":
+        _wake_runtime(run_id)
+    return outcome == "ok"
 
 
 async def resume_hook(token: str, payload: Any = None) -> ResumeResult:

@@ -65,6 +65,7 @@ PUBLIC_API = [
     "resume_hook",
     "resume_hook_by_id",
     "resume_hook_sync",
+    "retry_workflow",
     "save_step_checkpoint",
     "serve",
     "shutdown",

@@ -20,7 +20,8 @@ class RunStatus(StrEnum):
     pending   -> running | cancelled
     running   -> suspended | completed | failed | cancelled | running (crash, re-claimed)
     suspended -> running | cancelled
-    completed, failed, cancelled: terminal
+    failed    -> suspended (an operator's retry: a new attempt from what the run recorded)
+    completed, cancelled: terminal; failed is terminal until retried
     """
 
     PENDING = "pending"
@@ -205,9 +206,26 @@ class Store(Protocol):
 
     async def load_state(self, run_id: str) -> RunState: ...
 
-    async def cancel_run(self, run_id: str, *, now: float) -> bool:
+    async def cancel_run(
+        self,
+        run_id: str,
+        *,
+        now: float,
+        reason: str | None = None,
+        also: Callable[[Any], None] | None = None,
+    ) -> bool:
         """Cancel a run that is not terminal: its pending waits are cancelled too, and its steps'
-        checkpoints deleted (as every end of a run, see :meth:`complete_run`)."""
+        checkpoints deleted (as every end of a run, see :meth:`complete_run`). ``reason`` is kept
+        as its error (``CancellationError``); ``also(conn)`` is the caller's own write (an audit
+        entry) in the same transaction, as for :meth:`resolve_wait`. False (and nothing written,
+        ``also`` not called) for a run that had ended."""
+        ...
+
+    async def retry_run(self, run_id: str, *, now: float, also: Callable[[Any], None] | None = None) -> str:
+        """A new attempt of a failed run from what it recorded (``pyworkflow.store._manage``):
+        ``ok``; else nothing changed and the answer says why: ``remote`` (a traverser: the graph
+        server retries those) or the status of a run that has not failed.
+        ``WorkflowNotFoundError`` for an unknown run; ``also`` as for :meth:`cancel_run`."""
         ...
 
     # -- the queue -------------------------------------------------------------------------------

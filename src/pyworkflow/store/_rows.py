@@ -93,6 +93,13 @@ def list_waits_sql(
     return f"SELECT {WAIT_COLUMNS} FROM waits {where} ORDER BY created_at LIMIT {mark}", params
 
 
+def cancel_reason(reason: str) -> bytes:
+    """A cancelled run's error, when the operator gave a reason (``Store.cancel_run``)."""
+    import orjson
+
+    return orjson.dumps({"type": "CancellationError", "message": reason})
+
+
 #: Where a page of runs continues: the cursor run's place in the newest-first order (by id).
 SQL_RUN_CURSOR = "SELECT created_at, id FROM runs WHERE id = ?"
 

@@ -13,6 +13,7 @@ from .._errors import (
     WorkflowNotFoundError,
 )
 from ._group_commit import WRITE_TIMEOUT
+from ._manage import SQL_CANCEL_REASON, retry_run_tx
 from ._migrations import Migration
 from ._migrations import pyworkflow_migrations as _migrations_of
 from ._protocol import (
@@ -36,6 +37,7 @@ from ._rows import (
     RUN_COLUMNS,
     SQL_RUN_CURSOR,
     WAIT_COLUMNS,
+    cancel_reason,
     fence_refused,
     hook_not_found,
     list_runs_sql,
@@ -332,7 +334,14 @@ class SQLiteStore:
         # either way, and the wake-up it queued gives the run another turn.
         return read(self.db.reader())
 
-    async def cancel_run(self, run_id: str, *, now: float) -> bool:
+    async def cancel_run(
+        self,
+        run_id: str,
+        *,
+        now: float,
+        reason: str | None = None,
+        also: Callable[[Any], None] | None = None,
+    ) -> bool:
         def tx(conn: sqlite3.Connection) -> bool:
             row = conn.execute(SQL_RUN_STATUS, (run_id,)).fetchone()
             if row is None:
@@ -340,7 +349,22 @@ class SQLiteStore:
             if RunStatus(row[0]).is_terminal:
                 return False
             _end_run(conn, run_id, RunStatus.CANCELLED, None, None, now)
+            if reason is not None:
+                conn.execute(SQL_CANCEL_REASON, (cancel_reason(reason), run_id))
+            if also is not None:
+                also(conn)
             return True
+
+        return await self.db.write(tx)
+
+    async def retry_run(self, run_id: str, *, now: float, also: Callable[[Any], None] | None = None) -> str:
+        def tx(conn: sqlite3.Connection) -> str:
+            outcome = retry_run_tx(conn, run_id, now)
+            if outcome == "missing":
+                raise WorkflowNotFoundError(f"no run {run_id!r}")
+            if outcome == "ok" and also is not None:
+                also(conn)
+            return outcome
 
         return await self.db.write(tx)
 
