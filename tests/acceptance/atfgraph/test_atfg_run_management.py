@@ -7,6 +7,7 @@ one line and change nothing."""
 from __future__ import annotations
 
 import asyncio
+import itertools
 import json
 import subprocess
 import sys
@@ -173,7 +174,7 @@ def test_id_prefixes_ambiguous_and_unknown(server: ServerProcess) -> None:
         api(server, "POST", "/traversers", {"target": "nobody.skill"}).json()["id"] for _ in range(17)
     )
     # 17 random hex ids: two of them share at least their first digit
-    ids = next([a, b] for a, b in zip(made, made[1:], strict=False) if a[0] == b[0])
+    ids = next([a, b] for a, b in itertools.pairwise(made) if a[0] == b[0])
     common = 0
     while ids[0][common] == ids[1][common]:
         common += 1
