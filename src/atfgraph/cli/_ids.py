@@ -32,6 +32,6 @@ def resolve_id(client: Api, kind: str, raw: str) -> str:
         raise CliError(f"not found: no {kind} id starts with {raw!r}", EXIT_ERROR)
     more = ", ..." if answer["more"] else ""
     raise CliError(
-        f"ambiguous {kind} id prefix {raw!r}: it starts {', '.join(items)}{more}; give more characters",
+        f"ambiguous {kind} id prefix {raw!r}: it matches {', '.join(items)}{more}; give more characters",
         EXIT_ERROR,
     )
