@@ -203,3 +203,16 @@ def test_bad_cancel_bodies_change_nothing(server: ServerProcess, body: Any, stat
     raw = httpx.post(f"{server.url}/api/v2/runs/{run_id}/cancel", content=b"{", headers=server.headers())
     assert raw.status_code == 400 and raw.json()["error"]["code"] == "invalid_json"
     assert status_of(server, run_id)["status"] == "pending"
+
+
+def test_shell_completion_as_documented(server: ServerProcess) -> None:
+    """docs/cli.md's line for bash, and what bash then asks the command for."""
+    env = {**server.env, "_ATFG_COMPLETE": "bash_source"}
+    script = subprocess.run([ATFG], env=env, capture_output=True, text=True, timeout=60)
+    assert script.returncode == 0 and "_atfg_completion" in script.stdout and "complete " in script.stdout
+    env = {**server.env, "_ATFG_COMPLETE": "bash_complete", "COMP_WORDS": "atfg runs re", "COMP_CWORD": "2"}
+    words = subprocess.run([ATFG], env=env, capture_output=True, text=True, timeout=60)
+    assert words.stdout.split() == ["plain,retry"]
+    env.update(COMP_WORDS="atfg wo", COMP_CWORD="1")
+    words = subprocess.run([ATFG], env=env, capture_output=True, text=True, timeout=60)
+    assert words.stdout.split() == ["plain,workers"]
