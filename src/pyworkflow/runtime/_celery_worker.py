@@ -25,7 +25,7 @@ from celery import Celery  # type: ignore[import-untyped]
 
 from .._crashpoints import crashpoint
 from .._engine import execute_turn
-from ..store import Purger, RunState, metrics, open_store
+from ..store import Purger, RunState, metrics, open_store, parse_age
 from ._celery import TURN_TASK, CeleryOptions, CeleryStore, celery_store, dispatch, make_app
 from ._local import _dead_local_owners, owner_id
 
@@ -245,6 +245,9 @@ def settings_from_environment() -> WorkerSettings:
         lease_ttl=float(os.environ.get("PYWORKFLOW_LEASE_TTL", "30")),
         max_crashes=int(os.environ.get("PYWORKFLOW_MAX_CRASHES", "5")),
         imports=imports,
+        retention=parse_age(kept, what="PYWORKFLOW_RETENTION")
+        if (kept := os.environ.get("PYWORKFLOW_RETENTION"))
+        else None,
     )
 
 
