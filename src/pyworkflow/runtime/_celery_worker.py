@@ -239,15 +239,14 @@ def settings_from_environment() -> WorkerSettings:
     if not storage:
         raise RuntimeError("set PYWORKFLOW_STORAGE=postgresql://... for the pyworkflow Celery worker")
     imports = tuple(m for m in os.environ.get("PYWORKFLOW_IMPORTS", "").split(",") if m)
+    kept = os.environ.get("PYWORKFLOW_RETENTION", "").strip()
     return WorkerSettings(
         storage=storage,
         celery=CeleryOptions.from_extra({"queue": os.environ.get("PYWORKFLOW_QUEUE")}),
         lease_ttl=float(os.environ.get("PYWORKFLOW_LEASE_TTL", "30")),
         max_crashes=int(os.environ.get("PYWORKFLOW_MAX_CRASHES", "5")),
         imports=imports,
-        retention=parse_age(kept, what="PYWORKFLOW_RETENTION")
-        if (kept := os.environ.get("PYWORKFLOW_RETENTION"))
-        else None,
+        retention=parse_age(kept, what="PYWORKFLOW_RETENTION") if kept else None,
     )
 
 
