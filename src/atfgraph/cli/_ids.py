@@ -1,6 +1,7 @@
 """Id prefixes on the command line: ``atfg runs show AZr3kQ1`` for the run whose id starts with
 it, when only one does; an ambiguous prefix is an error that lists the candidates, and a prefix
-nothing starts with is ``not found``. The server answers the look-up (``GET /ids``: a
+nothing starts with is used as it is, so the command reports ``not found`` as for any
+unknown id. The server answers the look-up (``GET /ids``: a
 primary-key range, never a scan); an id as long as a traverser's (32 characters) is used as it
 is, without one.
 
@@ -29,7 +30,7 @@ def resolve_id(client: Api, kind: str, raw: str) -> str:
     if raw in items or (len(items) == 1 and not answer["more"]):
         return raw if raw in items else items[0]
     if not items:
-        raise CliError(f"not found: no {kind} id starts with {raw!r}", EXIT_ERROR)
+        return raw  # the command's own request says ``not found``, as for any unknown id
     more = ", ..." if answer["more"] else ""
     raise CliError(
         f"ambiguous {kind} id prefix {raw!r}: it matches {', '.join(items)}{more}; give more characters",

@@ -182,7 +182,7 @@ def test_id_prefixes_ambiguous_and_unknown(server: ServerProcess) -> None:
     assert "ambiguous run id prefix" in line and ids[0] in line and ids[1] in line
     shown = json.loads(ok(atfg(server, "runs", "show", ids[1][: common + 1], "-o", "json")))
     assert shown["id"] == ids[1]
-    assert "no run id starts with" in refused(atfg(server, "runs", "show", "Azzzzz"), 1)
+    assert refused(atfg(server, "runs", "show", "Azzzzz"), 1) == "atfg: not found: run 'Azzzzz'"
     assert "must not be empty" in refused(atfg(server, "runs", "show", ""), 2)
     answer = api(server, "GET", "/ids?kind=run&prefix=" + ids[0][:common])
     assert answer.status_code == 200 and set(ids) <= set(answer.json()["items"])
