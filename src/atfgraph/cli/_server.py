@@ -68,6 +68,19 @@ def server() -> None:
     help="POST a JSON event (with a Slack-compatible 'text') to URL when an approval or hook is created; "
     "repeatable (default: $ATFGRAPH_NOTIFY).",
 )
+@click.option(
+    "--retention",
+    default=None,
+    metavar="AGE",
+    help="Purge runs that finished longer ago than AGE (30d, 12h, 90m) (default: $ATFGRAPH_RETENTION, "
+    "else keep every run).",
+)
+@click.option(
+    "--audit-retention",
+    default=None,
+    metavar="AGE",
+    help="Purge audit entries older than AGE (default: $ATFGRAPH_AUDIT_RETENTION, else keep them).",
+)
 def start(
     host: str,
     port: int,
@@ -81,10 +94,13 @@ def start(
     public_url: str | None,
     notify: tuple[str, ...],
     trusted_proxies: tuple[str, ...],
+    retention: str | None,
+    audit_retention: str | None,
 ) -> None:
     """Start the graph server in the foreground."""
     from ..server import serve
 
     serve(host, port, db, lease_seconds, log_level, write_timeout, log_format=log_format,
           access_log=access_log, metrics_bind=metrics_bind, public_url=public_url,
-          notify=notify, trusted_proxies=trusted_proxies)  # fmt: skip
+          notify=notify, trusted_proxies=trusted_proxies, retention=retention,
+          audit_retention=audit_retention)  # fmt: skip

@@ -33,6 +33,7 @@ from ._observe import HttpMetrics
 from ._openapi import install_limits
 from ._proxy import ForwardedHeaders, TrustedProxies
 from ._refusals import Refusal
+from ._retention import purge_forever, purge_seconds, retention_setting
 from ._routes import error_response, router, unavailable_response
 from ._routes_admin import router as admin_router
 from ._routes_links import router as links_router
@@ -78,6 +79,12 @@ class Settings:
     access_log: bool = False
     #: where and how created waits are announced (--notify, $ATFGRAPH_NOTIFY and companions)
     notify: NotifySettings = field(default_factory=NotifySettings)
+    #: retention (docs/operators.md): finished runs older than this many seconds are purged by
+    #: the server (--retention, $ATFGRAPH_RETENTION; None: kept), the audit trail separately
+    #: (--audit-retention, $ATFGRAPH_AUDIT_RETENTION), a pass every purge_seconds
+    retention: float | None = None
+    audit_retention: float | None = None
+    purge_seconds: float = 60.0
 
     @classmethod
     def from_env(
@@ -90,6 +97,8 @@ class Settings:
         write_timeout: float | None = None,
         access_log: bool = False,
         trusted_proxies: Sequence[str] = (),
+        retention: str | None = None,
+        audit_retention: str | None = None,
     ) -> Settings:
         """Settings from the flags given, else the environment, else the defaults; ValueError
         for a write timeout that is not a positive number of seconds, or a trusted proxy that is
@@ -115,6 +124,9 @@ class Settings:
             notify=notify_settings(notify),
             write_timeout=timeout,
             access_log=access_log,
+            retention=retention_setting(retention, "ATFGRAPH_RETENTION"),
+            audit_retention=retention_setting(audit_retention, "ATFGRAPH_AUDIT_RETENTION"),
+            purge_seconds=purge_seconds(),
         )
 
     @property
@@ -326,13 +338,25 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         # Announces created waits (and drains the outbox when no endpoint is configured).
         app.state.notifier = Notifier(app.state.store.db, settings.notify, settings.external_url)
         notifier = asyncio.create_task(app.state.notifier.run_forever())
+        tasks = [sweeper, notifier]
+        if settings.retention is not None or settings.audit_retention is not None:
+            tasks.append(
+                asyncio.create_task(
+                    purge_forever(
+                        app.state.store.db,
+                        settings.retention,
+                        settings.audit_retention,
+                        settings.purge_seconds,
+                    )
+                )
+            )
         # The runs and waits of this database, read when /metrics is scraped.
         stop_collecting = metrics.collect_store(app.state.store.db.read, app.state.store)
         try:
             yield
         finally:
             stop_collecting()
-            for task in (sweeper, notifier):
+            for task in tasks:
                 task.cancel()
                 with contextlib.suppress(asyncio.CancelledError):
                     await task

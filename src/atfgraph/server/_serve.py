@@ -38,6 +38,8 @@ def serve(
     public_url: str | None = None,
     notify: Sequence[str] = (),
     trusted_proxies: Sequence[str] = (),
+    retention: str | None = None,
+    audit_retention: str | None = None,
 ) -> None:
     try:  # --log-format, else $ATFGRAPH_LOG_FORMAT, else text; the write timeout and --notify likewise
         settings = Settings.from_env(
@@ -49,6 +51,8 @@ def serve(
             write_timeout=write_timeout,
             access_log=access_log,
             trusted_proxies=trusted_proxies,
+            retention=retention,
+            audit_retention=audit_retention,
         )
         fmt = log_format_of(log_format)
         level_of(log_level)
@@ -219,6 +223,19 @@ def main(argv: list[str] | None = None) -> None:
         " (e.g. 10.0.0.0/8, 127.0.0.1); repeatable (default: $ATFGRAPH_TRUSTED_PROXIES, else none, loopback"
         " included)",
     )
+    parser.add_argument(
+        "--retention",
+        default=None,
+        metavar="AGE",
+        help="purge runs that finished longer ago than AGE (30d, 12h, 90m) with their events, steps,"
+        " waits and checkpoints (default: $ATFGRAPH_RETENTION, else keep every run)",
+    )
+    parser.add_argument(
+        "--audit-retention",
+        default=None,
+        metavar="AGE",
+        help="purge audit entries older than AGE (default: $ATFGRAPH_AUDIT_RETENTION, else keep them)",
+    )
     args = parser.parse_args(argv)
     serve(
         args.host,
@@ -233,6 +250,8 @@ def main(argv: list[str] | None = None) -> None:
         public_url=args.public_url,
         notify=args.notify,
         trusted_proxies=args.trusted_proxy,
+        retention=args.retention,
+        audit_retention=args.audit_retention,
     )
 
 

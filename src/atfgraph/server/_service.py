@@ -88,29 +88,69 @@ class Service:
         log.info("traverser %s: %s", traverser_id, view["status"], extra={"run_id": traverser_id})
         return view
 
+    async def cancel_run(self, who: Principal, run_id: str, reason: str | None) -> dict[str, Any]:
+        """Cancel a run of either kind that has not finished, with an operator's ``reason``
+        (kept in its error and the audit entry); one already finished is returned as it is.
+        A pyworkflow run ends by the engine's rule (``Store.cancel_run``), its audit entry in the
+        same transaction."""
+        audit = AuditEntry(who, "run.cancel", run_id, "allowed", {"reason": reason} if reason else None)
+        try:
+            view = await self.store.cancel(run_id, audit, reason)
+        except NotFound:
+            pass
+        else:
+            self.hub.notify(traverser_key(run_id))
+            log.info("traverser %s: %s", run_id, view["status"], extra={"run_id": run_id})
+            return await self._summary(run_id)
+        try:
+            cancelled = await self.store.pyworkflow.cancel_run(
+                run_id,
+                now=time.time(),
+                reason=reason,
+                also=lambda conn: write_audit(conn, audit, time.time()),
+            )
+        except pyworkflow.WorkflowNotFoundError:
+            await self._refused(who, "run.cancel", run_id, "not_found")
+            raise NotFound.of("run", run_id) from None
+        if cancelled:
+            log.info("run %s: cancelled", run_id, extra={"run_id": run_id})
+        return await self._summary(run_id)
+
     async def retry(self, who: Principal, run_id: str) -> dict[str, Any]:
-        """A new attempt of a failed traverser from its checkpoints (``GraphStore.retry``); its
-        node's workers are woken. A pyworkflow run is refused: its runtime owns its attempts."""
+        """A new attempt of a failed run: a traverser from its checkpoints (``GraphStore.retry``),
+        its node's workers woken; a pyworkflow run from what it recorded (``Store.retry_run``:
+        completed steps replayed), for the pyworkflow runtime serving this database to claim.
+        A traverser answers with its view, a pyworkflow run with its summary."""
         audit = AuditEntry(who, "traverser.retry", run_id, "allowed")
         try:
             view = await self.store.retry(run_id, audit)
         except NotFound:
-            if await self.store.pyworkflow.get_run(run_id) is not None:
-                exc: Refusal = Conflict(
-                    f"run {run_id!r} is a pyworkflow run: retry applies to traversers (a pyworkflow "
-                    "step retries by its own policy; start the workflow again for a new run)",
-                    "not_a_traverser",
-                )
-            else:
-                exc = NotFound.of("run", run_id)
-            await self._refused(who, "traverser.retry", run_id, exc.code)
-            raise exc from None
+            return await self._retry_workflow_run(who, run_id)
         except Refusal as exc:
             await self._refused(who, "traverser.retry", run_id, exc.code)
             raise
         self.hub.notify(node_key(view["node_id"]))
         self.hub.notify(traverser_key(run_id))
         return view
+
+    async def _retry_workflow_run(self, who: Principal, run_id: str) -> dict[str, Any]:
+        audit = AuditEntry(who, "run.retry", run_id, "allowed")
+        try:
+            outcome = await self.store.pyworkflow.retry_run(
+                run_id, now=time.time(), also=lambda conn: write_audit(conn, audit, time.time())
+            )
+        except pyworkflow.WorkflowNotFoundError:
+            await self._refused(who, "run.retry", run_id, "not_found")
+            raise NotFound.of("run", run_id) from None
+        if outcome != "ok":
+            await self._refused(who, "run.retry", run_id, "invalid_state")
+            raise Conflict(f"run {run_id!r} is {outcome}; only a failed run is retried", "invalid_state")
+        log.info("run %s: retried", run_id, extra={"run_id": run_id})
+        return await self._summary(run_id)
+
+    async def _summary(self, run_id: str) -> dict[str, Any]:
+        summary: dict[str, Any] = (await self.store.get_run(run_id))["run"]
+        return summary
 
     async def request_approval(
         self,

@@ -314,9 +314,12 @@ class GraphStore(ApprovalTransitions, ConsoleReads):
 
         return self._read(fn)
 
-    async def cancel(self, traverser_id: str, audit: AuditEntry | None = None) -> dict[str, Any]:
-        """Cancel a traverser that has not finished (its pending approvals leave the inbox); one
-        already finished is returned as it is. ``audit`` is recorded either way."""
+    async def cancel(
+        self, traverser_id: str, audit: AuditEntry | None = None, reason: str | None = None
+    ) -> dict[str, Any]:
+        """Cancel a traverser that has not finished (its pending approvals leave the inbox), with
+        ``reason`` as its error's message; one already finished is returned as it is. ``audit``
+        is recorded either way."""
 
         def fn(conn: Conn) -> dict[str, Any]:
             now = time.time()
@@ -326,7 +329,7 @@ class GraphStore(ApprovalTransitions, ConsoleReads):
             if audit is not None:
                 write_audit(conn, audit, now)
             if not TraverserStatus(row["status"]).is_terminal:
-                error = dumps({"code": "cancelled", "message": "cancelled by request"})
+                error = dumps({"code": "cancelled", "message": reason or "cancelled by request"})
                 _finish(conn, traverser_id, TraverserStatus.CANCELLED, None, error, now)
                 conn.execute(SQL_CANCEL_WAITS, (now, traverser_id))
                 row = _row(conn, SQL_GET_TRAVERSER, (traverser_id,))
