@@ -48,3 +48,22 @@ def test_hitl_benchmark_quick_runs_both_modes(tmp_path: Path) -> None:
     assert all(p["commits_per_run"] >= 2 for p in one.values()), one
     if counted:
         assert all(p["fsyncs_per_run"] >= 1 for p in one.values()), one
+
+
+def test_parked_benchmark_small_runs_every_part(tmp_path: Path) -> None:
+    out = tmp_path / "parked.json"
+    cmd = [sys.executable, "-m", "bench.parked", "--n", "300", "--probes", "20", "--blocks", "2",
+           "--deadlines", "20", "--deadline-margin", "2",
+           "--dir", str(tmp_path / "db"), "--out", str(out)]  # fmt: skip
+    proc = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=240)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    result = json.loads(out.read_text())
+    assert result["parking"]["big"]["runs"] == 300
+    assert result["parking"]["big"]["bytes_per_waiting_run"] > 0
+    assert result["resume_ms"]["big"]["count"] == result["resume_ms"]["small"]["count"] == 20
+    assert result["deadlines"]["lateness_s"]["count"] == 20
+    assert result["restart"]["big"]["status"] == "completed"
+    assert result["inbox"]["big"]["first_page_items"] == 50
+    assert result["inbox"]["big"]["counts"]["step_hook"] > 0
+    for line in ("bytes per waiting run", "deadlines falling due together", "restart on", "inbox on"):
+        assert line in proc.stdout, proc.stdout
