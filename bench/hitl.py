@@ -35,11 +35,10 @@ import sys
 import tempfile
 import threading
 import time
-from collections.abc import Callable, Iterator, Sequence
-from dataclasses import dataclass, field
+from collections.abc import Callable, Sequence
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any, Protocol
-from urllib.parse import urlsplit, urlunsplit
+from typing import Any
 
 import pyworkflow
 from pyworkflow import (
@@ -50,6 +49,9 @@ from pyworkflow import (
     step_hook,
     workflow,
 )
+
+from ._fsyncs import STRACE_ARGS, FsyncCounter, strace_available
+from ._observers import Observer, fresh_database, make_observer, storage_url
 
 HITL = "bench.hitl"
 PLAIN = "bench.plain"
@@ -128,157 +130,6 @@ def payload_for(i: int) -> dict[str, Any]:
     return {"approved": True, "i": i, "note": "ok"}
 
 
-# -- looking at the store from outside the engine -------------------------------------------------
-
-
-class Observer(Protocol):
-    """A separate connection to the store: counts and sizes come from here, never from memory."""
-
-    def count(self, workflow: str, status: str) -> int: ...
-    def count_status(self, status: str) -> int: ...
-    def results(self, workflow: str) -> list[Any]: ...
-    def size_bytes(self) -> int: ...
-    def clone_suspended(self, run_ids: Sequence[str], copies: int) -> float: ...
-    def pad_events(self, run_id: str, total: int) -> int: ...
-    def close(self) -> None: ...
-
-
-class SQLiteObserver:
-    def __init__(self, path: str) -> None:
-        self.path = path
-        self.conn = sqlite3.connect(path, isolation_level=None, timeout=60)
-        self.conn.execute("PRAGMA busy_timeout = 60000")
-
-    def count(self, workflow: str, status: str) -> int:
-        sql = "SELECT COUNT(*) FROM runs WHERE status = ? AND workflow = ?"
-        return int(self.conn.execute(sql, (status, workflow)).fetchone()[0])
-
-    def count_status(self, status: str) -> int:
-        """Cheap enough to poll: answered from the (status, created_at) index alone."""
-        return int(self.conn.execute("SELECT COUNT(*) FROM runs WHERE status = ?", (status,)).fetchone()[0])
-
-    def results(self, workflow: str) -> list[Any]:
-        sql = "SELECT result FROM runs WHERE workflow = ? AND status = 'completed'"
-        return [json.loads(r[0]) for r in self.conn.execute(sql, (workflow,))]
-
-    def size_bytes(self) -> int:
-        """Database file plus WAL, after a checkpoint that moves the WAL into the file (retried while
-        the engine's writer is busy)."""
-        for _ in range(100):
-            busy, _, _ = self.conn.execute("PRAGMA wal_checkpoint(TRUNCATE)").fetchone()
-            if not busy:
-                break
-            time.sleep(0.02)
-        wal = Path(self.path + "-wal")
-        return os.path.getsize(self.path) + (wal.stat().st_size if wal.exists() else 0)
-
-    def clone_suspended(self, run_ids: Sequence[str], copies: int) -> float:
-        """Copy every row of the given (suspended) runs ``copies`` times under new ids, with fresh
-        token digests, in one transaction of this separate connection. Returns seconds taken."""
-        started = time.perf_counter()
-        c = self.conn
-        c.execute("CREATE TEMP TABLE IF NOT EXISTS bench_src (id TEXT PRIMARY KEY)")
-        c.execute("CREATE TEMP TABLE IF NOT EXISTS bench_k (n INTEGER PRIMARY KEY)")
-        c.execute("BEGIN IMMEDIATE")
-        try:
-            c.execute("DELETE FROM bench_src")
-            c.execute("DELETE FROM bench_k")
-            c.executemany("INSERT INTO bench_src (id) VALUES (?)", [(r,) for r in run_ids])
-            base = int(c.execute("SELECT COUNT(*) FROM runs WHERE id LIKE '%~c%'").fetchone()[0])
-            c.executemany("INSERT INTO bench_k (n) VALUES (?)", [(base + k,) for k in range(copies)])
-            sfx = "'~c' || k.n"
-            c.execute(f"""INSERT INTO runs (id, workflow, status, input, result, error, created_at,
-                updated_at, finished_at) SELECT r.id || {sfx}, r.workflow, r.status, r.input, r.result,
-                r.error, r.created_at, r.updated_at, r.finished_at
-                FROM runs r JOIN bench_src s ON s.id = r.id CROSS JOIN bench_k k""")
-            c.execute(f"""INSERT INTO events (run_id, seq, at, type, key, data)
-                SELECT e.run_id || {sfx}, e.seq, e.at, e.type, e.key, e.data
-                FROM events e JOIN bench_src s ON s.id = e.run_id CROSS JOIN bench_k k""")
-            c.execute(f"""INSERT INTO steps (run_id, step_key, status, attempt, result, error, delivered,
-                updated_at) SELECT t.run_id || {sfx}, t.step_key, t.status, t.attempt, t.result, t.error,
-                t.delivered, t.updated_at
-                FROM steps t JOIN bench_src s ON s.id = t.run_id CROSS JOIN bench_k k""")
-            c.execute(f"""INSERT INTO waits (id, run_id, wait_key, kind, name, step_key, token_digest, status,
-                notified, created_at, expires_at, resolved_at, payload, payload_schema)
-                SELECT w.id || {sfx}, w.run_id || {sfx}, w.wait_key, w.kind, w.name, w.step_key,
-                randomblob(32), w.status, w.notified, w.created_at, w.expires_at, w.resolved_at, w.payload,
-                w.payload_schema FROM waits w JOIN bench_src s ON s.id = w.run_id CROSS JOIN bench_k k""")
-            c.execute(f"""INSERT INTO checkpoints (run_id, scope, name, value, revision, updated_at)
-                SELECT p.run_id || {sfx}, p.scope, p.name, p.value, p.revision, p.updated_at
-                FROM checkpoints p JOIN bench_src s ON s.id = p.run_id CROSS JOIN bench_k k""")
-            c.execute("COMMIT")
-        except BaseException:
-            c.execute("ROLLBACK")
-            raise
-        return time.perf_counter() - started
-
-    def pad_events(self, run_id: str, total: int) -> int:
-        """Append filler history (``checkpoint_saved`` events of the suspended step, as if it had
-        saved its checkpoint many times) until the run has ``total`` events. Returns the count."""
-        c = self.conn
-        c.execute("BEGIN IMMEDIATE")
-        try:
-            last = int(
-                c.execute("SELECT COALESCE(MAX(seq), 0) FROM events WHERE run_id = ?", (run_id,)).fetchone()[
-                    0
-                ]
-            )
-            at = time.time()
-            rows = [
-                (run_id, last + k, at, "checkpoint_saved", "review#1", None)
-                for k in range(1, total - last + 1)
-            ]
-            c.executemany(
-                "INSERT INTO events (run_id, seq, at, type, key, data) VALUES (?, ?, ?, ?, ?, ?)", rows
-            )
-            c.execute("COMMIT")
-        except BaseException:
-            c.execute("ROLLBACK")
-            raise
-        return int(c.execute("SELECT COUNT(*) FROM events WHERE run_id = ?", (run_id,)).fetchone()[0])
-
-    def close(self) -> None:
-        self.conn.close()
-
-
-class PostgresObserver:
-    """The same observations on PostgreSQL (for the second backend; its schema mirrors SQLite's)."""
-
-    def __init__(self, url: str) -> None:
-        import psycopg
-
-        self.conn = psycopg.connect(url, autocommit=True)
-
-    def count(self, workflow: str, status: str) -> int:
-        sql = "SELECT COUNT(*) FROM runs WHERE status = %s AND workflow = %s"
-        row = self.conn.execute(sql, (status, workflow)).fetchone()
-        return int(row[0]) if row else 0
-
-    def count_status(self, status: str) -> int:
-        row = self.conn.execute("SELECT COUNT(*) FROM runs WHERE status = %s", (status,)).fetchone()
-        return int(row[0]) if row else 0
-
-    def results(self, workflow: str) -> list[Any]:
-        sql = "SELECT result FROM runs WHERE workflow = %s AND status = 'completed'"
-        return [json.loads(bytes(r[0])) for r in self.conn.execute(sql, (workflow,))]
-
-    def size_bytes(self) -> int:
-        sql = """SELECT COALESCE(SUM(pg_total_relation_size(c.oid)), 0) FROM pg_class c
-                 JOIN pg_namespace n ON n.oid = c.relnamespace
-                 WHERE n.nspname = current_schema() AND c.relkind = 'r'"""
-        row = self.conn.execute(sql).fetchone()
-        return int(row[0]) if row else 0
-
-    def clone_suspended(self, run_ids: Sequence[str], copies: int) -> float:
-        raise NotImplementedError("cloning history is implemented for SQLite only; use --skip-flat")
-
-    def pad_events(self, run_id: str, total: int) -> int:
-        raise NotImplementedError("padding history is implemented for SQLite only; use --skip-flat")
-
-    def close(self) -> None:
-        self.conn.close()
-
-
 # -- helpers --------------------------------------------------------------------------------------
 
 
@@ -311,6 +162,7 @@ class Phase:
     seconds: float
     commits: int | None
     cpu: dict[str, float]
+    fsyncs: int | None = None
 
     def as_dict(self) -> dict[str, Any]:
         return {
@@ -319,6 +171,9 @@ class Phase:
             "runs_per_s": round(self.runs / self.seconds, 1),
             "commits": self.commits,
             "commits_per_run": per_run(self.commits, self.runs),
+            # strace's count (a traced pass of its own; None when not counted)
+            "fsyncs": self.fsyncs,
+            "fsyncs_per_run": per_run(self.fsyncs, self.runs),
             # CPU time per run (less sensitive to a busy machine than the wall clock): the whole
             # process, the event loop's thread, and the SQLite writer thread.
             **{f"{k}_cpu_ms_per_run": round(v * 1000 / self.runs, 4) for k, v in self.cpu.items()},
@@ -342,80 +197,102 @@ def cpu_now() -> dict[str, float]:
 
 
 async def timed_phase(
-    name: str, n: int, work: Callable[[], Any], done: Callable[[], bool], timeout: float
+    name: str, n: int, work: Callable[[], Any], done: Callable[[], bool], timeout: float, count_fsyncs: bool
 ) -> Phase:
-    before, cpu_before = commits(), cpu_now()
-    started = time.perf_counter()
-    await work()
-    await until(done, what=f"phase {name}", timeout=timeout)
-    seconds = time.perf_counter() - started
-    cpu = {k: v - cpu_before[k] for k, v in cpu_now().items()}
-    after = commits()
+    """Run one phase; with ``count_fsyncs`` under strace (fsyncs counted, timings slowed)."""
+    tracer = FsyncCounter() if count_fsyncs else contextlib.nullcontext()
+    with tracer:
+        before, cpu_before = commits(), cpu_now()
+        started = time.perf_counter()
+        await work()
+        await until(done, what=f"phase {name}", timeout=timeout)
+        seconds = time.perf_counter() - started
+        cpu = {k: v - cpu_before[k] for k, v in cpu_now().items()}
+        after = commits()
     delta = None if before is None or after is None else after - before
-    return Phase(name, n, seconds, delta, cpu)
+    fsyncs = tracer.fsyncs if isinstance(tracer, FsyncCounter) else None
+    return Phase(name, n, seconds, delta, cpu, fsyncs)
 
 
-def storage_url(store: str, path: Path, url: str | None) -> str:
-    if store == "sqlite":
-        return f"sqlite:///{path}"
-    if not url:
-        raise SystemExit("--store postgresql needs --url postgresql://... (or $PYWORKFLOW_TEST_PG)")
-    return url
+# -- the three phases, in two modes -----------------------------------------------------------------
+
+#: How runs are driven: all at once, or one at a time (each run is started, or resumed, only after
+#: the previous one reached the status its phase waits for: the latency-bound case, where group
+#: commit cannot share a commit between runs).
+MODES = {
+    "all_at_once": "all at once (asyncio.gather of N calls)",
+    "one_at_a_time": "one at a time (start, wait until suspended, next; resume, wait until completed, next)",
+}
 
 
-@contextlib.contextmanager
-def fresh_database(store: str, admin_url: str | None, label: str) -> Iterator[str | None]:
-    """For PostgreSQL, a new empty database (created through ``admin_url``, dropped afterwards);
-    for SQLite nothing (every phase uses a new file)."""
-    if store == "sqlite":
-        yield None
-        return
-    if not admin_url:
-        raise SystemExit("--store postgresql needs --url postgresql://... (or $PYWORKFLOW_TEST_PG)")
-    import psycopg
+@dataclass(frozen=True)
+class RunSettings:
+    """The pyworkflow settings the benchmark runs with; the output names every non-default one."""
 
-    name = f"pwbench_{label}_{os.getpid()}_{int(time.time())}"
-    parts = urlsplit(admin_url)
-    with psycopg.connect(admin_url, autocommit=True) as conn:
-        conn.execute(f'CREATE DATABASE "{name}"')
-    try:
-        yield urlunsplit((parts.scheme, parts.netloc, f"/{name}", parts.query, parts.fragment))
-    finally:
-        with psycopg.connect(admin_url, autocommit=True) as conn:
-            conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+    synchronous: str = "FULL"
+    lease_ttl: float = 30.0
+    poll_interval: float = 0.05
+    max_concurrency: int = 1000
 
+    def configure(self, storage: str) -> None:
+        pyworkflow.configure(
+            storage=storage,
+            synchronous=self.synchronous,
+            lease_ttl=self.lease_ttl,
+            poll_interval=self.poll_interval,
+            max_concurrency=self.max_concurrency,
+        )
 
-def make_observer(store: str, path: Path, url: str | None) -> Observer:
-    if store == "sqlite":
-        return SQLiteObserver(str(path))
-    assert url is not None
-    return PostgresObserver(url)
+    def described(self) -> str:
+        """``name=value`` for every setting, non-defaults marked ``(non-default)``."""
+        default = RunSettings()
+        return ", ".join(
+            f"{k}={v}{'' if v == getattr(default, k) else ' (non-default)'}" for k, v in asdict(self).items()
+        )
 
 
-# -- the three phases -----------------------------------------------------------------------------
+async def wait_run(run_id: str, status: str) -> None:
+    """Wait until the run reaches ``status`` (through the runtime's end-of-turn signal and the
+    store); a run that failed instead stops the benchmark."""
+    run = await pyworkflow.wait_for_run(run_id, 60, until=(status, "failed", "cancelled"))
+    if run.status != status:
+        raise RuntimeError(f"run {run_id}: {run.status} instead of {status}: {run.error}")
 
 
-async def run_phases(n: int, store: str, path: Path, url: str | None, synchronous: str) -> dict[str, Any]:
-    pyworkflow.configure(storage=storage_url(store, path, url), synchronous=synchronous)
+async def run_phases(
+    n: int, mode: str, store: str, path: Path, url: str | None, settings: RunSettings, count_fsyncs: bool
+) -> dict[str, Any]:
+    settings.configure(storage_url(store, path, url))
     pyworkflow.get_store()  # opens (and migrates) the database before the observer connects
     obs = make_observer(store, path, url)
     timeout = max(120.0, n / 10)
+    one = mode == "one_at_a_time"
     try:
         # Warm-up: one plain run starts the runtime (its loop and heartbeat tasks, the writer thread).
         warm = await pyworkflow.start(plain, -1)
         await pyworkflow.wait_for_run(warm, 30)
         idle_threads, idle_tasks = threading.active_count(), len(asyncio.all_tasks())
+        empty_bytes = obs.size_bytes()
 
         COUNTERS.prepare_calls = 0
         COUNTERS.tokens.clear()
+        run_ids: dict[int, str] = {}
 
-        async def start_all() -> None:
-            await asyncio.gather(*(pyworkflow.start(hitl, i) for i in range(n)))
+        async def start_hitl() -> None:
+            if not one:
+                ids = await asyncio.gather(*(pyworkflow.start(hitl, i) for i in range(n)))
+                run_ids.update(enumerate(ids))
+                return
+            for i in range(n):
+                run_ids[i] = await pyworkflow.start(hitl, i)
+                await wait_run(run_ids[i], "suspended")
 
         # Each phase ends when the store holds its N runs in the target status (polled through the
         # observer's own connection; the warm-up run is the one completed run before phase B).
         target = obs.count_status("suspended") + n
-        a = await timed_phase("A", n, start_all, lambda: obs.count_status("suspended") >= target, timeout)
+        a = await timed_phase(
+            "A", n, start_hitl, lambda: obs.count_status("suspended") >= target, timeout, count_fsyncs
+        )
         # Turns end just after their suspension commits; let them finish (up to 2 s), then count.
         deadline = time.monotonic() + 2
         while len(asyncio.all_tasks()) > idle_tasks and time.monotonic() < deadline:
@@ -424,14 +301,22 @@ async def run_phases(n: int, store: str, path: Path, url: str | None, synchronou
         still_suspended = obs.count(HITL, "suspended")
         if len(COUNTERS.tokens) != n:
             raise RuntimeError(f"phase A: {len(COUNTERS.tokens)} tokens delivered, expected {n}")
+        waiting_bytes = obs.size_bytes()
 
-        async def resume_all() -> None:
-            await asyncio.gather(
-                *(pyworkflow.resume_hook(COUNTERS.tokens[i], payload_for(i)) for i in range(n))
-            )
+        async def resume_hitl() -> None:
+            if not one:
+                await asyncio.gather(
+                    *(pyworkflow.resume_hook(COUNTERS.tokens[i], payload_for(i)) for i in range(n))
+                )
+                return
+            for i in range(n):
+                await pyworkflow.resume_hook(COUNTERS.tokens[i], payload_for(i))
+                await wait_run(run_ids[i], "completed")
 
         target = obs.count_status("completed") + n
-        b = await timed_phase("B", n, resume_all, lambda: obs.count_status("completed") >= target, timeout)
+        b = await timed_phase(
+            "B", n, resume_hitl, lambda: obs.count_status("completed") >= target, timeout, count_fsyncs
+        )
         results = obs.results(HITL)
         wrong = [r for r in results if r.get("feedback") != payload_for(r["i"])]
         if len(results) != n or wrong:
@@ -441,26 +326,33 @@ async def run_phases(n: int, store: str, path: Path, url: str | None, synchronou
         hitl_bytes = obs.size_bytes()
 
         async def start_plain() -> None:
-            await asyncio.gather(*(pyworkflow.start(plain, i) for i in range(n)))
+            if not one:
+                await asyncio.gather(*(pyworkflow.start(plain, i) for i in range(n)))
+                return
+            for i in range(n):
+                await wait_run(await pyworkflow.start(plain, i), "completed")
 
         target = obs.count_status("completed") + n
-        c = await timed_phase("C", n, start_plain, lambda: obs.count_status("completed") >= target, timeout)
+        c = await timed_phase(
+            "C", n, start_plain, lambda: obs.count_status("completed") >= target, timeout, count_fsyncs
+        )
         if obs.count(PLAIN, "completed") != n + 1:
             raise RuntimeError(
                 f"phase C: {obs.count(PLAIN, 'completed')} plain runs completed, expected {n + 1}"
             )
         total_bytes = obs.size_bytes()
-        completed = obs.count(HITL, "completed") + obs.count(PLAIN, "completed")
         return {
             "phases": {p.name: p.as_dict() for p in (a, b, c)},
             "prepare_calls": COUNTERS.prepare_calls,
             "peak_rss_mb": round(peak_rss_mb(), 1),
+            # Per workload, each the growth of the file (+ WAL, after a checkpoint) over its phase:
+            # a waiting HITL run holds its wait, its step's 200-byte checkpoint and its events; a
+            # completed one no longer has the checkpoint (deleted with its step's result).
             "db": {
                 "bytes_total": total_bytes,
-                "completed_runs": completed,
-                "bytes_per_completed_run": round(total_bytes / completed),
-                "bytes_after_phase_b": hitl_bytes,
-                "bytes_per_hitl_run": round(hitl_bytes / (n + 1)),
+                "bytes_empty": empty_bytes,
+                "bytes_per_waiting_hitl_run": round((waiting_bytes - empty_bytes) / n),
+                "bytes_per_completed_hitl_run": round((hitl_bytes - empty_bytes) / n),
                 "bytes_per_plain_run": round((total_bytes - hitl_bytes) / n),
             },
             "while_suspended": {
@@ -478,8 +370,9 @@ async def run_phases(n: int, store: str, path: Path, url: str | None, synchronou
         obs.close()
 
 
-def combine(rounds: list[dict[str, Any]]) -> dict[str, Any]:
-    """Medians over repetitions of phases A-C (every figure separately), with the samples."""
+def combine(rounds: list[dict[str, Any]], traced: dict[str, Any] | None) -> dict[str, Any]:
+    """Medians over the timed repetitions of phases A-C (every figure separately), with the
+    samples; fsyncs from the traced pass (``traced``: its timings are not used)."""
     combined = dict(rounds[-1])
     phases: dict[str, Any] = {}
     for name in rounds[0]["phases"]:
@@ -489,11 +382,15 @@ def combine(rounds: list[dict[str, Any]]) -> dict[str, Any]:
             values = [x[key] for x in samples]
             merged[key] = value if value is None else statistics.median(values)
         merged["runs_per_s_samples"] = [x["runs_per_s"] for x in samples]
+        if traced is not None:
+            t = traced["phases"][name]
+            merged["fsyncs"], merged["fsyncs_per_run"] = t["fsyncs"], t["fsyncs_per_run"]
+            merged["commits_per_run_traced"] = t["commits_per_run"]
         phases[name] = merged
     combined["phases"] = phases
     combined["repetitions"] = len(rounds)
     combined["peak_rss_mb"] = max(r["peak_rss_mb"] for r in rounds)
-    for key in ("bytes_per_completed_run", "bytes_per_hitl_run", "bytes_per_plain_run"):
+    for key in rounds[0]["db"]:
         combined["db"][key] = statistics.median(r["db"][key] for r in rounds)
     return combined
 
@@ -544,10 +441,10 @@ class Engine:
 
     store: str
     url: str | None
-    synchronous: str
+    settings: RunSettings
 
     async def open(self, path: Path, prober: Prober) -> Observer:
-        pyworkflow.configure(storage=storage_url(self.store, path, self.url), synchronous=self.synchronous)
+        self.settings.configure(storage_url(self.store, path, self.url))
         pyworkflow.get_store()  # opens (and migrates) the database before the observer connects
         prober.obs = make_observer(self.store, path, self.url)
         # One plain run starts this process's runtime, which then executes resumed runs.
@@ -640,41 +537,60 @@ async def run_flatness(
 
 # -- main ---------------------------------------------------------------------------------------------
 
+#: Targets of issue 14: runs/s per phase in each mode, and fsyncs per run one at a time.
+TARGETS = {
+    "all_at_once": {"A": 10_000.0, "B": 10_000.0, "C": 12_000.0},
+    "one_at_a_time": {"A": 1_000.0, "B": 1_000.0, "C": 1_000.0},
+}
+TARGET_FSYNCS_ONE = {"A": 4.0, "B": 3.0}
+LABELS = {"A": "start+suspend", "B": "resume+complete", "C": "plain (3 steps)"}
 
-def report(result: dict[str, Any]) -> None:
-    cfg = result["config"]
-    store = (
-        f"sqlite (synchronous={cfg['synchronous']}, SQLite {cfg['sqlite']})"
-        if cfg["store"] == "sqlite"
-        else cfg["store"]
-    )
-    print(f"HITL benchmark: N={cfg['n']}, store={store}, {cfg['cpus']} CPUs, Python {cfg['python']}")
-    labels = {"A": "start+suspend", "B": "resume+complete", "C": "plain (3 steps)"}
-    for name, p in result["phases"].items():
-        ok = "ok" if p["runs_per_s"] >= TARGET_RUNS_PER_S else "UNDER TARGET"
-        cpr = "" if p["commits_per_run"] is None else f", {p['commits_per_run']:.3f} commits/run"
+
+def report_mode(mode: str, m: dict[str, Any]) -> None:
+    print(f"  {MODES[mode]}:")
+    for name, p in m["phases"].items():
+        target = TARGETS[mode][name]
+        ok = "ok" if p["runs_per_s"] >= target else "UNDER TARGET"
         runs = ", ".join(f"{x:.0f}" for x in p["runs_per_s_samples"])
-        rate = f"{p['runs_per_s']:>9.1f} runs/s median of [{runs}]  ({p['seconds']:.3f} s{cpr})"
-        print(f"  phase {name} {labels[name]:<16} {rate}  [target {TARGET_RUNS_PER_S:.0f}: {ok}]")
+        counts = "" if p["commits_per_run"] is None else f"{p['commits_per_run']:.3f} commits/run"
+        if p.get("fsyncs_per_run") is not None:
+            fs = p["fsyncs_per_run"]
+            limit = TARGET_FSYNCS_ONE.get(name) if mode == "one_at_a_time" else None
+            mark = "" if limit is None else f" [target <= {limit:g}: {'ok' if fs <= limit else 'OVER'}]"
+            counts += f", {fs:.3f} fsyncs/run (strace){mark}"
+        print(f"    phase {name} {LABELS[name]:<16} {p['runs_per_s']:>9.1f} runs/s median of [{runs}] "
+              f"[target {target:.0f}: {ok}]; {counts}")  # fmt: skip
     cpu = "; ".join(
         f"{name} {p['process_cpu_ms_per_run']:.3f} (loop thread {p['main_cpu_ms_per_run']:.3f}, "
         f"writer {p['writer_cpu_ms_per_run']:.3f})"
-        for name, p in result["phases"].items()
+        for name, p in m["phases"].items()
     )
-    print(f"  CPU ms per run: {cpu}")
-    load = f"{cfg['loadavg_at_start'][0]} / {cfg['loadavg_at_end'][0]}"
-    print(f"  load average (1 min) at start/end: {load} on {cfg['cpus']} CPUs; "
-          f"repetitions of A-C: {result['repetitions']} (fresh file each)")  # fmt: skip
-    db = result["db"]
-    ok = "ok" if db["bytes_per_completed_run"] <= TARGET_BYTES_PER_RUN else "OVER TARGET"
-    print(f"  database: {db['bytes_per_completed_run']} bytes per completed run "
-          f"({db['bytes_total']} bytes / {db['completed_runs']} runs; hitl {db['bytes_per_hitl_run']}, "
-          f"plain {db['bytes_per_plain_run']}) [target {TARGET_BYTES_PER_RUN}: {ok}]")  # fmt: skip
-    w = result["while_suspended"]
-    print(f"  while {w['suspended_runs']} runs suspended: {w['threads']} threads (idle {w['threads_idle']}), "
+    print(f"    CPU ms per run: {cpu}")
+    db = m["db"]
+    ok = "ok" if db["bytes_per_completed_hitl_run"] <= TARGET_BYTES_PER_RUN else "OVER TARGET"
+    print(f"    database bytes per run: waiting HITL run (with its checkpoint) "
+          f"{db['bytes_per_waiting_hitl_run']}, "
+          f"completed HITL run {db['bytes_per_completed_hitl_run']} [target {TARGET_BYTES_PER_RUN}: {ok}], "
+          f"completed plain run {db['bytes_per_plain_run']}")  # fmt: skip
+    w = m["while_suspended"]
+    print(f"    while {w['suspended_runs']} runs suspended: {w['threads']} threads "
+          f"(idle {w['threads_idle']}), "
           f"{w['tasks']} asyncio tasks (idle {w['tasks_idle']}); per waiting run: "
           f"{w['threads_per_waiting_run']:g} threads, {w['tasks_per_waiting_run']:g} tasks")  # fmt: skip
-    print(f"  peak RSS: {result['peak_rss_mb']} MB; prepare calls: {result['prepare_calls']}")
+
+
+def report(result: dict[str, Any]) -> None:
+    cfg = result["config"]
+    store = f"sqlite (SQLite {cfg['sqlite']})" if cfg["store"] == "sqlite" else cfg["store"]
+    print(f"HITL benchmark: N={cfg['n']}, store={store}, {cfg['cpus']} CPUs, Python {cfg['python']}")
+    print(f"  settings: {cfg['settings']}")
+    print(f"  fsyncs: {cfg['fsyncs']}")
+    for mode, m in result["modes"].items():
+        report_mode(mode, m)
+    load = f"{cfg['loadavg_at_start'][0]} / {cfg['loadavg_at_end'][0]}"
+    print(f"  load average (1 min) at start/end: {load} on {cfg['cpus']} CPUs; "
+          f"timed repetitions of A-C per mode: {result['repetitions']} (fresh file each)")  # fmt: skip
+    print(f"  peak RSS: {result['peak_rss_mb']} MB; prepare calls per repetition: {result['prepare_calls']}")
     flat = result.get("flat")
     if flat:
         for key, label in (("suspended_runs", "suspended runs"), ("events_in_run", "events in the run")):
@@ -691,9 +607,20 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     parser.add_argument("--n", type=int, default=None, help="runs per phase (default 2000; 200 with --quick)")
     parser.add_argument("--store", choices=("sqlite", "postgresql"), default="sqlite")
     parser.add_argument("--url", default=os.environ.get("PYWORKFLOW_TEST_PG"), help="PostgreSQL URL")
+    parser.add_argument("--mode", choices=("both", *MODES), default="both", help="how runs are driven")
     parser.add_argument("--synchronous", default="FULL", help="SQLite synchronous (default FULL)")
+    parser.add_argument("--lease-ttl", type=float, default=RunSettings.lease_ttl, help="seconds (default 30)")
+    parser.add_argument("--poll-interval", type=float, default=RunSettings.poll_interval,
+                        help="the runtime's poll interval in seconds (default 0.05)")  # fmt: skip
+    fsyncs = parser.add_mutually_exclusive_group()
+    fsyncs.add_argument("--count-fsyncs", action="store_true", default=None,
+                        help="count fsyncs with strace in a traced pass per mode "
+                             "(default: when strace can attach)")  # fmt: skip
+    fsyncs.add_argument("--no-count-fsyncs", dest="count_fsyncs", action="store_false")
     parser.add_argument("--quick", action="store_true", help="N=200 and a small history: a smoke run")
-    parser.add_argument("--repeat", type=int, default=None, help="repetitions of phases A-C (default 3)")
+    parser.add_argument(
+        "--repeat", type=int, default=None, help="timed repetitions of phases A-C (default 3)"
+    )
     parser.add_argument("--reps", type=int, default=None, help="repetitions per resume-latency figure")
     parser.add_argument("--skip-flat", action="store_true", help="skip the resume-cost-vs-history part")
     parser.add_argument("--dir", type=Path, default=None, help="where the fresh database files go")
@@ -710,11 +637,31 @@ def main(argv: Sequence[str] | None = None) -> int:
     workdir.mkdir(parents=True, exist_ok=True)
     suffix = "-quick" if args.quick else ""
     out = args.out or RESULTS_DIR / f"hitl-{args.store}{suffix}.json"
+    settings = RunSettings(args.synchronous.upper(), args.lease_ttl, args.poll_interval)
+    if args.count_fsyncs is None:
+        count_fsyncs = strace_available()
+        fsync_note = (
+            "counted with strace" if count_fsyncs else "not counted (strace missing or cannot attach)"
+        )
+    else:
+        count_fsyncs = bool(args.count_fsyncs)
+        if count_fsyncs and not strace_available():
+            raise SystemExit("--count-fsyncs: strace is missing or cannot attach to this process")
+        fsync_note = "counted with strace" if count_fsyncs else "not counted (--no-count-fsyncs)"
+    if count_fsyncs:
+        fsync_note += (
+            f" (`strace {' '.join(STRACE_ARGS)} -p <pid>` attached per phase, in one extra repetition per "
+            "mode whose timings are not reported)"
+        )
+    modes = list(MODES) if args.mode == "both" else [args.mode]
     result: dict[str, Any] = {
         "config": {
             "n": n,
             "store": args.store,
-            "synchronous": args.synchronous.upper(),
+            "modes": modes,
+            "synchronous": settings.synchronous,
+            "settings": settings.described(),
+            "fsyncs": fsync_note,
             "quick": args.quick,
             "command": " ".join([Path(sys.executable).name, "-m", "bench.hitl", *(argv or sys.argv[1:])]),
             "python": platform.python_version(),
@@ -726,23 +673,32 @@ def main(argv: Sequence[str] | None = None) -> int:
             "database_dir": str(workdir),
         },
         "targets": {
-            "runs_per_s": TARGET_RUNS_PER_S,
-            "bytes_per_completed_run": TARGET_BYTES_PER_RUN,
+            "runs_per_s": TARGETS,
+            "fsyncs_per_run_one_at_a_time": TARGET_FSYNCS_ONE,
+            "bytes_per_completed_hitl_run": TARGET_BYTES_PER_RUN,
             "flat_ratio": TARGET_FLAT_RATIO,
         },
+        "modes": {},
     }
     repeat = args.repeat or (1 if args.quick else 3)
-    rounds = []
-    for k in range(repeat):  # each repetition on a fresh database (file)
-        db = workdir / f"hitl-{k + 1}.db"
-        with fresh_database(args.store, args.url, f"r{k + 1}") as url:
-            rounds.append(asyncio.run(run_phases(n, args.store, db, url, args.synchronous)))
-    result.update(combine(rounds))
+    for mode in modes:
+        rounds = []
+        for k in range(repeat + (1 if count_fsyncs else 0)):  # each repetition on a fresh database
+            db = workdir / f"hitl-{mode}-{k + 1}.db"
+            with fresh_database(args.store, args.url, f"{mode[:3]}{k + 1}") as url:
+                traced = count_fsyncs and k == repeat
+                rounds.append(asyncio.run(run_phases(n, mode, args.store, db, url, settings, traced)))
+        traced_round = rounds.pop() if count_fsyncs else None
+        combined = combine(rounds, traced_round)
+        result["modes"][mode] = {k: combined[k] for k in ("phases", "db", "while_suspended")}
+        result["prepare_calls"] = combined["prepare_calls"]
+        result["repetitions"] = combined["repetitions"]
+        result["peak_rss_mb"] = max(result.get("peak_rss_mb", 0), combined["peak_rss_mb"])
     if args.store != "sqlite" and not args.skip_flat:
         print("resume cost vs history: built with SQL on SQLite only; skipped for", args.store)
     elif not args.skip_flat:
         small, big, events_small, events_big = sizes
-        engine = Engine(args.store, args.url, args.synchronous)
+        engine = Engine(args.store, args.url, settings)
         result["flat"] = asyncio.run(
             run_flatness(engine, workdir, small=small, big=big, events_small=events_small,
                          events_big=events_big, reps=reps)

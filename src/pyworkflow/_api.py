@@ -321,13 +321,47 @@ async def resume_hook(token: str, payload: Any = None) -> ResumeResult:
     expired)."""
     digest = digest_token(check_token(token))
     data = encode_payload(payload)
-    resolved = await get_store().resolve_wait(
-        token_digest=digest, payload=data, now=time.time(), check=lambda wait: check_stored_schema(wait, data)
-    )
+    store = get_store()
+    runtime = _runtime_here()
+    claim = None
+    if runtime is not None and runtime.has_capacity:
+        # This process's runtime takes the resumed turn: claimed in the decision's transaction
+        # (as a new run's first turn is in its creation), not by a later poll with a commit of
+        # its own.
+        resolved, claim = await store.resolve_wait_and_claim(
+            token_digest=digest,
+            payload=data,
+            now=time.time(),
+            check=lambda wait: check_stored_schema(wait, data),
+            owner=runtime.owner,
+            lease_ttl=runtime.lease_ttl,
+            max_crashes=runtime.max_crashes,
+        )
+    else:
+        resolved = await store.resolve_wait(
+            token_digest=digest,
+            payload=data,
+            now=time.time(),
+            check=lambda wait: check_stored_schema(wait, data),
+        )
     crashpoint("after_hook_resumed")
     _log_received(resolved)
-    _wake_runtime(resolved.run_id)
+    if claim is not None and runtime is not None:
+        runtime.adopt(claim)
+    else:
+        _wake_runtime(resolved.run_id)
     return ResumeResult(resolved.run_id, resolved.id, resolved.name, resolved.status)
+
+
+def _runtime_here() -> LocalRuntime | None:
+    """This process's local runtime when it runs on the calling event loop (else None)."""
+    if _settings.runtime != "local" or _runtime is None or not _runtime.running:
+        return None
+    try:
+        loop = asyncio.get_running_loop()
+    except RuntimeError:
+        return None
+    return _runtime if _runtime.loop is loop else None
 
 
 async def resume_hook_by_id(hook_id: str, payload: Any = None) -> ResumeResult:

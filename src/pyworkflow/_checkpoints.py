@@ -44,9 +44,12 @@ async def load_step_checkpoint() -> Any:
 
 
 async def delete_step_checkpoint() -> bool:
-    """Remove this step's checkpoint; returns whether there was one."""
+    """Remove this step's checkpoint; returns whether there was one. The deletion is written with
+    the turn's next write (usually the step's result, which deletes its checkpoints anyway), not
+    in a commit of its own: a crash before that leaves the checkpoint for the step's next
+    execution, as a crash just before this call would."""
     ctx = require_step("delete_step_checkpoint")
     wctx = ctx.workflow
     if wctx.state.checkpoints.pop((ctx.step_key, _NAME), None) is None:
         return False
-    return await wctx.store.delete_checkpoint(wctx.fence, ctx.step_key, _NAME, now=wctx.now())
+    return await wctx.store.delete_checkpoint(wctx.fence, ctx.step_key, _NAME, now=wctx.now(), defer=True)

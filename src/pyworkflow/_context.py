@@ -26,6 +26,9 @@ class WorkflowContext:
     delivered: dict[str, int] = field(default_factory=dict)
     #: step keys this turn reached, to detect a replay that diverged from the recorded run
     visited: set[str] = field(default_factory=set)
+    #: a wait created in this turn committed the run's suspension with it (create_wait(suspend=
+    #: True)): the suspension then only ends the turn, without waiting for that commit
+    suspension_recorded: bool = False
 
     def next_step_key(self, name: str) -> str:
         n = self.step_counters.get(name, 0) + 1

@@ -90,8 +90,14 @@ async def _turn(store: Store, claim: Claim, state: RunState) -> str:
             finally:
                 _check_determinism(ctx)
         except SuspensionSignal:
-            await store.suspend_run(fence, notified=ctx.notified, delivered=ctx.delivered, now=time.time())
-            crashpoint("after_suspended")
+            await store.suspend_run(
+                fence,
+                notified=ctx.notified,
+                delivered=ctx.delivered,
+                now=time.time(),
+                recorded=ctx.suspension_recorded,
+                then=_suspended,
+            )
             log.info("run %s: suspended (waiting for a hook, a timer or a retry)", fence.run_id, extra=run)
             return "suspended"
         except (LeaseLostError, CancellationError) as exc:
@@ -118,6 +124,12 @@ async def _turn(store: Store, claim: Claim, state: RunState) -> str:
     finally:
         _workflow.reset(token)
     return "lost"
+
+
+def _suspended(error: BaseException | None) -> None:
+    """Once the end of a suspended turn is durable (perhaps on the store's writer thread)."""
+    if error is None:
+        crashpoint("after_suspended")
 
 
 def _check_determinism(ctx: WorkflowContext) -> None:

@@ -165,11 +165,19 @@ async def _wait_for(
         expires_at=now + seconds if seconds is not None else None,
         payload_schema=_serde.dumps(schema.json_schema) if schema.json_schema is not None else None,
     )
-    wait = await ctx.store.create_wait(ctx.fence, new, now=now)
+    # The turn suspends on this wait next: its suspension (status, event) commits with it, so
+    # on_created still runs only after the wait is durable and the suspension costs no commit
+    # of its own (only the lease's release is left, written without waiting).
+    wait = await ctx.store.create_wait(ctx.fence, new, now=now, suspend=not ctx.suspension_recorded)
+    ctx.suspension_recorded = True
     ctx.state.waits[wait_key] = wait
     crashpoint("after_wait_created")
     if on_created is not None:
-        await _call_on_created(on_created, token)
+        try:
+            await _call_on_created(on_created, token)
+        except BaseException:
+            ctx.suspension_recorded = False  # the turn goes on: a later suspension records itself
+            raise
         crashpoint("after_on_created")
     ctx.notified.append(wait.id)
     raise SuspensionSignal("hook", wait_key)
@@ -255,7 +263,10 @@ async def sleep(duration: Duration) -> None:
         return
     now = ctx.now()
     new = NewWait(new_id(), wait_key, WaitKind.TIMER, "sleep", scope, None, now + seconds, None)
-    ctx.state.waits[wait_key] = await ctx.store.create_wait(ctx.fence, new, now=now)
+    ctx.state.waits[wait_key] = await ctx.store.create_wait(
+        ctx.fence, new, now=now, suspend=not ctx.suspension_recorded
+    )
+    ctx.suspension_recorded = True
     raise SuspensionSignal("sleep", wait_key)
 
 

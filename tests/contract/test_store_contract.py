@@ -664,3 +664,74 @@ async def test_concurrent_claimers_never_share_a_run(store_url: str, store: Stor
     claimed = [c.fence.run_id for batch in batches for c in batch]
     assert len(claimed) == len(set(claimed)) == 40
     assert {c.fence.epoch for batch in batches for c in batch} == {1}
+
+
+# -- one run at a time: what may share a commit ---------------------------------------------------
+
+
+async def test_a_suspension_recorded_with_its_wait(store: Store) -> None:
+    """create_wait(suspend=True) then suspend_run(recorded=True): the run ends up suspended, its
+    hook notified, its lease released, one run_suspended event, and ``then`` hears of it (once
+    the end of the turn is durable: a store may write it without waiting)."""
+    claim = await _started(store)
+    run_id, wait = claim.fence.run_id, _wait()
+    await store.create_wait(claim.fence, wait, now=T0, suspend=True)
+    done = asyncio.Event()
+    outcomes: list[BaseException | None] = []
+    loop = asyncio.get_running_loop()
+
+    def then(error: BaseException | None) -> None:
+        outcomes.append(error)
+        loop.call_soon_threadsafe(done.set)
+
+    await store.suspend_run(claim.fence, notified=[wait.id], delivered={}, now=T0, recorded=True, then=then)
+    await asyncio.wait_for(done.wait(), 10)
+    assert outcomes == [None]
+    run = await store.get_run(run_id)
+    assert run is not None and run.status == RunStatus.SUSPENDED
+    got = await store.get_wait(wait.id)
+    assert got is not None and got.notified and got.status == WaitStatus.PENDING
+    assert not await store.has_ready(now=T0 + 2 * TTL)  # no lease left to expire
+    types = [e.type for e in await store.get_events(run_id)]
+    assert types == ["run_created", "wait_created", "run_suspended"]
+
+
+async def test_a_deferred_checkpoint_deletion_comes_before_later_writes(store: Store) -> None:
+    claim = await _started(store)
+    fence = claim.fence
+    assert await store.save_checkpoint(fence, "s#1", "", b"1", expected_revision=0, now=T0) == 1
+    assert await store.delete_checkpoint(fence, "s#1", "", now=T0, defer=True)
+    # A save that expects no checkpoint works: the deletion was applied first.
+    assert await store.save_checkpoint(fence, "s#1", "", b"2", expected_revision=0, now=T0) == 1
+    state = await store.load_state(fence.run_id)
+    assert state.checkpoints[("s#1", "")].value == b"2"
+
+
+async def test_resolve_wait_and_claim(store: Store) -> None:
+    """The decision, and the woken run's claim for the caller when the store takes it in the same
+    transaction; otherwise the run is due for any claim."""
+    digest = secrets.token_bytes(32)
+    _, run_id = await _suspended_on(store, _wait(token=digest))
+    wait, claim = await store.resolve_wait_and_claim(
+        token_digest=digest, payload=b'{"ok":true}', now=T0 + 1, check=None, owner="w2", lease_ttl=TTL,
+        max_crashes=5,
+    )  # fmt: skip
+    assert wait.status == WaitStatus.RECEIVED and wait.run_id == run_id
+    if claim is None:
+        claims = await store.claim("w2", limit=10, now=T0 + 1, lease_ttl=TTL, max_crashes=5)
+        assert [c.fence.run_id for c in claims] == [run_id]
+        claim = claims[0]
+    assert claim.fence.run_id == run_id and claim.resumed
+    assert (await store.claim("w3", limit=10, now=T0 + 2, lease_ttl=TTL, max_crashes=5)) == []
+    run = await store.get_run(run_id)
+    assert run is not None and run.status == RunStatus.RUNNING
+    with pytest.raises(HookAlreadyReceivedError):
+        await store.resolve_wait_and_claim(
+            token_digest=digest,
+            payload=b"2",
+            now=T0 + 3,
+            check=None,
+            owner="w2",
+            lease_ttl=TTL,
+            max_crashes=5,
+        )

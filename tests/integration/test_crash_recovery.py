@@ -373,8 +373,17 @@ def _crash_the_starter(h: Harness, case: Case) -> None:
         assert rc == 137, f"expected the crash point to kill the starter, rc={rc}\n{h.logs()}"
         assert f"crash point {case.crash_at.partition(':')[0]!r} reached" in err, h.logs()
         return
+
+    # Suspended and holding nothing: its lease is released (no queue row) after the suspension
+    # committed, without the turn waiting for it (Store.suspend_run, recorded=True).
+    def released() -> bool:
+        return not h.query("SELECT 1 FROM queue")
+
     if case.kill_when == "suspended":
-        h.wait_until("the run to suspend", lambda: h.run_status() == "suspended" and h.lines("tokens"))
+        h.wait_until(
+            "the run to suspend",
+            lambda: h.run_status() == "suspended" and bool(h.lines("tokens")) and released(),
+        )
     elif case.kill_when == "in_setup":
         h.wait_until("expensive_setup to start", lambda: len(h.lines("setup")) == 1)
     elif case.kill_when == "sleeping":
@@ -383,6 +392,7 @@ def _crash_the_starter(h: Harness, case: Case) -> None:
             lambda: (
                 h.run_status() == "suspended"
                 and bool(h.query("SELECT 1 FROM waits WHERE kind = 'timer' AND status = 'pending'"))
+                and released()
             ),
         )
     else:  # pragma: no cover - a Case needs crash_at or kill_when

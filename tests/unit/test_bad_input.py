@@ -276,6 +276,9 @@ async def _park(key: str, schema: dict[str, Any] | None = None) -> tuple[str, st
     """A run suspended on a step hook: (run id, hook id, token)."""
     run_id = await pyworkflow.start(asking, key, schema)
     await pyworkflow.wait_for_run(run_id, 10, until=("suspended",))
+    # The suspended turn's end (its lease, the notified mark) is written without waiting: commit
+    # it before the snapshot that every refused call must leave unchanged.
+    await pyworkflow.get_store().database.check_writable()
     (pending,) = [h for h in await pyworkflow.list_pending_hooks() if h.run_id == run_id]
     (token,) = TOKENS[key]
     return run_id, pending.hook_id, token

@@ -1,4 +1,5 @@
-"""The HITL benchmark harness runs end to end (``--quick``); this checks the harness, not speed."""
+"""The HITL benchmark harness runs end to end (``--quick``, both modes); this checks the harness, not
+speed: every phase of both modes ran, its counts add up, and fsyncs are counted where strace can."""
 
 from __future__ import annotations
 
@@ -7,24 +8,62 @@ import subprocess
 import sys
 from pathlib import Path
 
+from bench._fsyncs import strace_available
+
 ROOT = Path(__file__).resolve().parents[2]
+N = 40
 
 
-def test_hitl_benchmark_quick_runs_all_phases(tmp_path: Path) -> None:
+def test_hitl_benchmark_quick_runs_both_modes(tmp_path: Path) -> None:
     out = tmp_path / "hitl.json"
-    proc = subprocess.run(
-        [sys.executable, "-m", "bench.hitl", "--quick", "--dir", str(tmp_path / "db"), "--out", str(out)],
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
+    cmd = [sys.executable, "-m", "bench.hitl", "--quick", "--n", str(N), "--reps", "2",
+           "--poll-interval", "0.02", "--dir", str(tmp_path / "db"), "--out", str(out)]  # fmt: skip
+    proc = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=240)
     assert proc.returncode == 0, proc.stdout + proc.stderr
-    for phase in ("phase A start+suspend", "phase B resume+complete", "phase C plain"):
-        assert phase in proc.stdout, proc.stdout
-    assert "runs/s" in proc.stdout
-    assert "resume+complete, suspended runs" in proc.stdout
+    expected = (
+        "all at once",
+        "one at a time",
+        "phase A start+suspend",
+        "phase B resume+complete",
+        "phase C plain",
+        "resume+complete, suspended runs",
+        "poll_interval=0.02 (non-default)",
+    )
+    for line in expected:
+        assert line in proc.stdout, proc.stdout
     result = json.loads(out.read_text())
-    assert set(result["phases"]) == {"A", "B", "C"}
-    assert result["prepare_calls"] == result["config"]["n"] == 200
-    assert result["while_suspended"]["suspended_runs"] == 200
+    assert set(result["modes"]) == {"all_at_once", "one_at_a_time"}
+    assert result["prepare_calls"] == result["config"]["n"] == N
+    counted = strace_available()
+    for mode in result["modes"].values():
+        assert set(mode["phases"]) == {"A", "B", "C"}
+        assert mode["while_suspended"]["suspended_runs"] == N
+        for db_key in ("bytes_per_waiting_hitl_run", "bytes_per_completed_hitl_run", "bytes_per_plain_run"):
+            assert mode["db"][db_key] > 0
+        for phase in mode["phases"].values():
+            assert phase["commits_per_run"] > 0
+            assert (phase["fsyncs_per_run"] is not None) == counted
+    # One at a time, no commit is shared between runs: the commits per run are whole transitions.
+    one = result["modes"]["one_at_a_time"]["phases"]
+    assert all(p["commits_per_run"] >= 2 for p in one.values()), one
+    if counted:
+        assert all(p["fsyncs_per_run"] >= 1 for p in one.values()), one
+
+
+def test_parked_benchmark_small_runs_every_part(tmp_path: Path) -> None:
+    out = tmp_path / "parked.json"
+    cmd = [sys.executable, "-m", "bench.parked", "--n", "300", "--probes", "20", "--blocks", "2",
+           "--deadlines", "20", "--deadline-margin", "2",
+           "--dir", str(tmp_path / "db"), "--out", str(out)]  # fmt: skip
+    proc = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=240)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    result = json.loads(out.read_text())
+    assert result["parking"]["big"]["runs"] == 300
+    assert result["parking"]["big"]["bytes_per_waiting_run"] > 0
+    assert result["resume_ms"]["big"]["count"] == result["resume_ms"]["small"]["count"] == 20
+    assert result["deadlines"]["lateness_s"]["count"] == 20
+    assert result["restart"]["big"]["status"] == "completed"
+    assert result["inbox"]["big"]["first_page_items"] == 50
+    assert result["inbox"]["big"]["counts"]["step_hook"] > 0
+    for line in ("bytes per waiting run", "deadlines falling due together", "restart on", "inbox on"):
+        assert line in proc.stdout, proc.stdout

@@ -8,12 +8,12 @@ from __future__ import annotations
 import asyncio
 import sqlite3
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
 
-from pyworkflow.store import GroupCommitWriter, Migration, SQLiteDatabase
+from pyworkflow.store import GroupCommitWriter, Migration, SQLiteDatabase, _group_commit
 
 SCHEMA = [Migration("test", 1, "t", "CREATE TABLE t (k TEXT NOT NULL UNIQUE);")]
 
@@ -133,3 +133,62 @@ async def test_refusals(db: SQLiteDatabase) -> None:
         await db.write(lambda conn: None)
     with pytest.raises(RuntimeError, match="database is closed"):
         db.submit("SELECT 1", ())
+
+
+# -- deferred writes ---------------------------------------------------------------------------
+
+
+def _insert(k: str) -> Callable[[sqlite3.Connection], None]:
+    return lambda conn: conn.execute("INSERT INTO t (k) VALUES (?)", (k,)) and None
+
+
+async def test_a_deferred_write_joins_the_next_commit_in_order(
+    db: SQLiteDatabase, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(_group_commit, "DEFER_LINGER", 60.0)  # only a caller's write can take it
+    outcomes: list[BaseException | None] = []
+    commits = db.commits
+    db.write_deferred(_insert("deferred"), outcomes.append)
+    await asyncio.sleep(0.05)
+    assert keys(db) == [] and outcomes == []  # nobody asked for a commit yet
+    await db.write(_insert("caller"))
+    assert keys(db) == ["deferred", "caller"]  # queued first, applied first
+    assert db.commits - commits == 1  # one commit for both
+    assert outcomes == [None]
+
+
+async def test_a_deferred_write_alone_is_committed_after_the_linger(db: SQLiteDatabase) -> None:
+    done = threading.Event()
+    outcomes: list[BaseException | None] = []
+
+    def then(error: BaseException | None) -> None:
+        outcomes.append(error)
+        done.set()
+
+    db.write_deferred(_insert("alone"), then)
+    assert await asyncio.to_thread(done.wait, 10)
+    assert keys(db) == ["alone"] and outcomes == [None]
+
+
+async def test_a_failing_deferred_write_is_reported_and_fails_no_caller(
+    db: SQLiteDatabase, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(_group_commit, "DEFER_LINGER", 60.0)
+    await db.write(_insert("taken"))
+    outcomes: list[BaseException | None] = []
+    db.write_deferred(_insert("taken"), outcomes.append)  # violates UNIQUE
+    await db.write(_insert("next"))
+    assert keys(db) == ["taken", "next"]
+    assert len(outcomes) == 1 and isinstance(outcomes[0], sqlite3.IntegrityError)
+
+
+async def test_closing_commits_the_deferred_writes(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(_group_commit, "DEFER_LINGER", 60.0)
+    database = SQLiteDatabase(tmp_path / "close.db", migrations=SCHEMA)
+    database.write_deferred(_insert("last"), lambda error: None)
+    database.close()
+    reopened = SQLiteDatabase(tmp_path / "close.db", migrations=SCHEMA)
+    try:
+        assert keys(reopened) == ["last"]
+    finally:
+        reopened.close()

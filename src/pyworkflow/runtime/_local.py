@@ -141,6 +141,16 @@ class LocalRuntime:
         else:
             self.wake()
 
+    @property
+    def has_capacity(self) -> bool:
+        return len(self._tasks) < self.max_concurrency
+
+    def adopt(self, claim: Claim) -> None:
+        """Run a turn claimed for this runtime elsewhere in this process (a decision's
+        transaction claimed the run it woke: ``Store.resolve_wait_and_claim``)."""
+        crashpoint("after_claim")
+        self._spawn(claim, None)
+
     def _spawn(self, claim: Claim, state: RunState | None) -> None:
         task = asyncio.create_task(self._turn(claim, state), name=f"pyworkflow-turn:{claim.fence.run_id}")
         self._tasks.add(task)

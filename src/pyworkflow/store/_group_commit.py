@@ -22,6 +22,13 @@ A job is one of two kinds:
   its own. A statement that fails rolls its group back, and each statement is then run again
   alone, so one caller's error is never another's.
 
+**Deferred writes.** A write function that no caller needs durable at once (the end of a turn
+whose promises were kept by an earlier commit; see :meth:`GroupCommitWriter.write_deferred`) is
+queued without waking the writer: it joins the next batch that a caller's write starts, so it
+costs no commit of its own, or is committed alone :data:`DEFER_LINGER` seconds after it was
+queued if no write came. Jobs run in the order they were queued, so it is applied before any
+later write, of its run or another's.
+
 Either way, a connection lost in the middle fails the callers of the work in flight (whether it
 committed is unknown, as for any call), and the writer reconnects for the next. A free writer
 takes every job submitted since a writer last looked (up to :data:`MAX_GROUP`); with several
@@ -62,6 +69,9 @@ log = logging.getLogger("pyworkflow.store.group_commit")
 
 #: Jobs a writer takes at once.
 MAX_GROUP = 512
+#: Seconds a deferred write waits for a caller's write to join before it is committed alone.
+#: One run at a time, the next run's first write comes well within this (about 0.1-1 ms later).
+DEFER_LINGER = 0.01
 #: Seconds a write may wait for the database by default (the graph server's ``--write-timeout``).
 WRITE_TIMEOUT = 10.0
 _NEVER = float("inf")
@@ -78,7 +88,7 @@ class Job:
     read, ``None`` to run alone). ``loop`` None: ``future`` is a ``concurrent.futures.Future``.
     ``deadline``: the ``time.monotonic()`` after which it must not start."""
 
-    __slots__ = ("deadline", "error", "fn", "future", "key", "loop", "params", "sql", "value")
+    __slots__ = ("deadline", "deferred", "error", "fn", "future", "key", "loop", "params", "sql", "value")
 
     def __init__(
         self,
@@ -99,6 +109,7 @@ class Job:
         self.future = future
         self.value: Any = _PENDING
         self.error: BaseException | None = None
+        self.deferred = False
 
 
 class _Slot(Generic[C]):
@@ -205,6 +216,10 @@ class GroupCommitWriter(Generic[C]):
         self.write_timeout = check_write_timeout(write_timeout)
         self._cv = threading.Condition(threading.Lock())
         self._queue: list[Job] = []
+        #: jobs in the queue that a caller waits for (deferred ones are the rest), and when the
+        #: oldest deferred job still queued was queued
+        self._urgent = 0
+        self._deferred_at = 0.0
         self._closing = False
         self.commits = 0
         self.groups = 0
@@ -227,7 +242,13 @@ class GroupCommitWriter(Generic[C]):
             if self._closing:
                 raise RuntimeError("database is closed")
             self._queue.append(job)
-            if len(self._queue) == 1:
+            if job.deferred:
+                if len(self._queue) == 1:
+                    self._deferred_at = time.monotonic()
+                    self._cv.notify()  # a sleeping writer starts its linger
+                return
+            self._urgent += 1
+            if self._urgent == 1:
                 self._cv.notify()
 
     def _deadline(self, timeout: float | None) -> float:
@@ -242,6 +263,19 @@ class GroupCommitWriter(Generic[C]):
         future: asyncio.Future[T] = loop.create_future()
         self._put(Job(fn, None, None, None, loop, future, self._deadline(timeout)))
         return await future
+
+    def write_deferred(self, fn: Callable[[C], Any], then: Callable[[BaseException | None], None]) -> None:
+        """Queue ``fn`` to run in the transaction of the next caller's write (or alone after
+        :data:`DEFER_LINGER` seconds) and return at once: nobody waits for it, so it must be
+        work whose loss in a crash the engine's recovery makes good (a lease left to expire).
+        ``then(error)`` runs on the writer thread once it committed (``None``) or failed. Jobs
+        keep their order on one writer; with several writers this is :meth:`write` unawaited
+        in order, committed at once."""
+        future: concurrent.futures.Future[Any] = concurrent.futures.Future()
+        future.add_done_callback(lambda f: then(f.exception()))
+        job = Job(fn, None, None, None, None, future)
+        job.deferred = len(self._threads) == 1
+        self._put(job)
 
     def write_sync(self, fn: Callable[[C], T], *, timeout: float | None = None) -> T:
         """Blocking form of :meth:`write`, for code that has no event loop."""
@@ -263,13 +297,7 @@ class GroupCommitWriter(Generic[C]):
         transaction ended. A caller that stops waiting does not stop the statement."""
         loop = asyncio.get_running_loop()
         future: asyncio.Future[Rows] = loop.create_future()
-        job = Job(None, sql, params, key, loop, future, self._deadline(None))
-        with self._cv:
-            if self._closing:
-                raise RuntimeError("database is closed")
-            self._queue.append(job)
-            if len(self._queue) == 1:
-                self._cv.notify()
+        self._put(Job(None, sql, params, key, loop, future, self._deadline(None)))
         return future
 
     def _stop_writer(self, timeout: float = 30.0) -> None:
@@ -290,14 +318,25 @@ class GroupCommitWriter(Generic[C]):
         try:
             while True:
                 with cv:
-                    while not queue and not self._closing:
-                        cv.wait()
+                    while not self._urgent and not self._closing:
+                        if not queue:
+                            cv.wait()
+                            continue
+                        # Only deferred jobs: wait for a caller's write to join them, a while.
+                        linger = self._deferred_at + DEFER_LINGER - time.monotonic()
+                        if linger <= 0:
+                            break
+                        cv.wait(linger)
                     if not queue:
                         return
                     jobs = queue[:MAX_GROUP]
                     del queue[:MAX_GROUP]
                     if queue:  # more than one batch's worth: let another writer start
+                        self._urgent = sum(1 for job in queue if not job.deferred)
+                        self._deferred_at = time.monotonic()
                         cv.notify()
+                    else:
+                        self._urgent = 0
                 started = time.perf_counter()
                 try:
                     self._execute(slot, jobs)

@@ -573,7 +573,10 @@ class PostgresStore:
             check_revision(f"checkpoint {name!r}", expected_revision, int(outcome.split(":", 1)[1]))
         return int(_check_outcome(outcome, fence.run_id, fence.epoch, name or scope))
 
-    async def delete_checkpoint(self, fence: Fence, scope: str, name: str, *, now: float) -> bool:
+    async def delete_checkpoint(
+        self, fence: Fence, scope: str, name: str, *, now: float, defer: bool = False
+    ) -> bool:
+        # ``defer`` is allowed, not required: here the deletion is always written at once.
         async def tx(conn: Conn) -> bool:
             await _check_fence(conn, fence)
             deleted = await _affected(conn, SQL_DELETE_CHECKPOINT, (fence.run_id, scope, name)) > 0
@@ -584,7 +587,10 @@ class PostgresStore:
 
         return await self._tx(tx)
 
-    async def create_wait(self, fence: Fence, wait: NewWait, *, now: float) -> WaitRecord:
+    async def create_wait(
+        self, fence: Fence, wait: NewWait, *, now: float, suspend: bool = False
+    ) -> WaitRecord:
+        # ``suspend`` may be ignored: here suspend_run records the whole suspension itself.
         outcome = await self._call(
             SQL_FN_CREATE_WAIT,
             (fence.run_id, fence.epoch, wait.id, wait.wait_key, str(wait.kind), wait.name, wait.step_key,
@@ -608,15 +614,31 @@ class PostgresStore:
         await self._tx(tx)
 
     async def suspend_run(
-        self, fence: Fence, *, notified: Sequence[str], delivered: dict[str, int], now: float
+        self,
+        fence: Fence,
+        *,
+        notified: Sequence[str],
+        delivered: dict[str, int],
+        now: float,
+        recorded: bool = False,
+        then: Callable[[BaseException | None], None] | None = None,
     ) -> None:
-        outcome = await self._call(
-            SQL_FN_SUSPEND_RUN,
-            (fence.run_id, fence.epoch, fence.wake_seq, list(notified), list(delivered),
-             list(delivered.values()), now),
-            fence.run_id,
-        )  # fmt: skip
-        _check_outcome(outcome, fence.run_id, fence.epoch, "")
+        # create_wait(suspend=True) recorded nothing here (``recorded`` changes nothing): the
+        # whole suspension is one statement, committed before this returns.
+        try:
+            outcome = await self._call(
+                SQL_FN_SUSPEND_RUN,
+                (fence.run_id, fence.epoch, fence.wake_seq, list(notified), list(delivered),
+                 list(delivered.values()), now),
+                fence.run_id,
+            )  # fmt: skip
+            _check_outcome(outcome, fence.run_id, fence.epoch, "")
+        except BaseException as exc:
+            if then is not None:
+                then(exc)
+            raise
+        if then is not None:
+            then(None)
 
     async def complete_run(self, fence: Fence, result: bytes, *, now: float) -> None:
         outcome = await self._call(
@@ -703,6 +725,21 @@ class PostgresStore:
             raise RuntimeError(f"unexpected outcome {outcome!r} of a decision")
         wait.status, wait.payload, wait.resolved_at = WaitStatus.RECEIVED, payload, now
         return wait
+
+    async def resolve_wait_and_claim(
+        self,
+        *,
+        token_digest: bytes,
+        payload: bytes,
+        now: float,
+        check: Callable[[WaitRecord], None] | None,
+        owner: str,
+        lease_ttl: float,
+        max_crashes: int,
+    ) -> tuple[WaitRecord, Claim | None]:
+        # The decision alone: its NOTIFY at commit wakes the runtimes, whose claim takes the run.
+        wait = await self.resolve_wait(token_digest=token_digest, payload=payload, now=now, check=check)
+        return wait, None
 
     async def expire_due_waits(self, *, now: float, limit: int = 500) -> int:
         # One statement (migration 0003): runs locked in id order, so two sweepers never wait on

@@ -288,17 +288,45 @@ class Store(Protocol):
         self, fence: Fence, scope: str, name: str, value: bytes, *, expected_revision: int | None, now: float
     ) -> int: ...
 
-    async def delete_checkpoint(self, fence: Fence, scope: str, name: str, *, now: float) -> bool: ...
+    async def delete_checkpoint(
+        self, fence: Fence, scope: str, name: str, *, now: float, defer: bool = False
+    ) -> bool:
+        """Delete a checkpoint; whether there was one. ``defer=True`` (the caller's turn knows
+        there is one, and no promise hangs on the deletion being durable): the store may write
+        it in the transaction of the turn's next write instead, before anything written after
+        it, and then returns True at once. A crash before that leaves the checkpoint, as a crash
+        just before the call would have."""
+        ...
 
-    async def create_wait(self, fence: Fence, wait: NewWait, *, now: float) -> WaitRecord:
-        """Create a pending wait; if the run already has one with this key, return it unchanged."""
+    async def create_wait(
+        self, fence: Fence, wait: NewWait, *, now: float, suspend: bool = False
+    ) -> WaitRecord:
+        """Create a pending wait; if the run already has one with this key, return it unchanged.
+        ``suspend=True``: the turn suspends on it next; the store may record the suspension's
+        status and event in this transaction (then :meth:`suspend_run` with ``recorded=True``
+        only ends the turn)."""
         ...
 
     async def add_wait_token(self, fence: Fence, wait_id: str, token_digest: bytes) -> None: ...
 
     async def suspend_run(
-        self, fence: Fence, *, notified: Sequence[str], delivered: dict[str, int], now: float
-    ) -> None: ...
+        self,
+        fence: Fence,
+        *,
+        notified: Sequence[str],
+        delivered: dict[str, int],
+        now: float,
+        recorded: bool = False,
+        then: Callable[[BaseException | None], None] | None = None,
+    ) -> None:
+        """End a turn that waits: its waits whose ``on_created`` ran are marked notified, its
+        generator steps' delivered counts saved, the run ``suspended`` and its lease released
+        (kept due if a wake-up came during the turn). ``recorded=True``: the turn's last
+        ``create_wait(suspend=True)`` committed; a store that recorded the suspension there may
+        write the rest without waiting (it frees only the lease: a crash before it commits lets
+        the lease expire and the turn run again, ``on_created`` again). ``then(error)`` runs once
+        the suspension is durable (``None``) or failed, on any thread."""
+        ...
 
     async def complete_run(self, fence: Fence, result: bytes, *, now: float) -> None:
         """End the run (as :meth:`fail_run`, :meth:`cancel_run` and the crash limit do): its
@@ -341,6 +369,22 @@ class Store(Protocol):
         write (an audit entry), run in the same transaction once the decision is recorded, on the
         kit database's connection (SQLite's, or PostgreSQL's synchronous one, which takes the
         SQLite-flavoured ``?`` placeholders): the decision and that write commit together."""
+        ...
+
+    async def resolve_wait_and_claim(
+        self,
+        *,
+        token_digest: bytes,
+        payload: bytes,
+        now: float,
+        check: Callable[[WaitRecord], None] | None,
+        owner: str,
+        lease_ttl: float,
+        max_crashes: int,
+    ) -> tuple[WaitRecord, Claim | None]:
+        """:meth:`resolve_wait` by token, and the woken run's claim for ``owner`` if nobody holds
+        it (the local runtime's resumed turn, as :meth:`create_run` claims a new run's first):
+        in the same transaction, or None and the run is claimed as any woken run is."""
         ...
 
     async def expire_due_waits(self, *, now: float, limit: int = 500) -> int: ...

@@ -3,12 +3,14 @@
 
 from __future__ import annotations
 
+import logging
 import sqlite3
 from collections.abc import Callable, Sequence
 from typing import Any
 
 from .._errors import (
     ConfigurationError,
+    LeaseLostError,
     StepAlreadyCompletedError,
     WorkflowNotFoundError,
 )
@@ -49,6 +51,8 @@ from ._rows import (
     write_checkpoint,
 )
 from ._sqlite_db import SQLiteDatabase
+
+log = logging.getLogger("pyworkflow.store")
 
 
 def pyworkflow_migrations() -> list[Migration]:
@@ -91,6 +95,12 @@ SQL_READY = """
 SELECT run_id, epoch, wake_seq, lease_owner, crashes FROM queue
 WHERE node_id IS NULL AND available_at <= ?1 AND (lease_expires_at IS NULL OR lease_expires_at < ?1)
 ORDER BY available_at LIMIT ?2
+"""
+# One run's queue row, if it is claimable (SQL_READY's conditions; the primary key serves it).
+SQL_READY_RUN = """
+SELECT run_id, epoch, wake_seq, lease_owner, crashes FROM queue
+WHERE run_id = ?1 AND node_id IS NULL AND available_at <= ?2
+  AND (lease_expires_at IS NULL OR lease_expires_at < ?2)
 """
 SQL_ANY_READY = """
 SELECT 1 FROM queue
@@ -477,7 +487,9 @@ class SQLiteStore:
 
         return await self.db.write(tx)
 
-    async def delete_checkpoint(self, fence: Fence, scope: str, name: str, *, now: float) -> bool:
+    async def delete_checkpoint(
+        self, fence: Fence, scope: str, name: str, *, now: float, defer: bool = False
+    ) -> bool:
         def tx(conn: sqlite3.Connection) -> bool:
             _check_fence(conn, fence)
             deleted = conn.execute(SQL_DELETE_CHECKPOINT, (fence.run_id, scope, name)).rowcount > 0
@@ -485,15 +497,24 @@ class SQLiteStore:
                 _event(conn, fence.run_id, now, "checkpoint_deleted", f"{scope}/{name}" if name else scope)
             return deleted
 
+        if defer:  # in the transaction of the turn's next write (see Store.delete_checkpoint)
+            self.db.write_deferred(tx, _log_deferred(fence, "checkpoint deletion"))
+            return True
         return await self.db.write(tx)
 
-    async def create_wait(self, fence: Fence, wait: NewWait, *, now: float) -> WaitRecord:
+    async def create_wait(
+        self, fence: Fence, wait: NewWait, *, now: float, suspend: bool = False
+    ) -> WaitRecord:
         def tx(conn: sqlite3.Connection) -> WaitRecord:
             _check_fence(conn, fence)
             existing = conn.execute(SQL_WAIT_BY_KEY, (fence.run_id, wait.wait_key)).fetchone()
-            if existing is not None:
-                return wait_from_row(existing)
-            return _insert_wait(conn, fence.run_id, wait, now)
+            record = wait_from_row(existing) if existing is not None else None
+            if record is None:
+                record = _insert_wait(conn, fence.run_id, wait, now)
+            if suspend:  # the suspension's status and event ride with its wait
+                conn.execute(SQL_SET_RUN_STATUS, (RunStatus.SUSPENDED, now, fence.run_id))
+                _event(conn, fence.run_id, now, "run_suspended")
+            return record
 
         return await self.db.write(tx)
 
@@ -505,7 +526,14 @@ class SQLiteStore:
         await self.db.write(tx)
 
     async def suspend_run(
-        self, fence: Fence, *, notified: Sequence[str], delivered: dict[str, int], now: float
+        self,
+        fence: Fence,
+        *,
+        notified: Sequence[str],
+        delivered: dict[str, int],
+        now: float,
+        recorded: bool = False,
+        then: Callable[[BaseException | None], None] | None = None,
     ) -> None:
         def tx(conn: sqlite3.Connection) -> None:
             _check_fence(conn, fence)
@@ -513,11 +541,32 @@ class SQLiteStore:
                 conn.execute(SQL_MARK_NOTIFIED, (wait_id,))
             for step_key, count in delivered.items():
                 conn.execute(SQL_STEP_PROGRESS, (fence.run_id, step_key, count, now))
-            conn.execute(SQL_SET_RUN_STATUS, (RunStatus.SUSPENDED, now, fence.run_id))
-            _event(conn, fence.run_id, now, "run_suspended")
+            if not recorded:
+                conn.execute(SQL_SET_RUN_STATUS, (RunStatus.SUSPENDED, now, fence.run_id))
+                _event(conn, fence.run_id, now, "run_suspended")
             _end_turn(conn, fence, now)
 
-        await self.db.write(tx)
+        if recorded:
+            # The status and event committed with the wait (create_wait(suspend=True)); what is
+            # left frees the lease, and a crash before it commits leaves the lease to expire and
+            # the turn to run again (on_created again, at least once): no caller waits for it.
+            log_failure = _log_deferred(fence, "end of a suspended turn")
+
+            def done(error: BaseException | None) -> None:
+                log_failure(error)
+                if then is not None:
+                    then(error)
+
+            self.db.write_deferred(tx, done)
+            return
+        try:
+            await self.db.write(tx)
+        except BaseException as exc:
+            if then is not None:
+                then(exc)
+            raise
+        if then is not None:
+            then(None)
 
     async def complete_run(self, fence: Fence, result: bytes, *, now: float) -> None:
         def tx(conn: sqlite3.Connection) -> None:
@@ -563,34 +612,40 @@ class SQLiteStore:
         also: Callable[[Any], None] | None = None,
     ) -> WaitRecord:
         def tx(conn: sqlite3.Connection) -> WaitRecord:
-            if token_digest is not None:
-                wait = _find_by_token(conn, token_digest)
-            else:
-                row = conn.execute(SQL_WAIT_BY_ID, (wait_id,)).fetchone()
-                wait = wait_from_row(row) if row else None
-            if wait is None:
-                raise hook_not_found(token_digest, wait_id)
-            refuse_approval(wait)
-            raise_if_resolved(wait)
-            if wait.expires_at is not None and wait.expires_at <= now:
-                # Past its deadline but not swept yet: the deadline wins, and is recorded now.
-                _expire_wait(conn, wait.id, wait.run_id, wait.wait_key, now)
-                wait.status, wait.resolved_at = WaitStatus.EXPIRED, now
-                return wait
-            if check is not None:
-                check(wait)
-            conn.execute(SQL_RESOLVE_WAIT, (WaitStatus.RECEIVED, payload, now, wait.id))
-            _event(conn, wait.run_id, now, "wait_received", wait.wait_key)
-            _wake(conn, wait.run_id, wait.id, now)
-            if also is not None:
+            wait = _resolve(conn, token_digest, wait_id, payload, now, check)
+            if also is not None and wait.status == WaitStatus.RECEIVED:
                 also(conn)
-            wait.status, wait.payload, wait.resolved_at = WaitStatus.RECEIVED, payload, now
             return wait
 
         wait = await self.db.write(tx)
         if wait.status == WaitStatus.EXPIRED:  # past its deadline, and recorded as expired just now
             raise_if_resolved(wait)
         return wait
+
+    async def resolve_wait_and_claim(
+        self,
+        *,
+        token_digest: bytes,
+        payload: bytes,
+        now: float,
+        check: Callable[[WaitRecord], None] | None,
+        owner: str,
+        lease_ttl: float,
+        max_crashes: int,
+    ) -> tuple[WaitRecord, Claim | None]:
+        def tx(conn: sqlite3.Connection) -> tuple[WaitRecord, Claim | None]:
+            wait = _resolve(conn, token_digest, None, payload, now, check)
+            if wait.status != WaitStatus.RECEIVED:
+                return wait, None
+            # The run the decision woke, if nobody holds it: its turn's claim, as a tick's.
+            row = conn.execute(SQL_READY_RUN, (wait.run_id, now)).fetchone()
+            claim = _claim_row(conn, row, owner, now, lease_ttl, max_crashes) if row else None
+            return wait, claim
+
+        wait, claim = await self.db.write(tx)
+        if wait.status == WaitStatus.EXPIRED:
+            raise_if_resolved(wait)
+        return wait, claim
 
     async def expire_due_waits(self, *, now: float, limit: int = 500) -> int:
         # The runtime calls this on every tick with due work (mostly due queue rows, not waits):
@@ -606,6 +661,46 @@ class SQLiteStore:
             return count
 
         return await self.db.write(tx)
+
+
+def _resolve(conn: sqlite3.Connection, token_digest: bytes | None, wait_id: str | None, payload: bytes,
+             now: float, check: Callable[[WaitRecord], None] | None) -> WaitRecord:  # fmt: skip
+    """A decision, inside its transaction: the wait moves ``pending -> received`` and its run is
+    woken; past its deadline it is expired instead (returned ``expired``: the caller refuses)."""
+    if token_digest is not None:
+        wait = _find_by_token(conn, token_digest)
+    else:
+        row = conn.execute(SQL_WAIT_BY_ID, (wait_id,)).fetchone()
+        wait = wait_from_row(row) if row else None
+    if wait is None:
+        raise hook_not_found(token_digest, wait_id)
+    refuse_approval(wait)
+    raise_if_resolved(wait)
+    if wait.expires_at is not None and wait.expires_at <= now:
+        # Past its deadline but not swept yet: the deadline wins, and is recorded now.
+        _expire_wait(conn, wait.id, wait.run_id, wait.wait_key, now)
+        wait.status, wait.resolved_at = WaitStatus.EXPIRED, now
+        return wait
+    if check is not None:
+        check(wait)
+    conn.execute(SQL_RESOLVE_WAIT, (WaitStatus.RECEIVED, payload, now, wait.id))
+    _event(conn, wait.run_id, now, "wait_received", wait.wait_key)
+    _wake(conn, wait.run_id, wait.id, now)
+    wait.status, wait.payload, wait.resolved_at = WaitStatus.RECEIVED, payload, now
+    return wait
+
+
+def _log_deferred(fence: Fence, what: str) -> Callable[[BaseException | None], None]:
+    """What a deferred write's failure leaves: the run's lease runs out and its turn runs again
+    (a lost lease means another owner holds the run already)."""
+
+    def log_failure(error: BaseException | None) -> None:
+        if error is not None:
+            level = logging.DEBUG if isinstance(error, LeaseLostError) else logging.WARNING
+            log.log(level, "run %s: the %s was not written (%s); the turn will run again if its lease "
+                    "runs out", fence.run_id, what, error)  # fmt: skip
+
+    return log_failure
 
 
 def _insert_wait(conn: sqlite3.Connection, run_id: str, wait: NewWait, now: float) -> WaitRecord:

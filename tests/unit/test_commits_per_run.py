@@ -1,0 +1,100 @@
+"""What one run costs in commits when nothing shares them (one run at a time, SQLite): a count,
+not a timing. The HITL run of the benchmark (a step, then a step that checkpoints, waits on a
+step hook and deletes its checkpoint) takes 4 commits to start and suspend and 3 to resume and
+complete; the end of the suspended turn (its lease, the notified mark) rides on the next commit."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+import pyworkflow
+from pyworkflow import (
+    delete_step_checkpoint,
+    load_step_checkpoint,
+    save_step_checkpoint,
+    step,
+    step_hook,
+    workflow,
+)
+from pyworkflow.store import _group_commit
+
+TOKENS: list[str] = []
+
+
+@step
+async def prepare(i: int) -> dict[str, Any]:
+    return {"i": i, "title": f"draft #{i}"}
+
+
+@step
+async def review(prepared: dict[str, Any]) -> dict[str, Any]:
+    if await load_step_checkpoint() is None:
+        await save_step_checkpoint({"stage": "sent-for-review"})
+    feedback = await step_hook("review", timeout="24h", on_created=TOKENS.append)
+    await delete_step_checkpoint()
+    return {**prepared, "feedback": feedback}
+
+
+@workflow(name="tests.commits.hitl")
+async def hitl(i: int) -> dict[str, Any]:
+    return await review(await prepare(i))
+
+
+@step
+async def hello() -> str:
+    return "hello"
+
+
+@workflow(name="tests.commits.warm")
+async def warm() -> str:
+    return await hello()
+
+
+@pytest.fixture
+async def engine(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> AsyncIterator[Any]:
+    # Only a caller's write takes a deferred one: the count cannot depend on the machine's speed.
+    monkeypatch.setattr(_group_commit, "DEFER_LINGER", 60.0)
+    pyworkflow.configure(storage=f"sqlite:///{tmp_path / 'commits.db'}")
+    TOKENS.clear()
+    try:
+        await pyworkflow.wait_for_run(await pyworkflow.start(warm), 10)  # starts the runtime
+        yield pyworkflow.get_store().database
+    finally:
+        await pyworkflow.shutdown()
+
+
+def queue_rows(db: Any, run_id: str) -> list[Any]:
+    return list(db.reader().execute("SELECT lease_owner FROM queue WHERE run_id = ?", (run_id,)))
+
+
+async def test_one_run_at_a_time_commits(engine: Any) -> None:
+    db = engine
+    await db.check_writable()  # the warm-up's writes are all in
+    before = db.commits
+    run_id = await pyworkflow.start(hitl, 1)
+    run = await pyworkflow.wait_for_run(run_id, 10, until=("suspended",))
+    assert run.status == "suspended" and len(TOKENS) == 1
+    # start+claim, prepare's result, the checkpoint, the hook with the suspension
+    assert db.commits - before == 4
+    assert queue_rows(db, run_id) != []  # the turn's end is queued, not yet committed
+    await db.check_writable()  # the next commit carries it
+    assert queue_rows(db, run_id) == []
+    (notified,) = db.reader().execute("SELECT notified FROM waits WHERE run_id = ?", (run_id,)).fetchone()
+    assert notified == 1
+
+    before = db.commits
+    await pyworkflow.resume_hook(TOKENS[0], {"approved": True})
+    run = await pyworkflow.wait_for_run(run_id, 10)
+    assert run.status == "completed" and run.result["feedback"] == {"approved": True}
+    # the decision with the resumed turn's claim, review's result with the checkpoint's deletion,
+    # the run's end
+    assert db.commits - before == 3
+    events = [e.type for e in await pyworkflow.get_workflow_events(run_id)]
+    assert events == [
+        "run_created", "step_completed", "checkpoint_saved", "wait_created", "run_suspended",
+        "wait_received", "run_resumed", "checkpoint_deleted", "step_completed", "run_completed",
+    ]  # fmt: skip
