@@ -81,11 +81,17 @@ async def test_a_failing_statement_is_only_its_callers_error(
 
 
 async def test_a_cancelled_caller_still_commits(pg_database: str, pg_store: PostgresStore) -> None:
-    busy = await _busy_writer(pg_store, 0.3)
+    busy = await _busy_writer(pg_store, 1.0)
     task = asyncio.ensure_future(
         pg_store.create_run("c1", "wf", b"{}", now=T0, lease_owner=None, lease_ttl=0)
     )
-    await asyncio.sleep(0.05)
+    # Cancelled once its statement is queued for the (busy) writer: a fixed sleep was too short
+    # on a loaded machine, and the caller was cancelled before it had submitted anything.
+    for _ in range(500):
+        await asyncio.sleep(0.01)
+        if pg_store._writer._queue:
+            break
+    assert pg_store._writer._queue, "create_run never reached the writer's queue"
     task.cancel()
     with pytest.raises(asyncio.CancelledError):
         await task
