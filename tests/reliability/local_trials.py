@@ -56,8 +56,11 @@ def crash_hit(stderr: str) -> str | None:
 class CrashChain:
     """One campaign's database, ledger, crash counts and figures."""
 
-    def __init__(self, storage: str, workdir: Path, figures: Figures, seed: int) -> None:
+    def __init__(
+        self, storage: str, workdir: Path, figures: Figures, seed: int, expect: Expect = EXPECT
+    ) -> None:
         self.storage = storage
+        self.expect = expect
         self.workdir = workdir
         self.ledger = Ledger(workdir / "ledger.jsonl")
         self.oracle = Oracle(storage)
@@ -95,11 +98,11 @@ class CrashChain:
         return True
 
     def check(self, final: bool = False) -> None:
-        bad, snap = self.oracle.check(self.ledger, EXPECT, crashes=self.crashes, final=final)
+        bad, snap = self.oracle.check(self.ledger, self.expect, crashes=self.crashes, final=final)
         self.figures.violations += bad
         if final:
             self.figures.runs += len(snap.runs)
-            self.figures.add_reexecutions(self.ledger, EXPECT.effects)
+            self.figures.add_reexecutions(self.ledger, self.expect.effects)
 
     def crash_spec(self, trial: int) -> str | None:
         """Every other trial a named crash point (taken in turn), the others a random SIGKILL."""

@@ -14,7 +14,8 @@ What it asserts (each a line of :meth:`Oracle.check`'s answer when broken):
 - **side effects bounded**: ledger executions of each ``Expect.effects`` name per run at most
   1 + the crashes that hit that run (``crashes``: the harness's count), at most 1 for
   ``Expect.once`` names, and at least 1 of each ``Expect.required`` name for a completed run;
-- **one decision per wait**: at most one accepted ``"decide"`` per wait in the ledger, a
+- **one decision per wait**: at most one accepted ``"decide"`` per wait in the ledger (over
+  HTTP, where a repeated decision answers the recorded one: at most one ``decided_at``), a
   received wait has exactly one decision in the database, and the run resumed (a
   ``run_resumed`` event) at most once per resolved wait (plus its first claim);
 - **checkpoints**: the revisions the ledger saw returned per (run, name) strictly increase, and
@@ -254,10 +255,13 @@ def _ledger_checks(
     accepted: Counter[tuple[str, str]] = Counter()
     revisions: dict[tuple[str, str], list[int]] = defaultdict(list)
     epochs: dict[tuple[str, int], set[int]] = defaultdict(set)
+    decided_at: dict[tuple[str, str], set[float]] = defaultdict(set)
     for e in entries:
         counts[e.what][e.run] += 1
         if e.what == "decide" and e.extra.get("outcome") == "accepted":
             accepted[(e.run, str(e.extra.get("wait")))] += 1
+        if e.what == "decide" and e.extra.get("decided_at") is not None:
+            decided_at[(e.run, str(e.extra.get("wait")))].add(e.extra["decided_at"])
         elif e.what == "checkpoint":
             revisions[(e.run, str(e.extra["name"]))].append(int(e.extra["revision"]))
         elif e.what == "attempt" and "epoch" in e.extra:
@@ -274,6 +278,7 @@ def _ledger_checks(
                 if status == "completed" and key in counts["started"] and counts[what][key] == 0:
                     bad.append(f"{key!r} completed but {what} never ran")
     bad += [f"wait {w} of {k!r} accepted {n} decisions" for (k, w), n in accepted.items() if n > 1]
+    bad += [f"wait {w} of {k!r} answered {len(t)} decisions" for (k, w), t in decided_at.items() if len(t) > 1]
     for (key, name), seen in revisions.items():
         if any(b <= a for a, b in zip(seen, seen[1:], strict=False)):
             bad.append(f"checkpoint {name!r} of {key!r}: revisions not strictly increasing: {seen}")
