@@ -103,7 +103,7 @@ def run_celery_campaign(
     queue = f"reltest-{secrets.token_hex(4)}"
     env = child_env(workdir, chain.ledger, CELERY_BROKER_URL=broker, PWTEST_DIR=str(workdir))
     env["PYTHONPATH"] = os.pathsep.join([str(CELERY_TESTS), env["PYTHONPATH"]])
-    cluster = Cluster(storage, broker, queue, workdir, env, lease_ttl=3.0, max_crashes=50)
+    cluster = Cluster(storage, broker, queue, workdir, env, lease_ttl=3.0, max_crashes=100_000)
     workers = _Workers(chain, cluster)
     celery = ["--celery", broker, queue]
     try:

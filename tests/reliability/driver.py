@@ -25,7 +25,9 @@ async def main(storage: str, keys: list[str], celery: list[str] | None, timeout:
     if celery:
         pyworkflow.configure(storage=storage, runtime="celery", broker=celery[0], queue=celery[1])
     else:
-        pyworkflow.configure(storage=storage, poll_interval=0.02)
+        # A run stays in flight across many of a chain's deaths; the poison-run limit
+        # (max_crashes, tested in tests/integration) would end it as WorkerCrashed.
+        pyworkflow.configure(storage=storage, poll_interval=0.02, max_crashes=100_000)
     server = None if celery else asyncio.create_task(pyworkflow.serve())
     oracle = Oracle(storage)
     loop = asyncio.get_running_loop()
