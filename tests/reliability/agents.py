@@ -61,3 +61,12 @@ async def held(seconds: float = 5.0) -> dict[str, Any]:
     _record("checkpoint", name="progress", revision=revision)
     _record("finish")
     return {"attempt": ctx.attempt}
+
+
+@app.skill()
+async def parked(expires: float | None = None) -> dict[str, Any]:
+    """The soak's waiting run: pauses once on an approval (decided, or expiring after
+    ``expires`` seconds), then finishes."""
+    decision = await app.request_approval("soak?", operation_key="soak", expires_in_seconds=expires)
+    _record("finish")
+    return {"status": decision["status"]}

@@ -8,6 +8,7 @@ ledger line (:mod:`tests.reliability.ledger`), keyed by the run's ``key`` argume
 
 from __future__ import annotations
 
+import asyncio
 from typing import Any
 
 from pyworkflow import load_step_checkpoint, save_step_checkpoint, sleep, step, step_hook, workflow
@@ -62,3 +63,16 @@ async def trial(key: str, nap: float = 0.0) -> dict[str, Any]:
         await sleep(nap)
     reviewed = await review(key)
     return await publish(key, reviewed)
+
+
+@step
+async def hold(key: str, seconds: float) -> str:
+    _ledger().record(key, "hold")
+    await asyncio.sleep(seconds)  # a lease trial freezes the worker here
+    return key
+
+
+@workflow
+async def held(key: str, seconds: float = 4.0) -> str:
+    """One slow step, for the lease trials."""
+    return await hold(key, seconds)
