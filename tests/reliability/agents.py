@@ -11,8 +11,9 @@ from __future__ import annotations
 import asyncio
 from typing import Any
 
-from atfgraph import Agent, current_context
 from tests.reliability.ledger import Ledger
+
+from atfgraph import Agent, current_context
 
 app = Agent(node_id="reliab", version="1.0.0", capacity=4)
 

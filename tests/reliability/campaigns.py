@@ -11,11 +11,12 @@ import secrets
 from pathlib import Path
 from urllib.parse import urlsplit, urlunsplit
 
-from pyworkflow._crashpoints import POINTS
 from tests.reliability.celery_trials import WORKER_POINTS, run_celery_campaign
 from tests.reliability.graph_trials import run_graph_campaign
 from tests.reliability.local_trials import run_local_campaign
 from tests.reliability.oracle import Figures
+
+from pyworkflow._crashpoints import POINTS
 
 __all__ = ["CAMPAIGNS", "FAST", "FULL", "expected_points", "run_campaign"]
 

@@ -20,9 +20,10 @@ import sys
 import time
 from pathlib import Path
 
-from pyworkflow._crashpoints import POINTS
 from tests.reliability.local_trials import CrashChain, child_env, crash_hit
 from tests.reliability.oracle import Figures
+
+from pyworkflow._crashpoints import POINTS
 
 __all__ = ["WORKER_POINTS", "run_celery_campaign"]
 

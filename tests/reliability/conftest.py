@@ -7,7 +7,6 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
-
 from tests.conftest import require_service
 from tests.reliability.oracle import Figures
 

@@ -14,10 +14,11 @@ import argparse
 import asyncio
 import os
 
-import pyworkflow
 from tests.reliability import workload
 from tests.reliability.ledger import Ledger
 from tests.reliability.oracle import Oracle
+
+import pyworkflow
 
 
 async def main(storage: str, keys: list[str], celery: list[str] | None, timeout: float) -> int:

@@ -20,10 +20,11 @@ import time
 from pathlib import Path
 from typing import Any
 
-from atfgraph import Client, ConflictError, ServerUnavailableError
 from tests.reliability import agents
 from tests.reliability.local_trials import REPO, CrashChain
 from tests.reliability.oracle import Expect, Figures
+
+from atfgraph import Client, ConflictError, ServerUnavailableError
 
 __all__ = ["EXPECT", "GraphDeployment", "run_graph_campaign"]
 

@@ -17,14 +17,15 @@ import signal
 import time
 from pathlib import Path
 
-from atfgraph import Client
-import pyworkflow
 from tests.reliability import workload
 from tests.reliability.celery_trials import CELERY_TESTS, IMPORT, Cluster, _purge
 from tests.reliability.graph_trials import GraphDeployment
 from tests.reliability.ledger import Ledger
 from tests.reliability.local_trials import child_env
 from tests.reliability.oracle import Expect, Figures, Oracle
+
+import pyworkflow
+from atfgraph import Client
 
 __all__ = ["celery_lease_trials", "graph_lease_trials"]
 
@@ -53,10 +54,14 @@ async def graph_lease_trials(db: str, workdir: Path, trials: int, figures: Figur
             frozen = await asyncio.to_thread(deploy.start_worker, "--capacity", "2")
             assert frozen.proc is not None
             for trial in range(trials):
-                held = [await client.submit("reliab.held", {"seconds": 4.0}, max_attempts=2) for _ in range(2)]
+                held = [
+                    await client.submit("reliab.held", {"seconds": 4.0}, max_attempts=2) for _ in range(2)
+                ]
                 ids = {h.id for h in held}
                 await _until(
-                    lambda: {e.run for e in ledger.entries() if e.what == "attempt"} >= ids, 30, "attempt 1"
+                    lambda ids=ids: {e.run for e in ledger.entries() if e.what == "attempt"} >= ids,
+                    30,
+                    "attempt 1",
                 )
                 frozen.proc.send_signal(signal.SIGSTOP)
                 other = await asyncio.to_thread(deploy.start_worker)
@@ -88,7 +93,9 @@ async def graph_lease_trials(db: str, workdir: Path, trials: int, figures: Figur
                 figures.runs = len(snap.runs)
                 for run_id in ids:
                     if snap.checkpoints.get((run_id, "progress")) != 1:
-                        figures.violations.append(f"{run_id}: checkpoint at {snap.checkpoints.get((run_id, 'progress'))}")
+                        figures.violations.append(
+                            f"{run_id}: checkpoint at {snap.checkpoints.get((run_id, 'progress'))}"
+                        )
     finally:
         await asyncio.to_thread(deploy.close)
     figures.seconds += time.monotonic() - started
@@ -98,7 +105,9 @@ async def graph_lease_trials(db: str, workdir: Path, trials: int, figures: Figur
 CELERY_HELD = Expect(effects=("hold",), required=("hold",))
 
 
-async def celery_lease_trials(storage: str, broker: str, workdir: Path, trials: int, figures: Figures) -> Figures:
+async def celery_lease_trials(
+    storage: str, broker: str, workdir: Path, trials: int, figures: Figures
+) -> Figures:
     """``trials`` freezes of a ``pyworkflow worker`` mid-step, past its 1.5 s turn lease."""
     started = time.monotonic()
     ledger, oracle = Ledger(workdir / "ledger.jsonl"), Oracle(storage)
@@ -132,9 +141,7 @@ async def celery_lease_trials(storage: str, broker: str, workdir: Path, trials: 
             bad, snap = oracle.check(ledger, CELERY_HELD, crashes=crashes, final=True)
             figures.violations += bad
             figures.runs = len(snap.runs)
-            recovered = oracle.query(
-                "SELECT count(*) FROM events WHERE type = 'run_recovered'"
-            )[0][0]
+            recovered = oracle.query("SELECT count(*) FROM events WHERE type = 'run_recovered'")[0][0]
             if recovered < trial + 1:
                 figures.violations.append(f"trial {trial}: the frozen turn was not taken over ({recovered})")
             for proc in (frozen, other):

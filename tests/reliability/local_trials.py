@@ -20,10 +20,11 @@ import time
 from collections import Counter
 from pathlib import Path
 
-from pyworkflow._crashpoints import POINTS
 from tests.reliability import workload
 from tests.reliability.ledger import Ledger
 from tests.reliability.oracle import Expect, Figures, Oracle
+
+from pyworkflow._crashpoints import POINTS
 
 __all__ = ["EXPECT", "CrashChain", "run_local_campaign"]
 

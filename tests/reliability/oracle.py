@@ -37,6 +37,7 @@ import time
 from collections import Counter, defaultdict
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
+from itertools import pairwise
 from typing import Any
 
 from tests.reliability.ledger import Ledger
@@ -106,7 +107,9 @@ class Oracle:
 
     def unfinished(self) -> int:
         """Runs that have not ended (what a trial's driver waits for)."""
-        rows = self.query("SELECT count(*) FROM runs WHERE status NOT IN ('completed', 'failed', 'cancelled')")
+        rows = self.query(
+            "SELECT count(*) FROM runs WHERE status NOT IN ('completed', 'failed', 'cancelled')"
+        )
         return int(rows[0][0]) if rows else 0
 
     def key_of(self, run_id: str) -> str:
@@ -159,7 +162,9 @@ class Oracle:
         ]
         checkpoints = {
             (keyed(r), name or scope): rev
-            for r, scope, name, rev in self._rows(conn, "SELECT run_id, scope, name, revision FROM checkpoints")
+            for r, scope, name, rev in self._rows(
+                conn, "SELECT run_id, scope, name, revision FROM checkpoints"
+            )
         }
         leased = self._rows(
             conn,
@@ -278,9 +283,11 @@ def _ledger_checks(
                 if status == "completed" and key in counts["started"] and counts[what][key] == 0:
                     bad.append(f"{key!r} completed but {what} never ran")
     bad += [f"wait {w} of {k!r} accepted {n} decisions" for (k, w), n in accepted.items() if n > 1]
-    bad += [f"wait {w} of {k!r} answered {len(t)} decisions" for (k, w), t in decided_at.items() if len(t) > 1]
+    bad += [
+        f"wait {w} of {k!r} answered {len(t)} decisions" for (k, w), t in decided_at.items() if len(t) > 1
+    ]
     for (key, name), seen in revisions.items():
-        if any(b <= a for a, b in zip(seen, seen[1:], strict=False)):
+        if any(b <= a for a, b in pairwise(seen)):
             bad.append(f"checkpoint {name!r} of {key!r}: revisions not strictly increasing: {seen}")
         stored = snap.checkpoints.get((key, name))
         if stored is not None and stored < max(seen):
@@ -319,5 +326,6 @@ class Figures:
 
     HEADER = (
         "| face | backend | trials | crash-point hits | points hit | random kills | runs "
-        "| re-executions | violations | seconds | hits per point |\n|---|---|---|---|---|---|---|---|---|---|---|"
+        "| re-executions | violations | seconds | hits per point |\n"
+        "|---|---|---|---|---|---|---|---|---|---|---|"
     )

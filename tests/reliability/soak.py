@@ -19,7 +19,6 @@ import asyncio
 import json
 import os
 import random
-import statistics
 import sys
 import tempfile
 import time
@@ -27,11 +26,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from atfgraph import Client, ConflictError, ServerUnavailableError
 from tests.reliability.campaigns import _create_pg, _drop_pg
 from tests.reliability.graph_trials import GraphDeployment
 from tests.reliability.ledger import Ledger
 from tests.reliability.oracle import Expect, Oracle
+
+from atfgraph import Client, ConflictError, ServerUnavailableError
 
 __all__ = ["SoakReport", "main", "soak"]
 
@@ -111,7 +111,16 @@ def _sample(deploy: GraphDeployment, oracle: Oracle, at: float) -> list[dict[str
         except OSError:
             continue
         conns = pg_conns if (label == "server" and pg_conns is not None) else on_db
-        rows.append({"at": round(at, 1), "process": label, "pid": proc.pid, "rss_mb": rss, "fds": fds, "db_conns": conns})
+        rows.append(
+            {
+                "at": round(at, 1),
+                "process": label,
+                "pid": proc.pid,
+                "rss_mb": rss,
+                "fds": fds,
+                "db_conns": conns,
+            }
+        )
     return rows
 
 
@@ -230,9 +239,7 @@ def main(argv: list[str] | None = None) -> int:
     seconds = ns.seconds if ns.seconds is not None else ns.minutes * 60
     workdir = ns.workdir or Path(tempfile.mkdtemp(prefix="soak-"))
     workdir.mkdir(parents=True, exist_ok=True)
-    report = asyncio.run(
-        soak(ns.backend, ns.runs, seconds, ns.rate, ns.kill_every, ns.sample_every, workdir)
-    )
+    report = asyncio.run(soak(ns.backend, ns.runs, seconds, ns.rate, ns.kill_every, ns.sample_every, workdir))
     if ns.json:
         print(json.dumps({"summary": report.summary(), "samples": report.samples}, indent=1))
     else:
@@ -240,7 +247,8 @@ def main(argv: list[str] | None = None) -> int:
             print(f"{key:28} {value}")
         print(f"\n{'at s':>7} {'process':8} {'pid':>7} {'rss MB':>8} {'fds':>5} {'db conns':>8}")
         for s in report.samples:
-            print(f"{s['at']:>7} {s['process']:8} {s['pid']:>7} {s['rss_mb']:>8.1f} {s['fds']:>5} {s['db_conns']:>8}")
+            row = f"{s['at']:>7} {s['process']:8} {s['pid']:>7} {s['rss_mb']:>8.1f}"
+            print(f"{row} {s['fds']:>5} {s['db_conns']:>8}")
     return 1 if report.failures else 0
 
 

@@ -7,7 +7,6 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-
 from tests.reliability.campaigns import CAMPAIGNS, FAST, expected_points, run_campaign
 from tests.reliability.conftest import require
 from tests.reliability.oracle import Figures

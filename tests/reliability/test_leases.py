@@ -6,7 +6,6 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-
 from tests.reliability.campaigns import REDIS_URL, _create_pg, _drop_pg
 from tests.reliability.conftest import require
 from tests.reliability.leases import celery_lease_trials, graph_lease_trials
@@ -40,7 +39,9 @@ async def test_a_frozen_celery_worker_loses_its_turn_and_nothing_else(
     require("postgresql", "redis")
     db = _create_pg()
     try:
-        figures = await celery_lease_trials(db, REDIS_URL, tmp_path, TRIALS, Figures("celery SIGSTOP", "postgresql"))
+        figures = await celery_lease_trials(
+            db, REDIS_URL, tmp_path, TRIALS, Figures("celery SIGSTOP", "postgresql")
+        )
     finally:
         _drop_pg(db)
     summary.append(figures)

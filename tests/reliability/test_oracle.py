@@ -8,12 +8,12 @@ import sqlite3
 from pathlib import Path
 
 import pytest
-
-import pyworkflow
 from tests.reliability import workload
 from tests.reliability.ledger import Ledger
 from tests.reliability.local_trials import EXPECT
 from tests.reliability.oracle import Oracle
+
+import pyworkflow
 
 
 async def _one_run(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> tuple[Oracle, Ledger, Path]:

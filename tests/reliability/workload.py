@@ -11,8 +11,9 @@ from __future__ import annotations
 import asyncio
 from typing import Any
 
-from pyworkflow import load_step_checkpoint, save_step_checkpoint, sleep, step, step_hook, workflow
 from tests.reliability.ledger import Ledger
+
+from pyworkflow import load_step_checkpoint, save_step_checkpoint, sleep, step, step_hook, workflow
 
 #: The ledger names that are side effects of a run: at most 1 + the crashes that hit it.
 EFFECTS = ("prepare", "setup", "token", "publish")
@@ -41,9 +42,7 @@ async def review(key: str) -> dict[str, Any]:
         state = {"stage": 1}
         revision = await save_step_checkpoint(state)
         _ledger().record(key, "checkpoint", name=CHECKPOINT, revision=revision)
-    answer = await step_hook(
-        "approve", timeout="1h", on_created=lambda token: _ledger().record(key, "token")
-    )
+    answer = await step_hook("approve", timeout="1h", on_created=lambda token: _ledger().record(key, "token"))
     if state["stage"] == 1:
         revision = await save_step_checkpoint({"stage": 2, "answer": answer})
         _ledger().record(key, "checkpoint", name=CHECKPOINT, revision=revision)
