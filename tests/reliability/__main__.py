@@ -13,7 +13,7 @@ from tests.reliability.campaigns import CAMPAIGNS, FAST, FULL, expected_points, 
 from tests.reliability.oracle import Figures
 
 
-def main(argv: list[str] | None = None) -> int:
+def make_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="python -m tests.reliability", description=__doc__)
     size = parser.add_mutually_exclusive_group()
     size.add_argument("--full", action="store_true", help="2,000 trials per backend")
@@ -23,7 +23,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--backends", default="sqlite,postgresql")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--workdir", type=Path, help="keep databases and ledgers here")
-    ns = parser.parse_args(argv)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    ns = make_parser().parse_args(argv)
     faces, backends = ns.faces.split(","), ns.backends.split(",")
     base = Path(ns.workdir or tempfile.mkdtemp(prefix="reliability-"))
     results: list[Figures] = []

@@ -33,7 +33,7 @@ from tests.reliability.oracle import Expect, Oracle
 
 from atfgraph import Client, ConflictError, ServerUnavailableError
 
-__all__ = ["SoakReport", "main", "soak"]
+__all__ = ["SoakReport", "main", "make_parser", "soak"]
 
 #: A decided or expired parked run finishes once, whatever the kills (recorded by the
 #: continuation, which a kill may repeat).
@@ -224,7 +224,7 @@ def _check_flat(report: SoakReport) -> None:
             report.failures.append(f"server {what} grew from {warm[what]} to {peak}")
 
 
-def main(argv: list[str] | None = None) -> int:
+def make_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="python -m tests.reliability.soak", description=__doc__)
     parser.add_argument("--minutes", type=float, default=10.0)
     parser.add_argument("--seconds", type=float, help="instead of --minutes (the smoke)")
@@ -235,7 +235,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--backend", choices=("sqlite", "postgresql"), default="sqlite")
     parser.add_argument("--workdir", type=Path)
     parser.add_argument("--json", action="store_true", help="the report and every sample as JSON")
-    ns = parser.parse_args(argv)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    ns = make_parser().parse_args(argv)
     seconds = ns.seconds if ns.seconds is not None else ns.minutes * 60
     workdir = ns.workdir or Path(tempfile.mkdtemp(prefix="soak-"))
     workdir.mkdir(parents=True, exist_ok=True)
