@@ -32,7 +32,10 @@ ACCEPTANCE = REPO / "tests" / "acceptance" / "atfgraph"
 if str(ACCEPTANCE) not in sys.path:
     sys.path.insert(0, str(ACCEPTANCE))
 
-from atfg_harness import ServerProcess, WorkerProcess  # noqa: E402 - needs ACCEPTANCE on sys.path
+from atfg_harness import ServerProcess, WorkerProcess, _ready, wait_until  # noqa: E402 - needs ACCEPTANCE
+
+#: How long a (re)started server may take to answer /readyz on a machine loaded by others.
+READY_SECONDS = 90.0
 
 EXPECT = Expect(effects=agents.EFFECTS, required=agents.REQUIRED)
 MODULE = "tests.reliability.agents:app"
@@ -47,10 +50,23 @@ class GraphDeployment:
         self.server.env["PYTHONPATH"] = os.pathsep.join([str(REPO), str(REPO / "src")])
         self.workers: list[WorkerProcess] = []
 
+    def start_server(self) -> None:
+        try:
+            self.server.start()
+        except AssertionError:  # not ready within the harness's 20 s: a loaded machine
+            url = self.server.url
+            wait_until(lambda: _ready(url), READY_SECONDS, f"server on {url} never became ready")
+
     def start_worker(self, *args: str) -> WorkerProcess:
         worker = WorkerProcess(self.server, MODULE, *args)
-        worker.start(wait_registered=self.server.proc is not None and self.server.proc.poll() is None)
+        before = len(self.server.workers())
+        worker.start(wait_registered=False)
         self.workers.append(worker)
+        wait_until(
+            lambda: len(self.server.workers()) > before,
+            READY_SECONDS,
+            f"worker never registered: {worker.log}",
+        )
         return worker
 
     def close(self) -> None:
@@ -105,7 +121,7 @@ async def run_graph_campaign(
     storage = db if db.startswith("postgresql://") else f"sqlite:///{db}"
     chain = CrashChain(storage, workdir, figures, seed, EXPECT)
     deploy = GraphDeployment(workdir, db, chain.ledger.path)
-    await asyncio.to_thread(deploy.server.start)
+    await asyncio.to_thread(deploy.start_server)
     await asyncio.to_thread(deploy.start_worker)
     os.environ["ATFGRAPH_HOME"] = str(workdir)  # the Client finds the server's credentials
     stop = asyncio.Event()
@@ -117,8 +133,8 @@ async def run_graph_campaign(
                     handle = await client.submit("reliab.trial", {"n": i}, max_attempts=1000)
                     chain.ledger.record(handle.id, "started", trial=trial)
                 target = len(chain.ledger.entries()) + chain.rng.randint(1, 12)
-                if not await _until(lambda t=target: len(chain.ledger.entries()) >= t, 30):
-                    figures.violations.append(f"trial {trial}: no progress in 30 s")
+                if not await _until(lambda t=target: len(chain.ledger.entries()) >= t, 90):
+                    figures.violations.append(f"trial {trial}: no progress in 90 s")
                 kill_server = trial % 4 == 3
                 victim = deploy.server if kill_server else deploy.workers[-1]
                 await asyncio.to_thread(victim.kill)
@@ -128,7 +144,7 @@ async def run_graph_campaign(
                     if status in ("pending", "running"):
                         chain.crashes[key] += 1
                 if kill_server:
-                    await asyncio.to_thread(deploy.server.start)
+                    await asyncio.to_thread(deploy.start_server)
                 else:
                     deploy.workers.pop()
                     await asyncio.to_thread(deploy.start_worker)

@@ -148,7 +148,7 @@ async def soak(backend: str, runs: int, seconds: float, rate: float, kill_every:
     deploy = GraphDeployment(workdir, db, ledger.path)
     os.environ["ATFGRAPH_HOME"] = str(workdir)
     try:
-        await asyncio.to_thread(deploy.server.start)
+        await asyncio.to_thread(deploy.start_server)
         for _ in range(2):
             await asyncio.to_thread(deploy.start_worker, "--capacity", "32")
         async with Client(deploy.server.url, token=deploy.server.token(), timeout=60) as client:
