@@ -37,7 +37,7 @@ from atfg_harness import ServerProcess, WorkerProcess, _ready, wait_until  # noq
 #: How long a (re)started server may take to answer /readyz on a machine loaded by others.
 READY_SECONDS = 90.0
 
-EXPECT = Expect(effects=agents.EFFECTS, required=agents.REQUIRED)
+EXPECT = Expect(effects=agents.EFFECTS, required=agents.REQUIRED, lost_attempts_are_crashes=True)
 MODULE = "tests.reliability.agents:app"
 
 
@@ -140,9 +140,12 @@ async def run_graph_campaign(
                 await asyncio.to_thread(victim.kill)
                 figures.kills += 1
                 figures.trials += 1
+                in_flight = []
                 for key, (_, status) in chain.oracle.snapshot().runs.items():
                     if status in ("pending", "running"):
                         chain.crashes[key] += 1
+                        in_flight.append(key)
+                chain.ledger.record("-", "kill", trial=trial, server=kill_server, in_flight=in_flight)
                 if kill_server:
                     await asyncio.to_thread(deploy.start_server)
                 else:

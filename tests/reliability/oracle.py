@@ -13,7 +13,10 @@ What it asserts (each a line of :meth:`Oracle.check`'s answer when broken):
 - **no step completed twice**: at most one ``step_completed`` event per (run, step key);
 - **side effects bounded**: ledger executions of each ``Expect.effects`` name per run at most
   1 + the crashes that hit that run (``crashes``: the harness's count), at most 1 for
-  ``Expect.once`` names, and at least 1 of each ``Expect.required`` name for a completed run;
+  ``Expect.once`` names, and at least 1 of each ``Expect.required`` name for a completed run
+  (for traversers, ``Expect.lost_attempts_are_crashes``: an attempt the server charged and
+  lost, to a kill or to a lease that ran out, counts as a crash even when the harness did not
+  see it in flight);
 - **one decision per wait**: at most one accepted ``"decide"`` per wait in the ledger (over
   HTTP, where a repeated decision answers the recorded one: at most one ``decided_at``), a
   received wait has exactly one decision in the database, and the run resumed (a
@@ -57,6 +60,9 @@ class Expect:
     once: tuple[str, ...] = ()
     #: ledger names every completed run must show at least once
     required: tuple[str, ...] = ()
+    #: count an attempt the server charged beyond the first and the continuations after pauses
+    #: (a killed worker's, or a lease that ran out on a loaded machine) as a crash of that run
+    lost_attempts_are_crashes: bool = False
 
 
 @dataclass
@@ -75,6 +81,8 @@ class Snapshot:
     resolved_waits: Counter[str]  # key -> waits received or expired
     early_timers: list[tuple[str, float, float]]
     integrity: str
+    #: traversers: attempts charged beyond the first and one continuation per resolved wait
+    lost_attempts: dict[str, int] = field(default_factory=dict)
 
 
 class Oracle:
@@ -139,8 +147,13 @@ class Oracle:
         key_of: dict[str, str] = {}
         runs: dict[str, tuple[str, str]] = {}
         duplicates = []
-        for run_id, status, node_id, raw in self._rows(conn, "SELECT id, status, node_id, input FROM runs"):
+        attempts: dict[str, int] = {}
+        for run_id, status, node_id, raw, attempt in self._rows(
+            conn, "SELECT id, status, node_id, input, attempt FROM runs"
+        ):
             key = run_id
+            if node_id is not None:
+                attempts[run_id] = int(attempt)
             if node_id is None:
                 args = json.loads(bytes(raw)).get("args") or [run_id]
                 key = str(args[0])
@@ -200,7 +213,9 @@ class Oracle:
                 " AND status = 'expired' AND resolved_at < expires_at",
             )
         ]
+        lost = {r: max(0, n - 1 - resolved.get(r, 0)) for r, n in attempts.items()}
         return Snapshot(
+            lost_attempts={r: n for r, n in lost.items() if n},
             runs=runs,
             duplicate_keys=duplicates,
             steps_completed_twice=twice,
@@ -224,9 +239,15 @@ class Oracle:
     ) -> tuple[list[str], Snapshot]:
         """Every broken guarantee (an empty list when none), and the snapshot it was read from.
         ``final``: the trial is over, so every run must have ended as ``expect.end`` allows."""
-        crashes = crashes or {}
-        snap = self.snapshot()
+        # The ledger first: a line is written after its effect committed, so a database read
+        # afterwards is at least as new as every line (read the other way round, a write landing
+        # in between would look like a lost update).
         entries = ledger.entries()
+        snap = self.snapshot()
+        crashes = dict(crashes or {})
+        if expect.lost_attempts_are_crashes:
+            for key, lost in snap.lost_attempts.items():
+                crashes[key] = max(crashes.get(key, 0), lost)
         bad: list[str] = []
         if snap.integrity != "ok":
             bad.append(f"integrity_check: {snap.integrity}")
