@@ -121,13 +121,13 @@ async def run_graph_campaign(
     storage = db if db.startswith("postgresql://") else f"sqlite:///{db}"
     chain = CrashChain(storage, workdir, figures, seed, EXPECT)
     deploy = GraphDeployment(workdir, db, chain.ledger.path)
-    await asyncio.to_thread(deploy.start_server)
-    await asyncio.to_thread(deploy.start_worker)
-    os.environ["ATFGRAPH_HOME"] = str(workdir)  # the Client finds the server's credentials
     stop = asyncio.Event()
-    async with Client(deploy.server.url, token=deploy.server.token()) as client:
-        reviewer = asyncio.create_task(_reviewer(client, chain, stop))
-        try:
+    reviewer: asyncio.Task[None] | None = None
+    try:
+        await asyncio.to_thread(deploy.start_server)
+        await asyncio.to_thread(deploy.start_worker)
+        async with Client(deploy.server.url, token=deploy.server.token()) as client:
+            reviewer = asyncio.create_task(_reviewer(client, chain, stop))
             for trial in range(trials):
                 for i in range(runs_per_trial):
                     handle = await client.submit("reliab.trial", {"n": i}, max_attempts=1000)
@@ -154,10 +154,11 @@ async def run_graph_campaign(
                 chain.check()
             if not await _until(lambda: chain.oracle.unfinished() == 0, 120):
                 figures.violations.append(f"{chain.oracle.unfinished()} traversers unfinished after 120 s")
-        finally:
-            stop.set()
+    finally:
+        stop.set()
+        if reviewer is not None:
             await asyncio.gather(reviewer, return_exceptions=True)
-            await asyncio.to_thread(deploy.close)
+        await asyncio.to_thread(deploy.close)
     chain.check(final=True)
     figures.seconds += time.monotonic() - started
     return figures

@@ -46,10 +46,10 @@ async def graph_lease_trials(db: str, workdir: Path, trials: int, figures: Figur
     storage = db if db.startswith("postgresql://") else f"sqlite:///{db}"
     ledger, oracle = Ledger(workdir / "ledger.jsonl"), Oracle(storage)
     deploy = GraphDeployment(workdir, db, ledger.path)
-    await asyncio.to_thread(deploy.start_server)
     os.environ["ATFGRAPH_HOME"] = str(workdir)
     crashes: dict[str, int] = {}
     try:
+        await asyncio.to_thread(deploy.start_server)
         async with Client(deploy.server.url, token=deploy.server.token()) as client:
             frozen = await asyncio.to_thread(deploy.start_worker, "--capacity", "2")
             assert frozen.proc is not None
