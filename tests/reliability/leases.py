@@ -46,7 +46,6 @@ async def graph_lease_trials(db: str, workdir: Path, trials: int, figures: Figur
     storage = db if db.startswith("postgresql://") else f"sqlite:///{db}"
     ledger, oracle = Ledger(workdir / "ledger.jsonl"), Oracle(storage)
     deploy = GraphDeployment(workdir, db, ledger.path)
-    os.environ["ATFGRAPH_HOME"] = str(workdir)
     crashes: dict[str, int] = {}
     try:
         await asyncio.to_thread(deploy.start_server)
@@ -114,7 +113,6 @@ async def celery_lease_trials(
     queue = f"reltest-{secrets.token_hex(4)}"
     env = child_env(workdir, ledger, CELERY_BROKER_URL=broker, PWTEST_DIR=str(workdir))
     env["PYTHONPATH"] = os.pathsep.join([str(CELERY_TESTS), env["PYTHONPATH"]])
-    os.environ["RELIABILITY_LEDGER"] = str(ledger.path)
     cluster = Cluster(storage, broker, queue, workdir, env, lease_ttl=1.5, max_crashes=100)
     pyworkflow.configure(storage=storage, runtime="celery", broker=broker, queue=queue)
     crashes: dict[str, int] = {}

@@ -146,7 +146,6 @@ async def soak(backend: str, runs: int, seconds: float, rate: float, kill_every:
     storage = pg or f"sqlite:///{db}"
     ledger, oracle = Ledger(workdir / "ledger.jsonl"), Oracle(storage)
     deploy = GraphDeployment(workdir, db, ledger.path)
-    os.environ["ATFGRAPH_HOME"] = str(workdir)
     try:
         await asyncio.to_thread(deploy.start_server)
         for _ in range(2):
