@@ -152,7 +152,7 @@ async def soak(backend: str, runs: int, seconds: float, rate: float, kill_every:
             await asyncio.to_thread(deploy.start_worker, "--capacity", "32")
         async with Client(deploy.server.url, token=deploy.server.token(), timeout=60) as client:
             print(f"parking {runs} runs ...", file=sys.stderr, flush=True)
-            ids = await _park(client, ledger, runs, seconds, rng)
+            await _park(client, ledger, runs, seconds, rng)
             deadline = time.monotonic() + max(120.0, runs / 20)
             while oracle.query("SELECT count(*) FROM runs WHERE status = 'suspended'")[0][0] < runs:
                 if time.monotonic() > deadline:
@@ -160,9 +160,8 @@ async def soak(backend: str, runs: int, seconds: float, rate: float, kill_every:
                     break
                 await asyncio.sleep(0.5)
             print(f"parked; soaking for {seconds:.0f} s", file=sys.stderr, flush=True)
-            pending = [i for i in ids]
-            rng.shuffle(pending)
             waiting: set[asyncio.Task[None]] = set()
+            asked: set[str] = set()
             began = time.monotonic()
             next_kill, next_sample = began + kill_every, began
 
@@ -190,8 +189,11 @@ async def soak(backend: str, runs: int, seconds: float, rate: float, kill_every:
                     await asyncio.to_thread(deploy.start_worker, "--capacity", "32")
                     next_kill += kill_every
                 batch = max(1, round(rate / 10))
-                approvals = await client.list_approvals(limit=batch * 4)
-                for approval in approvals[:batch]:
+                approvals = await client.list_approvals(limit=batch + len(waiting))
+                # Still listed while its decision is in flight: each approval is decided once.
+                fresh = [a for a in approvals if a["id"] not in asked][:batch]
+                for approval in fresh:
+                    asked.add(approval["id"])
                     task = asyncio.create_task(decide(str(approval["id"]), str(approval["traverser_id"])))
                     waiting.add(task)
                     task.add_done_callback(waiting.discard)
