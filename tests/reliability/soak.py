@@ -164,6 +164,7 @@ async def soak(backend: str, runs: int, seconds: float, rate: float, kill_every:
             print(f"parked; soaking for {seconds:.0f} s", file=sys.stderr, flush=True)
             waiting: set[asyncio.Task[None]] = set()
             asked: set[str] = set()
+            credit = 0.0
             began = time.monotonic()
             next_kill, next_sample = began + kill_every, began
 
@@ -190,8 +191,10 @@ async def soak(backend: str, runs: int, seconds: float, rate: float, kill_every:
                     report.kills += 1
                     await asyncio.to_thread(deploy.start_worker, "--capacity", "32")
                     next_kill += kill_every
-                batch = max(1, round(rate / 10))
-                approvals = await client.list_approvals(limit=batch + len(waiting))
+                credit += rate * 0.1  # decisions due this tick (the loop ticks every 0.1 s)
+                batch = int(credit)
+                credit -= batch
+                approvals = await client.list_approvals(limit=batch + len(waiting)) if batch else []
                 # Still listed while its decision is in flight: each approval is decided once.
                 fresh = [a for a in approvals if a["id"] not in asked][:batch]
                 for approval in fresh:
