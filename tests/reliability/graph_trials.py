@@ -53,7 +53,10 @@ class GraphDeployment:
     def start_server(self) -> None:
         try:
             self.server.start()
-        except AssertionError:  # not ready within the harness's 20 s: a loaded machine
+        except AssertionError:  # not ready within the harness's wait: a loaded machine
+            proc = self.server.proc
+            if proc is None or proc.poll() is not None:
+                raise  # the harness gave up on it (and killed it)
             url = self.server.url
             wait_until(lambda: _ready(url), READY_SECONDS, f"server on {url} never became ready")
 
