@@ -9,7 +9,7 @@ BIN := $(VENV)/bin
 RUN_STAMP := $(VENV)/.installed-run
 STAMP := $(VENV)/.installed
 
-.PHONY: run test check bench install install-run clean
+.PHONY: run test check bench reliability soak install install-run clean
 
 $(BIN)/python:
 	$(PY) -m venv $(VENV)
@@ -44,6 +44,20 @@ test: $(STAMP)
 	# identity and whole acceptance suite (real server and worker processes, the console in Chromium).
 	PYWORKFLOW_TEST_STORE=postgresql $(BIN)/python -m pytest -q tests/contract tests/unit \
 		tests/acceptance/atfgraph --ignore=tests/unit/contrib
+
+## The reliability suite's crash-restart campaigns at full size (2,000 trials per backend) and
+## their figures; another size: make reliability RELIABILITY_ARGS="--trials 100" (or "--scale 3").
+RELIABILITY_ARGS ?= --full
+reliability: $(STAMP)
+	bash scripts/services.sh
+	$(BIN)/python -m tests.reliability $(RELIABILITY_ARGS)
+
+## The soak: 10,000 parked runs, decisions, timers and a worker killed every minute, 10 minutes;
+## less: make soak SOAK_ARGS="--minutes 3 --runs 2000".
+SOAK_ARGS ?= --minutes 10 --runs 10000
+soak: $(STAMP)
+	bash scripts/services.sh
+	$(BIN)/python -m tests.reliability.soak $(SOAK_ARGS)
 
 check: $(STAMP)
 	$(BIN)/ruff format --check src tests bench examples

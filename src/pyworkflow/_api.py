@@ -374,6 +374,7 @@ async def resume_hook_by_id(hook_id: str, payload: Any = None) -> ResumeResult:
     wait = await store.get_wait(hook_id)
     data = validate_payload(wait, payload) if wait is not None else b"null"
     resolved = await store.resolve_wait(wait_id=hook_id, payload=data, now=time.time())
+    crashpoint("after_hook_resumed")
     _log_received(resolved)
     _wake_runtime(resolved.run_id)
     return ResumeResult(resolved.run_id, resolved.id, resolved.name, resolved.status)
