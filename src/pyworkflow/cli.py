@@ -198,12 +198,13 @@ def sweeper(
 
 
 def _logging(level: str, fmt: str) -> None:
-    from .store import setup_logging
+    from .store import setup_logging, tracing
 
     try:
         setup_logging(level, fmt)
     except ValueError as exc:
         raise click.BadParameter(str(exc), param_hint="--loglevel") from None
+    tracing.setup_from_env()  # OTEL_TRACES_EXPORTER: spans to a collector (docs/operations.md)
 
 
 if __name__ == "__main__":  # pragma: no cover

@@ -114,6 +114,7 @@ STORE_API = [
     "redact_url",
     "setup_logging",
     "sqlite_path",
+    "tracing",
     "wake_run",
     "write_checkpoint",
 ]

@@ -11,7 +11,8 @@ the rules both faces apply inside their own transactions (:func:`write_checkpoin
 :func:`wake_run`: waking a run, pyworkflow's or one served by remote workers, after its wait
 resolved or expired).
 
-Operating them: :mod:`metrics` (the metrics of both faces, one registry per process) and
+Operating them: :mod:`metrics` (the metrics of both faces, one registry per process),
+:mod:`tracing` (their OpenTelemetry spans and the trace context a run keeps) and
 :func:`setup_logging` (the one logging set-up: level names, text or JSON, :func:`redact`).
 
 ``PostgresDatabase`` and ``PostgresStore`` are imported on first use: psycopg is the postgres
@@ -24,6 +25,7 @@ from typing import TYPE_CHECKING, Any
 
 from .._errors import ConfigurationError
 from . import _metrics as metrics
+from . import _tracing as tracing
 from ._group_commit import WRITE_TIMEOUT, GroupCommitWriter
 from ._logs import log_format, log_level, redact, setup_logging
 from ._migrations import (
@@ -96,6 +98,7 @@ __all__ = [
     "redact_url",
     "setup_logging",
     "sqlite_path",
+    "tracing",
     "wake_run",
     "write_checkpoint",
 ]
