@@ -1,8 +1,9 @@
 """A workflow that suspends on a step hook, and the three programs of a tracing test, each run
-in its own process (see :func:`main`): ``start STORAGE TOKEN_FILE`` (starts a run, waits until it is suspended,
-prints its id), ``decide STORAGE TOKEN`` (resumes the hook), ``resume STORAGE RUN_ID`` (serves the
-store until the run finished; its spans are dumped from the SDK's in-memory exporter). With
-``TRACED_BROKER`` set they use the Celery runtime on that broker (queue ``TRACED_QUEUE``)."""
+in its own process (see :func:`main`): ``start STORAGE TOKEN_FILE`` (starts a run, waits until it
+is suspended, prints its id), ``decide STORAGE TOKEN`` (resumes the hook), ``resume STORAGE
+RUN_ID`` (serves the store until the run finished; its spans are dumped from the SDK's in-memory
+exporter). With ``TRACED_BROKER`` set they use the Celery runtime on that broker (queue
+``TRACED_QUEUE``)."""
 
 from __future__ import annotations
 
