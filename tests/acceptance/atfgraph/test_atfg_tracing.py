@@ -1,0 +1,97 @@
+"""Traces of a traverser across the graph server and two workers (OpenTelemetry SDK in every
+process, see tests/spans/): a submission carrying a caller's ``traceparent``, a first attempt that
+pauses on an approval, its worker SIGKILLed while the traverser waits, the decision from another
+process (``atfg approvals decide``), and the continuation on a second worker. All of it is the
+caller's trace; the attempts are children of the submission's stored context."""
+
+from __future__ import annotations
+
+import os
+import sys
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+from atfg_harness import ServerProcess, WorkerProcess, wait_until
+from test_atfg_cli_review import atfg, ok
+
+SPANS = Path(__file__).resolve().parents[2] / "spans"
+sys.path.insert(0, str(SPANS))
+
+import spanfile  # noqa: E402
+
+CALLER_TRACE = "4bf92f3577b34da6a3ce929d0e0e4736"
+CALLER_SPAN = "00f067aa0ba902b7"
+
+
+@pytest.fixture
+def traced(tmp_path: Path) -> Any:
+    spans_dir = tmp_path / "spans"
+    spans_dir.mkdir()
+    server = ServerProcess(tmp_path)
+    server.env["PYTHONPATH"] = os.pathsep.join([str(SPANS), server.env["PYTHONPATH"]])
+    server.env["TEST_SPAN_DIR"] = str(spans_dir)
+    server.start()
+    yield server, spans_dir
+    server.close()
+
+
+def test_a_traverser_paused_decided_and_continued_elsewhere_is_the_callers_trace(traced: Any) -> None:
+    server, spans_dir = traced
+    first = WorkerProcess(server, "atfg_agents:app").start()
+    response = httpx.post(
+        server.url + "/api/v2/traversers",
+        json={"target": "tester.pausing", "input": {"key": "trace-me"}},
+        headers={**server.headers(), "traceparent": f"00-{CALLER_TRACE}-{CALLER_SPAN}-01"},
+        timeout=10,
+    )
+    assert response.status_code in (200, 201), response.text
+    ident = response.json()["id"]
+    wait_until(lambda: server.get(f"/traversers/{ident}")["status"] == "waiting", 30, "never paused")
+    first.kill()  # it holds nothing while the traverser waits
+    (approval,) = server.get("/approvals", status="pending")["items"]
+    ok(atfg(server, "approvals", "decide", approval["id"], "--approve"))
+    second = WorkerProcess(server, "atfg_agents:app").start()
+    wait_until(lambda: server.get(f"/traversers/{ident}")["status"] == "succeeded", 30, "never continued")
+
+    def attempts() -> list[dict[str, Any]]:
+        return spanfile.named(spanfile.read(spans_dir), "atfgraph.attempt")
+
+    wait_until(lambda: len(attempts()) == 2, 20, "the second attempt's span was never exported")
+    second.kill()
+    spans = spanfile.read(spans_dir)
+    assert {s["trace_id"] for s in spans if s["name"].startswith("atfgraph.")} == {CALLER_TRACE}
+    http = [s for s in spans if s["name"] == "HTTP POST /api/v2/traversers"]
+    assert len(http) == 1 and http[0]["parent_id"] == CALLER_SPAN and http[0]["kind"] == "SERVER"
+    assert http[0]["attributes"]["http.response.status_code"] == response.status_code
+    (submit,) = spanfile.named(spans, "atfgraph.submit")
+    assert submit["parent_id"] == http[0]["span_id"]
+    assert submit["attributes"] == {"atfgraph.target": "tester.pausing", "pyworkflow.run_id": ident}
+    paused, continued = attempts()
+    assert paused["parent_id"] == continued["parent_id"] == submit["span_id"]
+    assert paused["pid"] == first.proc.pid and continued["pid"] == second.proc.pid
+    assert [paused["attributes"]["pyworkflow.status"], continued["attributes"]["pyworkflow.status"]] == [
+        "suspended",
+        "succeeded",
+    ]
+    assert [paused["attributes"]["pyworkflow.attempt"], continued["attributes"]["pyworkflow.attempt"]] == [
+        1,
+        2,
+    ]
+    (asked,) = spanfile.named(spans, "atfgraph.approval.request")
+    assert asked["parent_id"] == paused["span_id"]
+    assert asked["attributes"]["atfgraph.operation_key"] == "trace-me"
+    assert asked["attributes"]["pyworkflow.status"] == "suspended"
+    (wait,) = spanfile.named(spans, "atfgraph.approval")
+    (decision,) = spanfile.named(spans, "atfgraph.decision")
+    for span in (wait, decision):
+        assert span["parent_id"] == submit["span_id"]
+        assert span["attributes"]["pyworkflow.wait_id"] == approval["id"]
+        assert span["attributes"]["pyworkflow.status"] == "approved"
+    assert wait["start"] < paused["end"] and wait["end"] <= continued["start"]
+    # the decision came over HTTP without traceparent: no HTTP span, nothing to link to
+    assert decision["links"] == []
+    # never a credential in an attribute
+    text = repr([s["attributes"] for s in spans])
+    assert server.token() not in text and server.token("worker") not in text and "atfg_" not in text
