@@ -33,13 +33,21 @@ def traced(tmp_path: Path) -> Any:
     server.env["PYTHONPATH"] = os.pathsep.join([str(SPANS), server.env["PYTHONPATH"]])
     server.env["TEST_SPAN_DIR"] = str(spans_dir)
     server.start()
-    yield server, spans_dir
+    started: list[WorkerProcess] = []
+
+    def spawn(module: str = "atfg_agents:app") -> WorkerProcess:
+        started.append(WorkerProcess(server, module).start())
+        return started[-1]
+
+    yield server, spans_dir, spawn
+    for worker in started:
+        worker.kill()
     server.close()
 
 
 def test_a_traverser_paused_decided_and_continued_elsewhere_is_the_callers_trace(traced: Any) -> None:
-    server, spans_dir = traced
-    first = WorkerProcess(server, "atfg_agents:app").start()
+    server, spans_dir, spawn = traced
+    first = spawn()
     response = httpx.post(
         server.url + "/api/v2/traversers",
         json={"target": "tester.pausing", "input": {"key": "trace-me"}},
@@ -52,14 +60,13 @@ def test_a_traverser_paused_decided_and_continued_elsewhere_is_the_callers_trace
     first.kill()  # it holds nothing while the traverser waits
     (approval,) = server.get("/approvals", status="pending")["items"]
     ok(atfg(server, "approvals", "decide", approval["id"], "--approve"))
-    second = WorkerProcess(server, "atfg_agents:app").start()
+    second = spawn()
     wait_until(lambda: server.get(f"/traversers/{ident}")["status"] == "succeeded", 30, "never continued")
 
     def attempts() -> list[dict[str, Any]]:
         return spanfile.named(spanfile.read(spans_dir), "atfgraph.attempt")
 
     wait_until(lambda: len(attempts()) == 2, 20, "the second attempt's span was never exported")
-    second.kill()
     spans = spanfile.read(spans_dir)
     assert {s["trace_id"] for s in spans if s["name"].startswith("atfgraph.")} == {CALLER_TRACE}
     http = [s for s in spans if s["name"] == "HTTP POST /api/v2/traversers"]
@@ -83,6 +90,11 @@ def test_a_traverser_paused_decided_and_continued_elsewhere_is_the_callers_trace
     assert asked["parent_id"] == paused["span_id"]
     assert asked["attributes"]["atfgraph.operation_key"] == "trace-me"
     assert asked["attributes"]["pyworkflow.status"] == "suspended"
+    # the worker's calls carry its attempt's context: the server's spans of them join the trace
+    (asked_http,) = [s for s in spans if s["name"] == "HTTP POST /api/v2/approvals"]
+    assert asked_http["parent_id"] == asked["span_id"] and asked_http["pid"] == server.proc.pid
+    reports = [s for s in spans if s["name"].startswith("HTTP POST /api/v2/traversers/")]
+    assert [r["parent_id"] for r in reports] == [continued["span_id"]], [r["name"] for r in reports]
     (wait,) = spanfile.named(spans, "atfgraph.approval")
     (decision,) = spanfile.named(spans, "atfgraph.decision")
     for span in (wait, decision):
@@ -95,3 +107,49 @@ def test_a_traverser_paused_decided_and_continued_elsewhere_is_the_callers_trace
     # never a credential in an attribute
     text = repr([s["attributes"] for s in spans])
     assert server.token() not in text and server.token("worker") not in text and "atfg_" not in text
+
+
+def test_a_child_step_on_another_node_joins_its_parents_trace(traced: Any) -> None:
+    server, spans_dir, spawn = traced
+    spawn()
+    spawn("atfg_agents:helper_app")
+    response = httpx.post(
+        server.url + "/api/v2/traversers",
+        json={"target": "tester.remote_child", "input": {"x": 21}},
+        headers={**server.headers(), "traceparent": f"00-{CALLER_TRACE}-{CALLER_SPAN}-01"},
+        timeout=10,
+    )
+    assert response.status_code in (200, 201), response.text
+    ident = response.json()["id"]
+    wait_until(lambda: server.get(f"/traversers/{ident}")["status"] == "waiting", 30, "never paused")
+
+    def attempts() -> list[dict[str, Any]]:
+        return spanfile.named(spanfile.read(spans_dir), "atfgraph.attempt")
+
+    wait_until(lambda: len(attempts()) == 2, 20, "the attempts' spans were never exported")
+    spans = spanfile.read(spans_dir)
+    by_id = {s["span_id"]: s for s in spans}
+
+    def ancestors(span: dict[str, Any]) -> list[str]:
+        names = []
+        while span["parent_id"] in by_id:
+            span = by_id[span["parent_id"]]
+            names.append(span["name"])
+        return names
+
+    (child,) = [a for a in attempts() if a["attributes"]["atfgraph.target"] == "helper.double"]
+    assert child["trace_id"] == CALLER_TRACE
+    assert child["attributes"]["pyworkflow.status"] == "succeeded"
+    # the child's attempt <- its submission <- the parent's HTTP call <- the step <- the parent's
+    # attempt <- the parent's submission <- the caller's request
+    assert ancestors(child) == [
+        "atfgraph.submit",
+        "HTTP POST /api/v2/traversers",
+        "atfgraph.step",
+        "atfgraph.attempt",
+        "atfgraph.submit",
+        "HTTP POST /api/v2/traversers",
+    ]
+    (step,) = spanfile.named(spans, "atfgraph.step")
+    assert step["attributes"]["atfgraph.target"] == "helper.double"
+    assert step["attributes"]["pyworkflow.status"] == "succeeded"
