@@ -153,3 +153,29 @@ def test_a_child_step_on_another_node_joins_its_parents_trace(traced: Any) -> No
     (step,) = spanfile.named(spans, "atfgraph.step")
     assert step["attributes"]["atfgraph.target"] == "helper.double"
     assert step["attributes"]["pyworkflow.status"] == "succeeded"
+
+
+#: Not trace contexts: ignored (a new trace starts at the submission), never an error.
+NOT_TRACEPARENTS = [
+    "garbage",
+    "00-" + "0" * 32 + "-" + "0" * 16 + "-01",
+    "ff-" + CALLER_TRACE + "-" + CALLER_SPAN + "-01x",
+    "00-" + CALLER_TRACE + "-" + CALLER_SPAN + "-01" + "," * 5000,
+]
+
+
+def test_a_traceparent_that_is_not_one_is_ignored(traced: Any) -> None:
+    server, spans_dir, _ = traced
+    for header in NOT_TRACEPARENTS:
+        response = httpx.post(
+            server.url + "/api/v2/traversers",
+            json={"target": "tester.quick_review"},
+            headers={**server.headers(), "traceparent": header, "tracestate": "=,=;;" * 100},
+            timeout=10,
+        )
+        assert response.status_code in (200, 201), response.text
+    spans = spanfile.read(spans_dir)
+    assert not [s for s in spans if s["name"].startswith("HTTP ")]
+    submits = spanfile.named(spans, "atfgraph.submit")
+    assert len(submits) == len(NOT_TRACEPARENTS)
+    assert all(s["parent_id"] is None and s["trace_id"] != CALLER_TRACE for s in submits)
