@@ -6,15 +6,21 @@ caller's trace; the attempts are children of the submission's stored context."""
 
 from __future__ import annotations
 
+import http.server
 import os
 import sys
+import threading
+import tomllib
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 import httpx
 import pytest
-from atfg_harness import ServerProcess, WorkerProcess, wait_until
+from atfg_harness import REPO, ServerProcess, WorkerProcess, wait_until
+from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
 from test_atfg_cli_review import atfg, ok
+
+from doc_snippets import code_blocks, shell_lines
 
 SPANS = Path(__file__).resolve().parents[2] / "spans"
 sys.path.insert(0, str(SPANS))
@@ -179,3 +185,67 @@ def test_a_traceparent_that_is_not_one_is_ignored(traced: Any) -> None:
     submits = spanfile.named(spans, "atfgraph.submit")
     assert len(submits) == len(NOT_TRACEPARENTS)
     assert all(s["parent_id"] is None and s["trace_id"] != CALLER_TRACE for s in submits)
+
+
+# -- docs/operations.md, "Tracing": its set-up runs as the page shows it ---------------------------
+
+
+class _Collector(http.server.BaseHTTPRequestHandler):
+    """An OTLP/HTTP collector that keeps what it receives (``POST /v1/traces``, protobuf)."""
+
+    received: ClassVar[list[ExportTraceServiceRequest]] = []
+
+    def do_POST(self) -> None:
+        body = self.rfile.read(int(self.headers["Content-Length"]))
+        if self.path == "/v1/traces":
+            self.received.append(ExportTraceServiceRequest.FromString(body))
+        self.send_response(200)
+        self.send_header("Content-Type", "application/x-protobuf")
+        self.send_header("Content-Length", "0")
+        self.end_headers()
+
+    def log_message(self, *args: Any) -> None:
+        pass
+
+
+def test_the_operations_pages_otlp_set_up_sends_the_servers_spans_to_a_collector(tmp_path: Path) -> None:
+    (block,) = code_blocks("docs/operations.md", "Set-up with an OTLP collector", "sh")
+    install, *exports, start = shell_lines(block)
+    assert install == "pip install 'pyworkflow-atfgraph[tracing]'"
+    assert (
+        "tracing" in tomllib.loads((REPO / "pyproject.toml").read_text())["project"]["optional-dependencies"]
+    )
+    assert start == "python -m atfgraph.server --port 7878"  # the harness adds --db and its own port
+    env = dict(line.removeprefix("export ").split("=", 1) for line in exports)
+    collector = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _Collector)
+    threading.Thread(target=collector.serve_forever, daemon=True).start()
+    env["OTEL_EXPORTER_OTLP_ENDPOINT"] = f"http://127.0.0.1:{collector.server_address[1]}"
+    env["OTEL_BSP_SCHEDULE_DELAY"] = "100"  # export within 0.1 s instead of 5 s
+    server = ServerProcess(tmp_path)
+    server.env.update(env)
+    server.start()
+    try:
+        response = httpx.post(
+            server.url + "/api/v2/traversers",
+            json={"target": "tester.quick_review"},
+            headers={**server.headers(), "traceparent": f"00-{CALLER_TRACE}-{CALLER_SPAN}-01"},
+            timeout=10,
+        )
+        assert response.status_code in (200, 201), response.text
+
+        def exported() -> list[tuple[str, str, str]]:
+            return [
+                (attr.value.string_value, span.name, span.trace_id.hex())
+                for request in _Collector.received
+                for resource_spans in request.resource_spans
+                for attr in resource_spans.resource.attributes
+                if attr.key == "service.name"
+                for scope in resource_spans.scope_spans
+                for span in scope.spans
+            ]
+
+        wait_until(lambda: ("refund-desk", "atfgraph.submit", CALLER_TRACE) in exported(), 20, "not exported")
+    finally:
+        server.close()
+        collector.shutdown()
+        collector.server_close()
