@@ -11,6 +11,7 @@ import os
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import orjson
 import pytest
@@ -30,6 +31,22 @@ async def hello(name: str) -> str:
 @workflow
 async def greet(name: str) -> str:
     return await hello(name)
+
+
+_failures: list[int] = []
+
+
+@step(max_retries=1, retry_delay=0.01)
+async def flaky() -> str:
+    if not _failures:
+        _failures.append(1)
+        raise ConnectionError("the first call fails")
+    return "ok"
+
+
+@workflow
+async def retried() -> str:
+    return await flaky()
 
 
 async def test_without_a_tracer_provider_a_run_is_not_traced_and_stores_no_context(engine: str) -> None:
@@ -63,7 +80,7 @@ from pyworkflow.store import tracing
 async def main():
     pyworkflow.configure(storage="sqlite:///{db}")
     print("enabled", tracing.enabled(), flush=True)
-    run_id = await pyworkflow.start(test_tracing.greet, "ada")
+    run_id = await pyworkflow.start(test_tracing.{workflow}, *{args})
     await pyworkflow.wait_for_run(run_id, 10)
     await pyworkflow.shutdown()
 asyncio.run(main())
@@ -73,27 +90,49 @@ asyncio.run(main())
 def test_otel_traces_exporter_turns_tracing_on_with_the_sdk(tmp_path: Path) -> None:
     done = _program(
         {"OTEL_TRACES_EXPORTER": "console", "OTEL_SERVICE_NAME": "refund-desk"},
-        RUN_ONE.format(db=tmp_path / "on.db"),
+        RUN_ONE.format(db=tmp_path / "on.db", workflow="greet", args=("ada",)),
     )
     assert done.returncode == 0, done.stderr
     assert done.stdout.startswith("enabled True")
-    # The console exporter writes one JSON document per span, after the line above.
-    text = done.stdout.split("\n", 1)[1]
-    spans = json.loads("[" + text.replace("}\n{", "},{") + "]")
+    spans = _console_spans(done.stdout)
     assert sorted(s["name"] for s in spans) == ["pyworkflow.start", "pyworkflow.step", "pyworkflow.turn"]
     assert {s["resource"]["attributes"]["service.name"] for s in spans} == {"refund-desk"}
     assert len({s["context"]["trace_id"] for s in spans}) == 1
 
 
+def _console_spans(stdout: str) -> list[dict[str, Any]]:
+    """The console exporter's spans (one JSON document each) after the program's first line."""
+    text = stdout.split("\n", 1)[1]
+    return list(json.loads("[" + text.replace("}\n{", "},{") + "]"))
+
+
+def test_a_step_that_failed_and_is_retried_shows_the_error_type_never_its_message(tmp_path: Path) -> None:
+    done = _program(
+        {"OTEL_TRACES_EXPORTER": "console"},
+        RUN_ONE.format(db=tmp_path / "retry.db", workflow="retried", args=()),
+    )
+    assert done.returncode == 0, done.stderr
+    steps = [s for s in _console_spans(done.stdout) if s["name"] == "pyworkflow.step"]
+    outcomes = [(s["attributes"]["pyworkflow.status"], s["attributes"].get("error.type")) for s in steps]
+    assert outcomes == [("retrying", "ConnectionError"), ("completed", None)]
+    assert "the first call fails" not in done.stdout
+
+
 @pytest.mark.parametrize("value", ["", "none"])
 def test_no_exporter_named_means_no_tracing(tmp_path: Path, value: str) -> None:
-    done = _program({"OTEL_TRACES_EXPORTER": value}, RUN_ONE.format(db=tmp_path / "off.db"))
+    done = _program(
+        {"OTEL_TRACES_EXPORTER": value},
+        RUN_ONE.format(db=tmp_path / "off.db", workflow="greet", args=("ada",)),
+    )
     assert done.returncode == 0, done.stderr
     assert done.stdout == "enabled False\n"
 
 
 def test_an_exporter_that_is_not_installed_is_refused_by_name(tmp_path: Path) -> None:
-    done = _program({"OTEL_TRACES_EXPORTER": "zipkin_json"}, RUN_ONE.format(db=tmp_path / "bad.db"))
+    done = _program(
+        {"OTEL_TRACES_EXPORTER": "zipkin_json"},
+        RUN_ONE.format(db=tmp_path / "bad.db", workflow="greet", args=("ada",)),
+    )
     assert done.returncode != 0
     assert "no span exporter 'zipkin_json' is installed (OTEL_TRACES_EXPORTER)" in done.stderr
 
@@ -119,3 +158,19 @@ def test_a_carrier_round_trips_through_its_column_and_keeps_only_w3c_keys() -> N
     assert tracing.decode_carrier(text) == {k: carrier[k] for k in ("traceparent", "tracestate")}
     assert tracing.context_of(tracing.decode_carrier(text)) is not None
     assert tracing.encode_carrier({}) is None
+
+
+def test_the_graph_server_refuses_an_exporter_that_is_not_installed_in_one_line(tmp_path: Path) -> None:
+    done = subprocess.run(
+        [sys.executable, "-m", "atfgraph.server", "--port", "0", "--db", str(tmp_path / "graph.db")],
+        env={**os.environ, "OTEL_TRACES_EXPORTER": "zipkin_json", "ATFGRAPH_HOME": str(tmp_path)},
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert done.returncode == 2
+    assert done.stderr == (
+        "atfgraph: no span exporter 'zipkin_json' is installed (OTEL_TRACES_EXPORTER); "
+        "for OTLP: pip install 'pyworkflow-atfgraph[tracing]'\n"
+    )
+    assert not (tmp_path / "graph.db").exists()  # refused before anything was opened

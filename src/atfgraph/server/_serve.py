@@ -66,7 +66,11 @@ def serve(
         print(f"atfgraph: bad database location: {exc}", file=sys.stderr)
         raise SystemExit(2) from None
     setup_logging(log_level, fmt)
-    tracing.setup_from_env()  # OTEL_TRACES_EXPORTER: spans to a collector (docs/operations.md)
+    try:  # OTEL_TRACES_EXPORTER: spans to a collector (docs/operations.md, Tracing)
+        tracing.setup_from_env()
+    except ConfigurationError as exc:
+        print(f"atfgraph: {exc}", file=sys.stderr)
+        raise SystemExit(2) from None
     print(
         f"atfgraph server on http://{host}:{port} (db {redact(settings.db_path)})",
         file=sys.stderr,

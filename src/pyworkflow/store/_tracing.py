@@ -33,6 +33,8 @@ from opentelemetry.context import Context
 from opentelemetry.trace import Link, Span, SpanKind, Status, StatusCode
 from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
 
+from .._errors import ConfigurationError
+
 __all__ = [
     "ERROR_TYPE",
     "RUN_ID",
@@ -86,8 +88,9 @@ def setup_from_env() -> bool:
     names span exporters (``otlp``, ``console``, any ``opentelemetry_traces_exporter`` entry
     point); the SDK and the exporters then read the rest of their standard variables
     (``OTEL_SERVICE_NAME``, ``OTEL_RESOURCE_ATTRIBUTES``, ``OTEL_EXPORTER_OTLP_ENDPOINT``,
-    ``OTEL_TRACES_SAMPLER``, ``OTEL_BSP_*``). Returns :func:`enabled`. Raises ``ImportError``
-    naming the extra when an exporter is asked for and the SDK is not installed."""
+    ``OTEL_TRACES_SAMPLER``, ``OTEL_BSP_*``). Returns :func:`enabled`. Raises
+    ``ConfigurationError`` naming the extra to install when an exporter is asked for and the SDK
+    or that exporter is not installed."""
     names = [n.strip() for n in os.environ.get("OTEL_TRACES_EXPORTER", "").split(",") if n.strip()]
     names = [n for n in names if n != "none"]
     if not names or not isinstance(trace.get_tracer_provider(), trace.ProxyTracerProvider):
@@ -97,7 +100,7 @@ def setup_from_env() -> bool:
         from opentelemetry.sdk.trace import TracerProvider
         from opentelemetry.sdk.trace.export import BatchSpanProcessor
     except ImportError as exc:
-        raise ImportError(
+        raise ConfigurationError(
             "OTEL_TRACES_EXPORTER is set but the OpenTelemetry SDK is not installed: "
             "pip install 'pyworkflow-atfgraph[tracing]'"
         ) from exc
@@ -105,7 +108,7 @@ def setup_from_env() -> bool:
     for name in names:
         found = list(entry_points(group="opentelemetry_traces_exporter", name=_exporter_name(name)))
         if not found:
-            raise ImportError(
+            raise ConfigurationError(
                 f"no span exporter {name!r} is installed (OTEL_TRACES_EXPORTER); "
                 "for OTLP: pip install 'pyworkflow-atfgraph[tracing]'"
             )
@@ -183,7 +186,8 @@ def span(
     suspension: type[BaseException] | None = None,
 ) -> Iterator[Span]:
     """A current span that records how its block ended: ``status`` ``suspended`` for
-    ``suspension``, else the error's type (never its message) with an error status."""
+    ``suspension`` (``retrying`` when an error caused it), else the error's type (never its
+    message) with an error status."""
     with tracer(tracer_name).start_as_current_span(
         name,
         context=parent,
@@ -197,7 +201,11 @@ def span(
             yield current
         except BaseException as exc:
             if suspension is not None and isinstance(exc, suspension):
-                current.set_attribute(STATUS, "suspended")
+                # A suspension an error caused is a retry's back-off: the error is the outcome.
+                cause = exc.__cause__
+                current.set_attribute(STATUS, "suspended" if cause is None else "retrying")
+                if cause is not None:
+                    current.set_attribute(ERROR_TYPE, type(cause).__name__)
             else:
                 failed(current, exc)
             raise
