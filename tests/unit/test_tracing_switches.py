@@ -2,7 +2,7 @@
 stores no trace context and nothing is traced), on from the standard ``OTEL_*`` variables with
 the SDK, a clear error for an exporter that is not installed, and stored or received carriers
 that are not trace contexts ignored. The spans themselves are checked across processes in
-tests/integration/test_tracing.py and tests/acceptance/atfgraph/test_atfg_tracing.py."""
+tests/integration/test_tracing_across_processes.py and tests/acceptance/atfgraph/test_atfg_tracing.py."""
 
 from __future__ import annotations
 
@@ -75,12 +75,12 @@ def _program(env: dict[str, str], code: str) -> subprocess.CompletedProcess[str]
 
 
 RUN_ONE = """
-import asyncio, pyworkflow, test_tracing
+import asyncio, pyworkflow, test_tracing_switches
 from pyworkflow.store import tracing
 async def main():
     pyworkflow.configure(storage="sqlite:///{db}")
     print("enabled", tracing.enabled(), flush=True)
-    run_id = await pyworkflow.start(test_tracing.{workflow}, *{args})
+    run_id = await pyworkflow.start(test_tracing_switches.{workflow}, *{args})
     await pyworkflow.wait_for_run(run_id, 10)
     await pyworkflow.shutdown()
 asyncio.run(main())
