@@ -10,6 +10,7 @@
     atfg audit list
     atfg server start
     atfg db migrate [--sql]
+    atfg db backup DEST                       a live SQLite database, copied consistently
 
 Data goes to stdout, logs and progress to stderr; settings and exit codes are described in
 ``_base``. ``python -m atfgraph.cli`` is the same command (``__main__``).
@@ -19,7 +20,7 @@ from __future__ import annotations
 
 import click
 
-from . import _links  # noqa: F401  (registers ``approvals link`` and ``hooks webhook``)
+from . import _backup, _links  # noqa: F401  (register ``db backup``, ``approvals link``, ``hooks webhook``)
 from ._admin import audit, tokens
 from ._approvals import approvals, hooks
 from ._base import RootGroup, global_options

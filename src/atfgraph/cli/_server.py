@@ -51,7 +51,15 @@ def server() -> None:
     default=None,
     metavar="URL",
     help="Address people and machines outside reach the server at; decision links and webhook URLs "
-    "are built on it (default: $ATFGRAPH_PUBLIC_URL, else http://HOST:PORT).",
+    "are built on it (default: $ATFGRAPH_PUBLIC_URL, else the scheme and host each request came to).",
+)
+@click.option(
+    "--trusted-proxy",
+    "trusted_proxies",
+    multiple=True,
+    metavar="ADDRESS",
+    help="Believe X-Forwarded-* and Forwarded headers only from this address or CIDR network; "
+    "repeatable (default: $ATFGRAPH_TRUSTED_PROXIES, else none, loopback included).",
 )
 @click.option(
     "--notify",
@@ -72,10 +80,11 @@ def start(
     metrics_bind: str | None,
     public_url: str | None,
     notify: tuple[str, ...],
+    trusted_proxies: tuple[str, ...],
 ) -> None:
     """Start the graph server in the foreground."""
     from ..server import serve
 
     serve(host, port, db, lease_seconds, log_level, write_timeout, log_format=log_format,
           access_log=access_log, metrics_bind=metrics_bind, public_url=public_url,
-          notify=notify)  # fmt: skip
+          notify=notify, trusted_proxies=trusted_proxies)  # fmt: skip

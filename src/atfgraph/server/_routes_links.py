@@ -27,7 +27,9 @@ _MINT = _doc({"expires_in_seconds": {"type": "number"}, "label": {"type": "strin
 
 def public_url(request: Request) -> str:
     """The server's address as people and machines outside reach it: ``--public-url`` or
-    ``$ATFGRAPH_PUBLIC_URL``, else the address it listens on."""
+    ``$ATFGRAPH_PUBLIC_URL`` when set, else the scheme and host this request came to (as a
+    trusted proxy received it, ``_proxy.ForwardedHeaders``; an untrusted peer's forwarding
+    headers change nothing)."""
     configured: str = getattr(request.app.state.settings, "public_url", "") or ""
     return (configured or str(request.base_url)).rstrip("/")
 
@@ -114,14 +116,13 @@ async def deliver_webhook(request: Request, link_id: str) -> Response:
     )
     if link is None:
         identity: Identity = request.app.state.identity
-        client = request.client.host if request.client else None
         await identity.audit(
             None,
             "wait.webhook.resume",
             target=link_id,
             outcome="denied",
             detail="bad signature",
-            client=client,
+            client=request.client.host if request.client else None,
         )
         raise ApiError(
             401,

@@ -37,6 +37,7 @@ def serve(
     metrics_bind: str | None = None,
     public_url: str | None = None,
     notify: Sequence[str] = (),
+    trusted_proxies: Sequence[str] = (),
 ) -> None:
     try:  # --log-format, else $ATFGRAPH_LOG_FORMAT, else text; the write timeout and --notify likewise
         settings = Settings.from_env(
@@ -47,6 +48,7 @@ def serve(
             notify=notify,
             write_timeout=write_timeout,
             access_log=access_log,
+            trusted_proxies=trusted_proxies,
         )
         fmt = log_format_of(log_format)
         level_of(log_level)
@@ -54,7 +56,7 @@ def serve(
     except ValueError as exc:
         print(f"atfgraph: {exc}", file=sys.stderr)
         raise SystemExit(2) from None
-    if not settings.public_url.startswith(("http://", "https://")):  # --public-url, $ATFGRAPH_PUBLIC_URL
+    if settings.public_url and not settings.public_url.startswith(("http://", "https://")):
         print(
             f"atfgraph: the public URL must start with http:// or https://: {settings.public_url!r}",
             file=sys.stderr,
@@ -76,6 +78,11 @@ def serve(
         file=sys.stderr,
         flush=True,
     )
+    if settings.trusted_proxies:
+        note = f"atfgraph: forwarding headers believed from {settings.trusted_proxies}"
+        if settings.notify.endpoints and not settings.public_url:  # no request to take it from
+            note += f"; notifications link to {settings.listen_url}: set --public-url"
+        print(note, file=sys.stderr, flush=True)
     _check_database(settings)
     app = create_app(settings)
     if metrics_address is not None:
@@ -98,7 +105,8 @@ def serve(
         timeout_keep_alive=75,
         lifespan="on",
         timeout_graceful_shutdown=3,
-        # Loopback by default: forwarded-for headers are not trusted.
+        # Forwarding headers are read by _proxy.ForwardedHeaders, from --trusted-proxy peers only
+        # (uvicorn's own reads neither Forwarded nor X-Forwarded-Host, and trusts loopback).
         proxy_headers=False,
     )
     server = _Server(config, app)
@@ -196,7 +204,8 @@ def main(argv: list[str] | None = None) -> None:
         "--public-url",
         default=None,
         help="the address people and machines outside reach this server at, e.g. https://review.example.com;"
-        " decision links and webhook URLs are built on it (default: $ATFGRAPH_PUBLIC_URL, else http://HOST:PORT)",
+        " decision links and webhook URLs are built on it (default: $ATFGRAPH_PUBLIC_URL, else the scheme and"
+        " host each request came to, and http://HOST:PORT for notifications)",
     )
     parser.add_argument(
         "--notify",
@@ -205,6 +214,15 @@ def main(argv: list[str] | None = None) -> None:
         metavar="URL",
         help="POST a JSON event (with a Slack-compatible 'text') to URL when an approval or hook is created;"
         " repeatable (default: $ATFGRAPH_NOTIFY, space- or comma-separated)",
+    )
+    parser.add_argument(
+        "--trusted-proxy",
+        action="append",
+        default=[],
+        metavar="ADDRESS",
+        help="believe X-Forwarded-For/-Proto/-Host and Forwarded only from this address or CIDR network"
+        " (e.g. 10.0.0.0/8, 127.0.0.1); repeatable (default: $ATFGRAPH_TRUSTED_PROXIES, else none, loopback"
+        " included)",
     )
     args = parser.parse_args(argv)
     serve(
@@ -219,6 +237,7 @@ def main(argv: list[str] | None = None) -> None:
         metrics_bind=args.metrics_bind,
         public_url=args.public_url,
         notify=args.notify,
+        trusted_proxies=args.trusted_proxy,
     )
 
 
