@@ -110,7 +110,9 @@ class ServerProcess:
                 stderr=subprocess.STDOUT,
             )
         try:
-            wait_until(lambda: _ready(self.url), 45, f"server on {self.url} never became ready; see {self.log}")
+            wait_until(
+                lambda: _ready(self.url), 45, f"server on {self.url} never became ready; see {self.log}"
+            )
         except BaseException:
             self.close()  # a fixture whose set-up failed gets no teardown: leave no orphan behind
             raise
