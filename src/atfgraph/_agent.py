@@ -13,6 +13,7 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any, ParamSpec, TypeVar, overload
 
+from . import _tracing as tracing
 from ._context import _Attempt, _attempt, _TraversalPaused
 from ._errors import ApprovalConflictError, HandlerError, NotFoundError, RevisionConflictError, ServerError
 from ._json import dumps, loads
@@ -138,12 +139,13 @@ class Agent:
         if recorded is not None:
             return _replay(recorded)
         try:
-            if node == self.node_id and name in self.skills:
-                skill = self.skills[name]
-                skill.bind(kwargs)
-                result = await skill.fn(**kwargs)
-            else:
-                result = await _run_child(attempt, target, kwargs, key)
+            with tracing.step(attempt.context.traverser_id, key, target):
+                if node == self.node_id and name in self.skills:
+                    skill = self.skills[name]
+                    skill.bind(kwargs)
+                    result = await skill.fn(**kwargs)
+                else:
+                    result = await _run_child(attempt, target, kwargs, key)
         except HandlerError as exc:
             error = {"code": exc.code, "message": exc.message}
             _record(attempt, key, seq, target, {"status": "failed", "result": None, "error": error})
@@ -251,12 +253,13 @@ class Agent:
         )
         if pause and attempt.claim_next is not None:
             body["claim"] = attempt.claim_next
-        answer = await attempt.call("POST", "/approvals", body)
-        approval: dict[str, Any] = answer["approval"]
-        attempt.approvals[operation_key] = approval
-        if answer["paused"]:
-            attempt.next_tasks = answer.get("tasks") or []
-            raise _TraversalPaused(approval)
+        with tracing.approval_request(attempt.context.traverser_id, operation_key):
+            answer = await attempt.call("POST", "/approvals", body)
+            approval: dict[str, Any] = answer["approval"]
+            attempt.approvals[operation_key] = approval
+            if answer["paused"]:
+                attempt.next_tasks = answer.get("tasks") or []
+                raise _TraversalPaused(approval)
         return dict(approval)
 
     pause = request_approval  # the retained alias of the durable mechanism

@@ -14,9 +14,25 @@ import os
 import ssl
 from urllib.parse import urlencode, urlsplit
 
+from pyworkflow.store import tracing
+
 from ._errors import ServerUnavailableError
 
 _MAX_HEAD = 64 * 1024
+
+
+def _trace_headers() -> bytes:
+    """The current span's W3C headers (a Client call inside the application's span, a worker's
+    call inside its attempt), so the server's spans join that trace; nothing when tracing is off
+    or no span is current."""
+    if not tracing.enabled():
+        return b""
+    found = tracing.carrier()
+    return b"".join(
+        b"%s: %s\r\n" % (k.encode("ascii"), v.encode("ascii"))
+        for k, v in found.items()
+        if v.isascii() and "\r" not in v and "\n" not in v
+    )
 
 
 class _Connection:
@@ -77,6 +93,7 @@ class HttpPool:
             + self.host_header
             + b"\r\nAccept: application/json\r\n"
             + self.auth_header
+            + _trace_headers()
         )
         if body is not None:
             head += b"Content-Type: application/json\r\nContent-Length: %d\r\n" % len(body)

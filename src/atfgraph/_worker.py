@@ -21,6 +21,7 @@ import traceback
 from dataclasses import asdict, dataclass
 from typing import Any
 
+from . import _tracing as tracing
 from ._agent import Agent
 from ._context import TraversalContext, _Attempt, _current, _LeaseLost, _TraversalPaused
 from ._context import backoff as _backoff
@@ -245,7 +246,8 @@ class Worker:
             running.attempt = attempt
         token = _current.set(attempt)
         try:
-            await self._attempt(attempt, trav)
+            with tracing.attempt(task):
+                await self._attempt(attempt, trav)
         except (ServerError, ServerUnavailableError, _LeaseLost) as exc:
             # The outcome could not be reported; the lease will expire and the server retries.
             log.warning("could not report %s: %s", ident, exc)
@@ -279,10 +281,13 @@ class Worker:
             answer = await self._report(attempt, path + "/complete", body)
             attempt.next_tasks = answer.get("tasks") or []
             self.stats.succeeded += 1
+            tracing.mark("succeeded")
         except _TraversalPaused:
             self.stats.paused += 1  # the server closed the lease with the pause
+            tracing.mark("suspended")
         except _LeaseLost:
             self.stats.lost += 1
+            tracing.mark("lost")
         except HandlerError as exc:
             await self._fail(attempt, path, exc.code, exc.message, retryable=False)
         except TimeoutError:
@@ -312,8 +317,10 @@ class Worker:
             return
         if answer is not None and answer["status"] == "queued":
             self.stats.retried += 1
+            tracing.mark("retrying")
         else:
             self.stats.failed += 1
+            tracing.mark("failed")
 
     @staticmethod
     async def _report(attempt: _Attempt, path: str, body: dict[str, Any]) -> Any:

@@ -11,7 +11,8 @@ import signal
 import sys
 from dataclasses import asdict
 
-from pyworkflow.store import log_format, setup_logging
+from pyworkflow import ConfigurationError
+from pyworkflow.store import log_format, setup_logging, tracing
 
 from ._agent import Agent
 from ._worker import Worker, WorkerStats
@@ -54,7 +55,8 @@ def main(argv: list[str] | None = None) -> None:
     args = parser.parse_args(argv)
     try:
         setup_logging(args.log_level, log_format(args.log_format))
-    except ValueError as exc:
+        tracing.setup_from_env()  # OTEL_TRACES_EXPORTER: spans to a collector (docs/operations.md)
+    except (ValueError, ConfigurationError) as exc:
         parser.error(str(exc))
     agent = load_agent(args.module)
     worker = Worker(agent, args.server, capacity=args.capacity, grace_seconds=args.grace_seconds)

@@ -10,7 +10,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from . import _serde
+from . import _serde, _tracing
 from ._crashpoints import crashpoint
 from ._engine import encode_input
 from ._errors import ConfigurationError, HookNotFoundError, WorkflowNotFoundError
@@ -30,6 +30,7 @@ from .store import (
     open_store,
     parse_age,
     parse_storage_url,
+    tracing,
 )
 
 log = logging.getLogger("pyworkflow")
@@ -115,6 +116,9 @@ def configure(
         _store.close()
         _store = None
     _settings = new
+    # Tracing is decided again here: a tracer provider installed before configure() is used.
+    tracing.reset()
+    tracing.setup_from_env()
 
 
 def get_store() -> Store:
@@ -148,16 +152,17 @@ async def start(workflow: Any, /, *args: Any, **kwargs: Any) -> str:
     """Start a run of a ``@workflow`` and return its id once the run is durably recorded. With
     the local runtime its first turn begins at once in this event loop."""
     defn = definition_of(workflow)
-    data = encode_input(args, kwargs, defn.module)
     run_id = new_id()
-    log.info("run %s: started (%s)", run_id, defn.name, extra={"run_id": run_id})
-    if _settings.runtime == "celery":
-        from .runtime import _celery
+    with _tracing.started(run_id, defn.name) as trace:
+        data = encode_input(args, kwargs, defn.module, trace)
+        log.info("run %s: started (%s)", run_id, defn.name, extra={"run_id": run_id})
+        if _settings.runtime == "celery":
+            from .runtime import _celery
 
-        await _celery.submit(get_store(), run_id, defn.name, data, _settings.extra)
-        return run_id
-    runtime = await get_runtime()
-    await runtime.submit(run_id, defn.name, data)
+            await _celery.submit(get_store(), run_id, defn.name, data, _settings.extra)
+            return run_id
+        runtime = await get_runtime()
+        await runtime.submit(run_id, defn.name, data)
     return run_id
 
 
@@ -319,6 +324,7 @@ async def resume_hook(token: str, payload: Any = None) -> ResumeResult:
     MiB, serialized; nested deeper than 64 levels) or ``SerializationError`` (not JSON, or a
     number JSON would not keep exactly) and changes nothing (an expired hook is recorded as
     expired)."""
+    began = time.time()
     digest = digest_token(check_token(token))
     data = encode_payload(payload)
     store = get_store()
@@ -346,10 +352,11 @@ async def resume_hook(token: str, payload: Any = None) -> ResumeResult:
         )
     crashpoint("after_hook_resumed")
     _log_received(resolved)
-    if claim is not None and runtime is not None:
-        runtime.adopt(claim)
-    else:
-        _wake_runtime(resolved.run_id)
+    with await _tracing.decided(get_store(), resolved, began):
+        if claim is not None and runtime is not None:
+            runtime.adopt(claim)
+        else:
+            _wake_runtime(resolved.run_id)
     return ResumeResult(resolved.run_id, resolved.id, resolved.name, resolved.status)
 
 
@@ -373,10 +380,12 @@ async def resume_hook_by_id(hook_id: str, payload: Any = None) -> ResumeResult:
     store = get_store()
     wait = await store.get_wait(hook_id)
     data = validate_payload(wait, payload) if wait is not None else b"null"
-    resolved = await store.resolve_wait(wait_id=hook_id, payload=data, now=time.time())
+    began = time.time()
+    resolved = await store.resolve_wait(wait_id=hook_id, payload=data, now=began)
     crashpoint("after_hook_resumed")
     _log_received(resolved)
-    _wake_runtime(resolved.run_id)
+    with await _tracing.decided(store, resolved, began):
+        _wake_runtime(resolved.run_id)
     return ResumeResult(resolved.run_id, resolved.id, resolved.name, resolved.status)
 
 

@@ -7,7 +7,7 @@ import logging
 import time
 from typing import Any
 
-from . import _serde
+from . import _serde, _tracing
 from ._context import WorkflowContext, _workflow
 from ._crashpoints import crashpoint
 from ._errors import (
@@ -29,8 +29,14 @@ log = logging.getLogger("pyworkflow")
 MAX_INPUT_BYTES = 1024 * 1024
 
 
-def encode_input(args: tuple[Any, ...], kwargs: dict[str, Any], module: str) -> bytes:
-    data = _serde.dumps({"args": list(args), "kwargs": kwargs, "module": module}, what="workflow arguments")
+def encode_input(
+    args: tuple[Any, ...], kwargs: dict[str, Any], module: str, trace: dict[str, str] | None = None
+) -> bytes:
+    """The run's input document; ``trace``: the run's trace context (see ``_tracing``)."""
+    doc = {"args": list(args), "kwargs": kwargs, "module": module}
+    if trace:
+        doc["trace"] = trace
+    data = _serde.dumps(doc, what="workflow arguments")
     if len(data) > MAX_INPUT_BYTES:
         raise SerializationError(
             f"workflow arguments are {len(data)} bytes serialized; the limit is {MAX_INPUT_BYTES}"
@@ -59,10 +65,12 @@ async def execute_turn(store: Store, claim: Claim, state: RunState) -> bool:
         extra={"run_id": fence.run_id, "attempt": fence.epoch},
     )
     outcome = "lost"
-    try:
-        outcome = await _turn(store, claim, state)
-    finally:
-        _metrics.ATTEMPT_SECONDS.labels("workflow", outcome).observe(time.time() - started)
+    with _tracing.turn(claim, state) as span:
+        try:
+            outcome = await _turn(store, claim, state)
+        finally:
+            _metrics.ATTEMPT_SECONDS.labels("workflow", outcome).observe(time.time() - started)
+            _tracing.outcome(span, outcome)
     return outcome == "suspended"
 
 

@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any, ParamSpec, Protocol, TypeVar, overload
 
-from . import _serde
+from . import _serde, _tracing
 from ._context import StepContext, WorkflowContext, _step, current_step, current_workflow
 from ._crashpoints import crashpoint
 from ._errors import (
@@ -233,6 +233,15 @@ async def _run_step(opts: StepOptions, func: Callable[..., Any], args: Any, kwar
         return _serde.loads(record.result)
     if record is not None and record.status == StepStatus.FAILED:
         raise _replayed_error(record.error)
+    with _tracing.step(wctx.run_id, key, attempt):
+        return await _execute_step(opts, func, args, kwargs, wctx, key, attempt)
+
+
+async def _execute_step(
+    opts: StepOptions, func: Callable[..., Any], args: Any, kwargs: Any, wctx: WorkflowContext, key: str,
+    attempt: int,
+) -> Any:  # fmt: skip
+    """Run a step that has no recorded outcome, and record it."""
     token = _step.set(StepContext(wctx, key, opts.name, attempt))
     started = time.perf_counter()
     try:

@@ -223,12 +223,17 @@ def sweeper(
 
 
 def _logging(level: str, fmt: str) -> None:
-    from .store import setup_logging
+    from ._errors import ConfigurationError
+    from .store import setup_logging, tracing
 
     try:
         setup_logging(level, fmt)
     except ValueError as exc:
         raise click.BadParameter(str(exc), param_hint="--loglevel") from None
+    try:  # OTEL_TRACES_EXPORTER: spans to a collector (docs/operations.md, Tracing)
+        tracing.setup_from_env()
+    except ConfigurationError as exc:
+        raise click.UsageError(str(exc)) from None
 
 
 if __name__ == "__main__":  # pragma: no cover

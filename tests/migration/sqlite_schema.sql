@@ -42,7 +42,7 @@ CREATE TABLE runs (
     created_at    REAL NOT NULL,
     updated_at    REAL NOT NULL,
     finished_at   REAL
-, node_id TEXT, version TEXT, attempt INTEGER NOT NULL DEFAULT 0, max_attempts INTEGER, idempotency_key TEXT, waiting_on TEXT);
+, node_id TEXT, version TEXT, attempt INTEGER NOT NULL DEFAULT 0, max_attempts INTEGER, idempotency_key TEXT, waiting_on TEXT, trace_context TEXT);
 
 -- table schema_migrations
 CREATE TABLE schema_migrations (

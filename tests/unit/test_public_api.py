@@ -122,6 +122,7 @@ STORE_API = [
     "redact_url",
     "setup_logging",
     "sqlite_path",
+    "tracing",
     "wake_run",
     "write_checkpoint",
 ]

@@ -40,6 +40,7 @@ from ._routes_links import router as links_router
 from ._routes_runs import router as runs_router
 from ._service import Service
 from ._store import GraphStore
+from ._tracing import TraceContext
 from .console import install_console
 
 log = logging.getLogger("atfgraph.server")
@@ -442,9 +443,11 @@ def create_app(settings: Settings | None = None) -> FastAPI:
 
 def wrap(app: FastAPI) -> Any:
     """The ASGI callable to serve: a trusted proxy's forwarding headers, the HTTP metrics and
-    request counter (exposed on app.state) and access log, the edge guard, authentication and
-    authorization, then the hot routes' fast path, then the FastAPI app."""
+    request counter (exposed on app.state) and access log, the span of a request that carries
+    ``traceparent``, the edge guard, authentication and authorization, then the hot routes' fast
+    path, then the FastAPI app."""
     settings: Settings = app.state.settings
-    counter = HttpMetrics(EdgeGuard(AuthMiddleware(FastPath(app), app)), access_log=settings.access_log)
+    edge = TraceContext(EdgeGuard(AuthMiddleware(FastPath(app), app)))
+    counter = HttpMetrics(edge, access_log=settings.access_log)
     app.state.counter = counter
     return ForwardedHeaders(counter, settings.trusted_proxies)

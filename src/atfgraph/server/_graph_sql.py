@@ -45,6 +45,10 @@ ON CONFLICT (idempotency_key) DO NOTHING
 # Its queue row: due now, claimable by the node's workers. epoch = attempt (0) here and on every
 # row created later for the run (the engine's wake), so the fence only grows.
 SQL_QUEUE_TRAVERSER = "INSERT INTO queue (run_id, available_at, epoch, node_id) VALUES (?, ?, 0, ?)"
+# The trace carrier a traced submission stores with its run, and reads of it (primary key):
+# by a decision, and for claimed tasks (server/_tracing.py).
+SQL_SET_TRACE_CONTEXT = "UPDATE runs SET trace_context = ? WHERE id = ?"
+SQL_TRACE_CONTEXT = "SELECT trace_context FROM runs WHERE id = ?"
 # An earlier submission with the same idempotency key (runs_by_idempotency_key).
 SQL_TRAVERSER_BY_KEY = TRAVERSER_ROW + "WHERE r.idempotency_key = ?"
 # One traverser by id (API reads, and the state check of every transition).

@@ -17,7 +17,7 @@ import uvicorn
 from pyworkflow import ConfigurationError
 from pyworkflow.store import log_format as log_format_of
 from pyworkflow.store import log_level as level_of
-from pyworkflow.store import metrics, setup_logging
+from pyworkflow.store import metrics, setup_logging, tracing
 
 from ._app import DEFAULT_PORT, Settings, create_app, finish_startup, wrap
 from ._dburl import first_line, parse_location, redact
@@ -72,6 +72,11 @@ def serve(
         print(f"atfgraph: bad database location: {exc}", file=sys.stderr)
         raise SystemExit(2) from None
     setup_logging(log_level, fmt)
+    try:  # OTEL_TRACES_EXPORTER: spans to a collector (docs/operations.md, Tracing)
+        tracing.setup_from_env()
+    except ConfigurationError as exc:
+        print(f"atfgraph: {exc}", file=sys.stderr)
+        raise SystemExit(2) from None
     print(
         f"atfgraph server on http://{host}:{port} (db {redact(settings.db_path)})",
         file=sys.stderr,

@@ -24,6 +24,7 @@ from pyworkflow.store import WaitKind, WaitRecord
 
 from .._json import dumps, dumps_read, fragment, loads
 from .._models import DECISIONS
+from . import _tracing as tracing
 from ._assign import Assignees, Escalation, assignees_of, write_assignment
 from ._graph_rows import Lease, StepRecord
 from ._hub import Hub, node_key, traverser_key
@@ -72,9 +73,13 @@ class Service:
                 )
             detail["parent_id"] = parent.traverser_id
         audit = AuditEntry(who, "traverser.submit", None, "allowed", detail)
-        view, created = await self.store.submit(
-            target, input_json, max_attempts, idempotency_key, audit, parent
-        )
+        with tracing.submitting(target) as traced:
+            view, created = await self.store.submit(
+                target, input_json, max_attempts, idempotency_key, audit, parent,
+                trace_context=None if traced is None else traced[1],
+            )  # fmt: skip
+            if traced is not None:
+                traced[0](view["id"])
         if created:
             self.hub.notify(node_key(view["node_id"]))
             log.info("traverser %s: queued (%s)", view["id"], target, extra={"run_id": view["id"]})
@@ -224,6 +229,7 @@ class Service:
         pending."""
         if decision not in DECISIONS:
             raise Invalid("decision must be 'approved' or 'rejected'", "validation_error")
+        began = time.time()
         audit = AuditEntry(who, "approval.decide", approval_id, "allowed")
         checks: list[Callable[[Any, float], None]] = []
         if link is not None:  # its minter was allowed to decide (checked when it was minted)
@@ -250,6 +256,8 @@ class Service:
             raise
         if schema is not None:
             approval["response_schema"] = fragment(dumps(schema))
+        if tracing.enabled():
+            tracing.decided(approval, self.store.trace_context(approval["traverser_id"]), began)
         if node is not None:
             self.hub.notify(node_key(node))
             self.hub.notify(traverser_key(approval["traverser_id"]))

@@ -42,6 +42,7 @@ from pyworkflow.store import (
 
 from .._json import dumps, fragment, loads
 from .._models import TraverserStatus
+from . import _tracing as tracing
 from ._approval_store import ApprovalTransitions
 from ._assign import escalate_due
 from ._console_reads import ConsoleReads
@@ -87,7 +88,9 @@ from ._graph_sql import (
     SQL_RENEW,
     SQL_REQUEUE,
     SQL_RETRY,
+    SQL_SET_TRACE_CONTEXT,
     SQL_STEPS,
+    SQL_TRACE_CONTEXT,
     SQL_TRAVERSER_BY_KEY,
     SQL_TRAVERSER_EXISTS,
     SQL_UNLEASE,
@@ -235,14 +238,17 @@ class GraphStore(ApprovalTransitions, ConsoleReads):
         idempotency_key: str | None = None,
         audit: AuditEntry | None = None,
         parent: Lease | None = None,
+        trace_context: str | None = None,
     ) -> tuple[dict[str, Any], bool]:
         """Queue a traverser; returns it and whether it was created (False: an earlier submission
         with the same idempotency key, returned as it is now). ``audit`` is recorded with the
         creation (its target becomes the new traverser's id). ``parent``: the lease (traverser,
-        epoch) of the handler whose child step this is, refused unless it is live."""
+        epoch) of the handler whose child step this is, refused unless it is live.
+        ``trace_context``: the run's stored trace carrier (``_tracing``; written by the Python
+        transition, which PostgreSQL's submission function predates)."""
         node_id = target.partition(".")[0]
         ident = new_id()
-        if self._pg is not None and parent is None:
+        if self._pg is not None and parent is None and trace_context is None:
             made = await self._pg.submit(
                 ident, target, input_json, node_id, max_attempts, idempotency_key, audit, time.time()
             )
@@ -277,6 +283,8 @@ class GraphStore(ApprovalTransitions, ConsoleReads):
                 assert found is not None
                 return traverser_view(found), False
             conn.execute(SQL_QUEUE_TRAVERSER, (ident, now, node_id))
+            if trace_context is not None:
+                conn.execute(SQL_SET_TRACE_CONTEXT, (trace_context, ident))
             row = _row(conn, SQL_GET_TRAVERSER, (ident,))
             assert row is not None
             if audit is not None:
@@ -284,6 +292,11 @@ class GraphStore(ApprovalTransitions, ConsoleReads):
             return traverser_view(row), True
 
         return await self.db.write(fn)
+
+    def trace_context(self, traverser_id: str) -> str | None:
+        """The run's stored trace carrier (primary key), None when it has none."""
+        found = self._read1(lambda c: c.execute(SQL_TRACE_CONTEXT, (traverser_id,)).fetchone())
+        return None if found is None else found[0]
 
     def get_traverser(self, traverser_id: str) -> dict[str, Any]:
         row = self._read1(lambda c: _row(c, SQL_GET_TRAVERSER, (traverser_id,)))
@@ -659,6 +672,12 @@ class GraphStore(ApprovalTransitions, ConsoleReads):
 
     async def claim(self, worker_id: str, limit: int) -> list[dict[str, Any]]:
         tasks = await self._claim(worker_id, limit)
+        if tasks and tracing.enabled():
+            ids = [t["traverser"]["id"] for t in tasks]
+            found = self._read1(
+                lambda c: tracing.stored_contexts(lambda q, p: c.execute(q, p).fetchall(), ids)
+            )
+            tracing.add_to_tasks(tasks, found)
         if tasks:
             self.attempts.claimed(tasks, time.time())
             if len(self._lease_holders) >= _LEASE_HOLDERS_MAX:

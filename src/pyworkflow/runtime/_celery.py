@@ -14,7 +14,8 @@ The store stays the source of truth; Celery only carries "run X may have work" m
   or ``pyworkflow sweeper`` alone) expires due waits, frees the leases of dead workers and
   re-publishes turns for runs that are due but whose message was lost or whose worker died.
 
-Messages are JSON and carry only a run id: no workflow data, no secrets, nothing to unpickle.
+Messages are JSON and carry only a run id: no workflow data, no secrets, nothing to unpickle
+(and, when tracing is on, the publisher's W3C ``traceparent`` in their headers).
 """
 
 from __future__ import annotations
@@ -30,7 +31,7 @@ from typing import Any, Protocol
 from celery import Celery  # type: ignore[import-untyped]
 
 from .._errors import ConfigurationError
-from ..store import Claim, Store
+from ..store import Claim, Store, tracing
 
 log = logging.getLogger("pyworkflow.celery")
 
@@ -133,10 +134,13 @@ def dispatch(run_ids: Iterable[str], options: CeleryOptions, *, app: Celery | No
     """Publish one turn message per run. Returns how many were published; a broker error is
     logged, not raised: the run is due in the store and the sweeper publishes it again."""
     app = app or app_for(options)
+    # The span publishing (a start, a decision) rides in the message's headers, W3C names: the
+    # turn it wakes links to it.
+    headers = tracing.carrier() if tracing.enabled() else None
     sent = 0
     try:
         for run_id in run_ids:
-            app.send_task(TURN_TASK, args=[run_id], queue=options.queue)
+            app.send_task(TURN_TASK, args=[run_id], queue=options.queue, headers=headers or None)
             sent += 1
     except Exception as exc:
         log.warning("could not publish a turn (%s); the sweeper will publish it again", exc)

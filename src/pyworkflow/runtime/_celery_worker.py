@@ -23,9 +23,10 @@ from typing import Any
 
 from celery import Celery  # type: ignore[import-untyped]
 
+from .. import _tracing
 from .._crashpoints import crashpoint
 from .._engine import execute_turn
-from ..store import Purger, RunState, metrics, open_store, parse_age
+from ..store import Purger, RunState, metrics, open_store, parse_age, tracing
 from ._celery import TURN_TASK, CeleryOptions, CeleryStore, celery_store, dispatch, make_app
 from ._local import _dead_local_owners, owner_id
 
@@ -71,7 +72,7 @@ class Worker:
         self._beat = threading.Thread(target=self._heartbeat, name="pyworkflow-heartbeat", daemon=True)
         self._beat.start()
 
-    def run(self, run_id: str) -> int:
+    def run(self, run_id: str, woken_by: dict[str, str] | None = None) -> int:
         """The turn task: run the turns ``run_id`` is due for; return how many ran (0: not due).
 
         The turns run on the process's turn loop, like the local runtime's turns share its loop,
@@ -82,10 +83,11 @@ class Worker:
         asyncio, a step must not block the loop (use ``asyncio.to_thread`` for blocking calls)."""
         if self._stop.is_set():
             raise RuntimeError("the pyworkflow worker is closed")
-        return asyncio.run_coroutine_threadsafe(self._turns(run_id), self._turn_loop).result()
+        return asyncio.run_coroutine_threadsafe(self._turns(run_id, woken_by), self._turn_loop).result()
 
-    async def _turns(self, run_id: str) -> int:
+    async def _turns(self, run_id: str, woken_by: dict[str, str] | None = None) -> int:
         s = self.settings
+        _tracing.waker.set(woken_by)  # this task's context: the turns below link to it
         ran = 0
         while ran < s.max_turns_per_task:
             claim = await self.store.claim_run(
@@ -260,7 +262,19 @@ def current_worker() -> Worker:
 
 
 def _turn(run_id: str) -> int:
-    return current_worker().run(run_id)
+    return current_worker().run(run_id, _message_trace())
+
+
+def _message_trace() -> dict[str, str] | None:
+    """The W3C headers the turn's message carries (what published it), when tracing is on."""
+    if not tracing.enabled():
+        return None
+    from celery import current_task
+
+    request = current_task.request if current_task else None
+    headers = getattr(request, "headers", None) or {}
+    found = {k: getattr(request, k, None) or headers.get(k) for k in ("traceparent", "tracestate")}
+    return {k: v for k, v in found.items() if isinstance(v, str)} or None
 
 
 def build_app(settings: WorkerSettings) -> Celery:

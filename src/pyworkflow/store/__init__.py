@@ -12,7 +12,8 @@ the rules both faces apply inside their own transactions (:func:`write_checkpoin
 resolved or expired), and retention (:func:`purge_runs`, :func:`count_purgeable`,
 :func:`parse_age`: finished runs older than a cut-off deleted in bounded batches).
 
-Operating them: :mod:`metrics` (the metrics of both faces, one registry per process) and
+Operating them: :mod:`metrics` (the metrics of both faces, one registry per process),
+:mod:`tracing` (their OpenTelemetry spans and the trace context a run keeps) and
 :func:`setup_logging` (the one logging set-up: level names, text or JSON, :func:`redact`).
 
 ``PostgresDatabase`` and ``PostgresStore`` are imported on first use: psycopg is the postgres
@@ -25,6 +26,7 @@ from typing import TYPE_CHECKING, Any
 
 from .._errors import ConfigurationError
 from . import _metrics as metrics
+from . import _tracing as tracing
 from ._group_commit import WRITE_TIMEOUT, GroupCommitWriter
 from ._logs import log_format, log_level, redact, setup_logging
 from ._migrations import (
@@ -103,6 +105,7 @@ __all__ = [
     "redact_url",
     "setup_logging",
     "sqlite_path",
+    "tracing",
     "wake_run",
     "write_checkpoint",
 ]

@@ -6,7 +6,7 @@ One rule for every caller (pyworkflow's local runtime and Celery sweeper, the gr
 sweeper, ``atfg db purge``), written once in SQL that both dialects take (the kit databases
 translate ``?`` and the lock hint). A component that keeps rows of its own about a run's waits
 (atfgraph's decision links, notifications, assignments) deletes them with a trigger on the
-deletion of a wait (atfgraph migration 0009 on SQLite, 0011 on PostgreSQL), so that they go in
+deletion of a wait (atfgraph migration 0010 on SQLite, 0012 on PostgreSQL), so that they go in
 the same transaction whoever purges; it names those tables as ``counted`` to have them counted
 in the report (and in the dry run).
 
