@@ -33,7 +33,7 @@ from pyworkflow import hook, step, workflow
 REPEATS = 2
 DECISIONS, DECIDING_PROCESSES = 64, 4
 RESUMES, RESUMING_PROCESSES = 32, 4
-WRITERS, WRITER_PROCESSES, WRITES_EACH = 16, 4, 4
+WRITERS, WRITER_PROCESSES, WRITES_EACH = 16, 4, 2
 
 
 def api(server: ServerProcess, method: str, path: str, body: Any = None) -> httpx.Response:
