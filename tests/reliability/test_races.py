@@ -37,7 +37,9 @@ WRITERS, WRITER_PROCESSES, WRITES_EACH = 16, 4, 2
 
 
 def api(server: ServerProcess, method: str, path: str, body: Any = None) -> httpx.Response:
-    return httpx.request(method, server.url + "/api/v2" + path, json=body, headers=server.headers(), timeout=30)
+    return httpx.request(
+        method, server.url + "/api/v2" + path, json=body, headers=server.headers(), timeout=30
+    )
 
 
 def pending_approval(server: ServerProcess, key: str) -> tuple[str, str]:
@@ -261,7 +263,9 @@ def two_servers(tmp_path: Path) -> Iterator[list[ServerProcess]]:
         drop_pg_database(url)
 
 
-def test_races_across_two_servers_sharing_postgresql(two_servers: list[ServerProcess], tmp_path: Path) -> None:
+def test_races_across_two_servers_sharing_postgresql(
+    two_servers: list[ServerProcess], tmp_path: Path
+) -> None:
     a, b = two_servers
     worker = WorkerProcess(b, "atfg_agents:app").start()  # claims through b; decisions go to both
     try:
