@@ -10,7 +10,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from . import _serde
+from . import _clock, _serde
 from ._crashpoints import crashpoint
 from ._engine import encode_input
 from ._errors import ConfigurationError, HookNotFoundError, WorkflowNotFoundError
@@ -248,7 +248,7 @@ async def get_workflow_events(run_id: str) -> list[WorkflowEvent]:
 
 async def cancel_workflow(run_id: str) -> bool:
     """Cancel a run that has not finished (its pending hooks are cancelled); False if it had."""
-    cancelled = await get_store().cancel_run(_check_run_id(run_id), now=time.time())
+    cancelled = await get_store().cancel_run(_check_run_id(run_id), now=_clock.now())
     if _runtime is not None and _runtime.running:
         _runtime.wake()
     return cancelled
@@ -267,7 +267,10 @@ async def resume_hook(token: str, payload: Any = None) -> ResumeResult:
     digest = digest_token(check_token(token))
     data = encode_payload(payload)
     resolved = await get_store().resolve_wait(
-        token_digest=digest, payload=data, now=time.time(), check=lambda wait: check_stored_schema(wait, data)
+        token_digest=digest,
+        payload=data,
+        now=_clock.now(),
+        check=lambda wait: check_stored_schema(wait, data),
     )
     crashpoint("after_hook_resumed")
     _log_received(resolved)
@@ -284,7 +287,7 @@ async def resume_hook_by_id(hook_id: str, payload: Any = None) -> ResumeResult:
     store = get_store()
     wait = await store.get_wait(hook_id)
     data = validate_payload(wait, payload) if wait is not None else b"null"
-    resolved = await store.resolve_wait(wait_id=hook_id, payload=data, now=time.time())
+    resolved = await store.resolve_wait(wait_id=hook_id, payload=data, now=_clock.now())
     _log_received(resolved)
     _wake_runtime(resolved.run_id)
     return ResumeResult(resolved.run_id, resolved.id, resolved.name, resolved.status)
