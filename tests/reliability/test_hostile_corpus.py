@@ -13,7 +13,6 @@ import json
 import os
 from collections import Counter
 from collections.abc import Iterator
-from pathlib import Path
 
 import httpx
 import pytest
