@@ -41,9 +41,10 @@ test: $(STAMP)
 	bash scripts/services.sh
 	$(BIN)/python -m pytest -q
 	# Again on PostgreSQL: the store contract, the engine's tests, and the graph server's store,
-	# identity and whole acceptance suite (real server and worker processes, the console in Chromium).
+	# identity and whole acceptance suite (real server and worker processes, the console in Chromium),
+	# and the reliability suite (races, the stateful test, hostile input, database faults).
 	PYWORKFLOW_TEST_STORE=postgresql $(BIN)/python -m pytest -q tests/contract tests/unit \
-		tests/acceptance/atfgraph --ignore=tests/unit/contrib
+		tests/acceptance/atfgraph tests/reliability --ignore=tests/unit/contrib
 
 check: $(STAMP)
 	$(BIN)/ruff format --check src tests bench examples

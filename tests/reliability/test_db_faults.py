@@ -32,12 +32,16 @@ TRIALS = 3
 
 
 def api(server: ServerProcess, method: str, path: str, body: Any = None) -> httpx.Response:
-    return httpx.request(method, server.url + "/api/v2" + path, json=body, headers=server.headers(), timeout=60)
+    return httpx.request(
+        method, server.url + "/api/v2" + path, json=body, headers=server.headers(), timeout=60
+    )
 
 
 def assert_unavailable(response: httpx.Response) -> None:
     assert response.status_code == 503, response.text
-    assert response.json() == {"error": {"code": "database_unavailable", "message": response.json()["error"]["message"]}}
+    assert response.json() == {
+        "error": {"code": "database_unavailable", "message": response.json()["error"]["message"]}
+    }
     assert response.headers["Retry-After"].isdigit(), response.headers
 
 
@@ -79,18 +83,18 @@ def test_a_postgresql_backend_terminated_mid_request_is_a_503_and_nothing_half_w
     pg_server: ServerProcess,
 ) -> None:
     server = pg_server
-    created = 0
     for trial in range(TRIALS * scale()):
         answers: list[httpx.Response] = []
+        body = {"target": "tester.echo", "input": {"trial": trial}}
         with psycopg.connect(server.db) as holder:  # a transaction: writes wait behind it
             holder.execute("LOCK TABLE runs IN EXCLUSIVE MODE")
             request = threading.Thread(
-                target=lambda: answers.append(
-                    api(server, "POST", "/traversers", {"target": "tester.echo", "input": {"trial": trial}})
-                )
+                target=lambda out=answers, b=body: out.append(api(server, "POST", "/traversers", b))
             )
             request.start()
-            blocked = eventually(lambda: waiting_backends(server.db) or (_ for _ in ()).throw(AssertionError()))
+            blocked = eventually(
+                lambda: waiting_backends(server.db) or (_ for _ in ()).throw(AssertionError())
+            )
             with psycopg.connect(server.db, autocommit=True) as admin:
                 for pid in blocked:  # the backend of the request in flight, mid-transaction
                     admin.execute("SELECT pg_terminate_backend(%s)", (pid,))
@@ -100,9 +104,8 @@ def test_a_postgresql_backend_terminated_mid_request_is_a_503_and_nothing_half_w
         assert_unavailable(answer)
         # the server reconnects by itself; the refused write left nothing behind
         eventually(lambda: _expect(api(server, "POST", "/traversers", {"target": "tester.echo"}), 201))
-        created += 1
         items = api(server, "GET", "/traversers?status=queued", None).json()["items"]
-        assert len(items) == created, items
+        assert len(items) == trial + 1, items  # one per trial: the one that answered 201
         assert not [t for t in items if t["input"] == {"trial": trial}], items
     assert "Traceback" not in server.log.read_text(errors="replace")
 
@@ -151,7 +154,8 @@ def test_a_full_disk_under_a_sqlite_server_is_a_503_then_it_recovers(sqlite_serv
         finally:
             resource.prlimit(pid, resource.RLIMIT_FSIZE, (resource.RLIM_INFINITY, resource.RLIM_INFINITY))
         # the disk has room again: the server takes writes without a restart
-        eventually(lambda: _expect(api(server, "PUT", f"/memory/disk/after-{trial}", {"value": value}), 200))
+        path = f"/memory/disk/after-{trial}"
+        eventually(lambda p=path: _expect(api(server, "PUT", p, {"value": value}), 200))
         assert httpx.get(server.url + "/readyz", timeout=10).status_code == 200
     assert server.proc.poll() is None, "the server died"
     server.stop()

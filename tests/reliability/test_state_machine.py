@@ -12,6 +12,7 @@ Examples: ``EXAMPLES`` (times RELIABILITY_SCALE) of at most ``STEPS`` rules each
 from __future__ import annotations
 
 import asyncio
+import json
 import os
 import signal
 import sqlite3
@@ -27,7 +28,8 @@ from typing import Any
 import _sm_flows
 from _races_harness import REPO, scale
 from atfg_harness import create_pg_database, drop_pg_database
-from hypothesis import HealthCheck, event, settings
+from hypothesis import HealthCheck, settings
+from hypothesis import event as hypothesis_event
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
 
@@ -36,14 +38,23 @@ from pyworkflow import _api, _clock
 from pyworkflow.store import RunStatus, StepStatus, WaitKind, WaitStatus
 
 ON_POSTGRES = os.environ.get("PYWORKFLOW_TEST_STORE", "sqlite") in ("postgresql", "postgres")
-EXAMPLES = 5
-STEPS = 10
+EXAMPLES = 20
+STEPS = 16
 LEASE_TTL = 30.0
 SETTLE_SECONDS = 30.0
 #: How long the takeover of a frozen process's run may take (its lease is already over).
 FROZEN_SECONDS = 10.0
 PAYLOADS = ("yes", "no")
 WORKER = Path(__file__).resolve().parent / "_sm_worker.py"
+
+
+#: What the examples did (``RELIABILITY_STATS=FILE`` appends each example's counts to FILE).
+COUNTS: Counter[str] = Counter()
+
+
+def event(what: str) -> None:
+    COUNTS[what] += 1
+    hypothesis_event(what)
 
 
 @dataclass
@@ -246,6 +257,7 @@ class EngineMachine(RuleBasedStateMachine):
 
     @invariant()
     def the_database_agrees_with_the_model(self) -> None:
+        COUNTS["invariant checks"] += 1
         store = pyworkflow.get_store()
         known = {m.run_id for m in self.runs.values()}
         stored = {r.id for r in self.run(store.list_runs(limit=1000))}
@@ -303,6 +315,10 @@ class EngineMachine(RuleBasedStateMachine):
                 conn.close()
 
     def teardown(self) -> None:
+        if os.environ.get("RELIABILITY_STATS"):
+            with open(os.environ["RELIABILITY_STATS"], "a") as f:
+                f.write(json.dumps({**COUNTS, "runs": len(self.runs)}) + "\n")
+        COUNTS.clear()
         for proc in self.children:
             if proc.poll() is None:
                 proc.kill()
