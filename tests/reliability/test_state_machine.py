@@ -38,8 +38,8 @@ from pyworkflow import _api, _clock
 from pyworkflow.store import RunStatus, StepStatus, WaitKind, WaitStatus
 
 ON_POSTGRES = os.environ.get("PYWORKFLOW_TEST_STORE", "sqlite") in ("postgresql", "postgres")
-EXAMPLES = 20
-STEPS = 16
+EXAMPLES = 5
+STEPS = 10
 LEASE_TTL = 30.0
 SETTLE_SECONDS = 30.0
 #: How long the takeover of a frozen process's run may take (its lease is already over).
