@@ -31,15 +31,15 @@ from atfg_harness import create_pg_database, drop_pg_database
 from hypothesis import HealthCheck, settings
 from hypothesis import event as hypothesis_event
 from hypothesis import strategies as st
-from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
+from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, precondition, rule
 
 import pyworkflow
 from pyworkflow import _api, _clock
 from pyworkflow.store import RunStatus, StepStatus, WaitKind, WaitStatus
 
 ON_POSTGRES = os.environ.get("PYWORKFLOW_TEST_STORE", "sqlite") in ("postgresql", "postgres")
-EXAMPLES = 5
-STEPS = 10
+EXAMPLES = 8
+STEPS = 8
 LEASE_TTL = 30.0
 SETTLE_SECONDS = 30.0
 #: How long the takeover of a frozen process's run may take (its lease is already over).
@@ -170,6 +170,11 @@ class EngineMachine(RuleBasedStateMachine):
         self.interruptions += 1
 
     # -- rules ------------------------------------------------------------------------------------
+
+    @initialize()
+    def first_run(self) -> None:
+        """Every example has a run to decide, restart, and jump the clock under."""
+        self.start()
 
     @rule()
     def start(self) -> None:
