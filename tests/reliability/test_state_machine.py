@@ -7,7 +7,9 @@ back, and restart the runtime (close and reopen the store). Every rule ends with
 settled (nothing runnable); after every rule a model of what must hold is checked against the
 database.
 
-Examples: ``EXAMPLES`` (times RELIABILITY_SCALE) of at most ``STEPS`` rules each."""
+Examples: ``EXAMPLES`` (times RELIABILITY_SCALE) of at most ``STEPS`` rules each, the same ones
+every run unless ``RELIABILITY_RANDOM=1``; ``RELIABILITY_STATS=FILE`` appends what each example
+did (rules, decisions, runs, invariant checks) to FILE as a JSON line."""
 
 from __future__ import annotations
 
