@@ -10,7 +10,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from . import _serde, _tracing
+from . import _clock, _serde, _tracing
 from ._crashpoints import crashpoint
 from ._engine import encode_input
 from ._errors import ConfigurationError, HookNotFoundError, WorkflowNotFoundError
@@ -297,7 +297,7 @@ async def cancel_workflow(run_id: str, reason: str | None = None) -> bool:
     ``reason`` (at most 1000 characters) is kept as the run's error."""
     if reason is not None and (not isinstance(reason, str) or len(reason) > 1000):
         raise ConfigurationError(f"reason must be a str of at most 1000 characters, not {reason!r:.80}")
-    cancelled = await get_store().cancel_run(_check_run_id(run_id), now=time.time(), reason=reason)
+    cancelled = await get_store().cancel_run(_check_run_id(run_id), now=_clock.now(), reason=reason)
     if _runtime is not None and _runtime.running:
         _runtime.wake()
     return cancelled
@@ -308,7 +308,7 @@ async def retry_workflow(run_id: str) -> bool:
     replayed, the step that failed runs again, and it continues from there. False (and nothing
     changed) unless the run had failed; ``WorkflowNotFoundError`` for an unknown run. The run is
     executed by whichever runtime serves the store (this process's, once started)."""
-    outcome = await get_store().retry_run(_check_run_id(run_id), now=time.time())
+    outcome = await get_store().retry_run(_check_run_id(run_id), now=_clock.now())
     if outcome == "ok":
         _wake_runtime(run_id)
     return outcome == "ok"
@@ -324,7 +324,7 @@ async def resume_hook(token: str, payload: Any = None) -> ResumeResult:
     MiB, serialized; nested deeper than 64 levels) or ``SerializationError`` (not JSON, or a
     number JSON would not keep exactly) and changes nothing (an expired hook is recorded as
     expired)."""
-    began = time.time()
+    began = _clock.now()
     digest = digest_token(check_token(token))
     data = encode_payload(payload)
     store = get_store()
@@ -337,7 +337,7 @@ async def resume_hook(token: str, payload: Any = None) -> ResumeResult:
         resolved, claim = await store.resolve_wait_and_claim(
             token_digest=digest,
             payload=data,
-            now=time.time(),
+            now=_clock.now(),
             check=lambda wait: check_stored_schema(wait, data),
             owner=runtime.owner,
             lease_ttl=runtime.lease_ttl,
@@ -347,7 +347,7 @@ async def resume_hook(token: str, payload: Any = None) -> ResumeResult:
         resolved = await store.resolve_wait(
             token_digest=digest,
             payload=data,
-            now=time.time(),
+            now=_clock.now(),
             check=lambda wait: check_stored_schema(wait, data),
         )
     crashpoint("after_hook_resumed")
@@ -380,7 +380,7 @@ async def resume_hook_by_id(hook_id: str, payload: Any = None) -> ResumeResult:
     store = get_store()
     wait = await store.get_wait(hook_id)
     data = validate_payload(wait, payload) if wait is not None else b"null"
-    began = time.time()
+    began = _clock.now()
     resolved = await store.resolve_wait(wait_id=hook_id, payload=data, now=began)
     crashpoint("after_hook_resumed")
     _log_received(resolved)

@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
-import time
 from contextvars import ContextVar
 from dataclasses import dataclass, field
 
+from . import _clock
 from ._errors import ConfigurationError
 from .store import Fence, RunState, Store
 
@@ -53,7 +53,7 @@ class WorkflowContext:
 
     @staticmethod
     def now() -> float:
-        return time.time()
+        return _clock.now()
 
 
 @dataclass(slots=True)

@@ -4,10 +4,9 @@ record how the turn ended (suspended, completed or failed) in one transition."""
 from __future__ import annotations
 
 import logging
-import time
 from typing import Any
 
-from . import _serde, _tracing
+from . import _clock, _serde, _tracing
 from ._context import WorkflowContext, _workflow
 from ._crashpoints import crashpoint
 from ._errors import (
@@ -49,7 +48,7 @@ async def execute_turn(store: Store, claim: Claim, state: RunState) -> bool:
     arrived during the turn leaves it due again at once), False when it ended (completed, failed,
     cancelled) or the turn lost its lease: then nothing is left for this turn's owner to claim."""
     fence = claim.fence
-    started = time.time()
+    started = _clock.now()
     if state.waits:
         _metrics.observe_continuation(
             (
@@ -69,7 +68,7 @@ async def execute_turn(store: Store, claim: Claim, state: RunState) -> bool:
         try:
             outcome = await _turn(store, claim, state)
         finally:
-            _metrics.ATTEMPT_SECONDS.labels("workflow", outcome).observe(time.time() - started)
+            _metrics.ATTEMPT_SECONDS.labels("workflow", outcome).observe(_clock.now() - started)
             _tracing.outcome(span, outcome)
     return outcome == "suspended"
 
@@ -84,7 +83,7 @@ async def _turn(store: Store, claim: Claim, state: RunState) -> str:
         defn = resolve(claim.workflow, info.get("module"))
     except WorkflowError as exc:
         log.warning("run %s failed: %s", fence.run_id, exc)
-        await store.fail_run(fence, _serde.encode_error(exc), now=time.time())
+        await store.fail_run(fence, _serde.encode_error(exc), now=_clock.now())
         log.info("run %s: failed: %s", fence.run_id, exc, extra=run)
         return "failed"
     log.info("run %s: %s %s", fence.run_id, "resuming" if claim.resumed else "starting", defn.name, extra=run)
@@ -102,7 +101,7 @@ async def _turn(store: Store, claim: Claim, state: RunState) -> str:
                 fence,
                 notified=ctx.notified,
                 delivered=ctx.delivered,
-                now=time.time(),
+                now=_clock.now(),
                 recorded=ctx.suspension_recorded,
                 then=_suspended,
             )
@@ -112,7 +111,7 @@ async def _turn(store: Store, claim: Claim, state: RunState) -> str:
             if isinstance(exc, CancellationError):
                 current = await store.get_run(fence.run_id)
                 if current is not None and not current.status.is_terminal:
-                    await store.fail_run(fence, _serde.encode_error(exc), now=time.time())
+                    await store.fail_run(fence, _serde.encode_error(exc), now=_clock.now())
                     log.info("run %s: failed: %s", fence.run_id, exc, extra=run)
                     return "failed"
                 log.info("run %s: cancelled", fence.run_id, extra=run)
@@ -121,10 +120,10 @@ async def _turn(store: Store, claim: Claim, state: RunState) -> str:
             return "lost"
         except Exception as exc:
             log.warning("run %s (%s) failed: %s: %s", fence.run_id, defn.name, type(exc).__name__, exc)
-            await store.fail_run(fence, _serde.encode_error(exc), now=time.time())
+            await store.fail_run(fence, _serde.encode_error(exc), now=_clock.now())
             log.info("run %s: failed: %s: %s", fence.run_id, type(exc).__name__, exc, extra=run)
             return "failed"
-        await store.complete_run(fence, data, now=time.time())
+        await store.complete_run(fence, data, now=_clock.now())
         log.info("run %s: completed", fence.run_id, extra=run)
         return "completed"
     except (LeaseLostError, CancellationError) as exc:

@@ -23,13 +23,13 @@ from __future__ import annotations
 import logging
 import os
 import threading
-import time
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any, Protocol
 
 from celery import Celery  # type: ignore[import-untyped]
 
+from .. import _clock
 from .._errors import ConfigurationError
 from ..store import Claim, Store, tracing
 
@@ -151,7 +151,7 @@ async def submit(store: Store, run_id: str, workflow: str, input: bytes, extra: 
     """``start()`` with the Celery runtime: record the run, due now, then publish its first turn."""
     options = CeleryOptions.from_extra(extra)
     celery_store(store)
-    await store.create_run(run_id, workflow, input, now=time.time(), lease_owner=None, lease_ttl=0.0)
+    await store.create_run(run_id, workflow, input, now=_clock.now(), lease_owner=None, lease_ttl=0.0)
     dispatch([run_id], options)
 
 

@@ -16,14 +16,13 @@ import importlib
 import logging
 import os
 import threading
-import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 from celery import Celery  # type: ignore[import-untyped]
 
-from .. import _tracing
+from .. import _clock, _tracing
 from .._crashpoints import crashpoint
 from .._engine import execute_turn
 from ..store import Purger, RunState, metrics, open_store, parse_age, tracing
@@ -91,7 +90,7 @@ class Worker:
         ran = 0
         while ran < s.max_turns_per_task:
             claim = await self.store.claim_run(
-                run_id, self.owner, now=time.time(), lease_ttl=s.lease_ttl, max_crashes=s.max_crashes
+                run_id, self.owner, now=_clock.now(), lease_ttl=s.lease_ttl, max_crashes=s.max_crashes
             )
             if claim is None:
                 return ran
@@ -113,7 +112,7 @@ class Worker:
                     extra={"run_id": run_id, "attempt": claim.fence.epoch},
                 )
                 with contextlib.suppress(Exception):
-                    await self.store.release(claim.fence, now=time.time())
+                    await self.store.release(claim.fence, now=_clock.now())
                 raise
             finally:
                 metrics.PERMITS_IN_USE.dec()
@@ -132,7 +131,7 @@ class Worker:
             while not self._stop.wait(self.settings.lease_ttl / 3):
                 if self._active:
                     try:
-                        expires = time.time() + self.settings.lease_ttl
+                        expires = _clock.now() + self.settings.lease_ttl
                         loop.run_until_complete(self.store.heartbeat(self.owner, lease_expires_at=expires))
                     except Exception:
                         log.exception("heartbeat failed")
@@ -197,14 +196,14 @@ class Sweeper:
     async def sweep_once(self) -> float:
         """One sweep; returns how long to sleep before the next."""
         s, store = self.settings, self.store
-        swept_at = time.time()
+        swept_at = _clock.now()
         expired = await store.expire_due_waits(now=swept_at)
         dead = _dead_local_owners(await store.lease_owners(now=swept_at), self.owner)
         if dead:
             freed = await store.expire_leases_of(dead, now=swept_at)
             metrics.LEASE_EXPIRIES.labels("workflow").inc(freed)
             log.info("freed %d run(s) of dead worker(s) %s", freed, ", ".join(dead))
-        now = time.time()
+        now = _clock.now()
         # Rows whose lease ran out (dead workers) and rows nobody published for a while ...
         ready = await store.ready_runs(now=now, due_before=now - s.dispatch_grace)
         if expired:  # ... and the runs this sweep's expiries just woke (due at swept_at exactly)
@@ -224,7 +223,7 @@ class Sweeper:
         due = await store.next_due()
         pause = s.sweep_interval
         if due is not None:
-            pause = max(0.05, min(pause, due - time.time()))
+            pause = max(0.05, min(pause, due - _clock.now()))
         return pause
 
 

@@ -16,6 +16,7 @@ import time
 import uuid
 from collections.abc import Callable, Iterable
 
+from .. import _clock
 from .._crashpoints import crashpoint
 from .._engine import execute_turn
 from ..store import Claim, Purger, RunState, Store, metrics
@@ -133,7 +134,7 @@ class LocalRuntime:
         through the queue; at capacity the run waits in the queue like any other."""
         owner = self.owner if len(self._tasks) < self.max_concurrency else None
         claim = await self.store.create_run(
-            run_id, workflow, input, now=time.time(), lease_owner=owner, lease_ttl=self.lease_ttl
+            run_id, workflow, input, now=_clock.now(), lease_owner=owner, lease_ttl=self.lease_ttl
         )
         crashpoint("after_run_created")
         if claim is not None:
@@ -170,7 +171,7 @@ class LocalRuntime:
             await execute_turn(self.store, claim, state)
         except asyncio.CancelledError:
             try:
-                await asyncio.shield(self.store.release(claim.fence, now=time.time()))
+                await asyncio.shield(self.store.release(claim.fence, now=_clock.now()))
             finally:
                 raise
         except Exception:
@@ -224,7 +225,7 @@ class LocalRuntime:
 
     async def _tick(self) -> float:
         """Expire due waits and claim due runs; return how long to sleep."""
-        now = time.time()
+        now = _clock.now()
         free = self.max_concurrency - len(self._tasks)
         # One store call (one round trip on PostgreSQL): expire due waits, claim, next due time.
         poll = await self.store.poll(
@@ -236,20 +237,20 @@ class LocalRuntime:
         due = poll.next_due
         if due is None or free <= 0:  # at capacity, a finishing turn wakes the loop
             return self.poll_interval
-        return max(0.0, min(self.poll_interval, due - time.time()))
+        return max(0.0, min(self.poll_interval, due - _clock.now()))
 
     async def _heartbeat(self) -> None:
         while True:
             await asyncio.sleep(self.lease_ttl / 3)
             if self._tasks:
                 try:
-                    await self.store.heartbeat(self.owner, lease_expires_at=time.time() + self.lease_ttl)
+                    await self.store.heartbeat(self.owner, lease_expires_at=_clock.now() + self.lease_ttl)
                 except Exception:
                     log.exception("heartbeat failed")
 
     async def _free_dead_leases(self) -> None:
-        dead = _dead_local_owners(await self.store.lease_owners(now=time.time()), self.owner)
+        dead = _dead_local_owners(await self.store.lease_owners(now=_clock.now()), self.owner)
         if dead:
-            count = await self.store.expire_leases_of(dead, now=time.time())
+            count = await self.store.expire_leases_of(dead, now=_clock.now())
             metrics.LEASE_EXPIRIES.labels("workflow").inc(count)
             log.info("freed %d run(s) left by dead process(es) %s", count, ", ".join(dead))
