@@ -60,6 +60,13 @@ def server() -> None:
     help="POST a JSON event (with a Slack-compatible 'text') to URL when an approval or hook is created; "
     "repeatable (default: $ATFGRAPH_NOTIFY).",
 )
+@click.option(
+    "--notify-node",
+    "notify_nodes",
+    multiple=True,
+    metavar="NODE=URL",
+    help="Also POST the events of NODE's approvals to URL; repeatable (default: $ATFGRAPH_NOTIFY_NODES).",
+)
 def start(
     host: str,
     port: int,
@@ -72,10 +79,11 @@ def start(
     metrics_bind: str | None,
     public_url: str | None,
     notify: tuple[str, ...],
+    notify_nodes: tuple[str, ...],
 ) -> None:
     """Start the graph server in the foreground."""
     from ..server import serve
 
     serve(host, port, db, lease_seconds, log_level, write_timeout, log_format=log_format,
           access_log=access_log, metrics_bind=metrics_bind, public_url=public_url,
-          notify=notify)  # fmt: skip
+          notify=notify, notify_nodes=notify_nodes)  # fmt: skip

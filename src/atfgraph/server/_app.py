@@ -28,7 +28,7 @@ from ._errors import ApiError, api_error, database_refused, database_unavailable
 from ._fastpath import FastPath
 from ._hub import Hub, node_key, traverser_key
 from ._identity import Identity
-from ._notify import Notifier, NotifySettings, check_endpoint
+from ._notify import Notifier, NotifySettings, check_endpoint, check_node_endpoint
 from ._observe import HttpMetrics
 from ._openapi import install_limits
 from ._refusals import Refusal
@@ -84,6 +84,7 @@ class Settings:
         notify: Sequence[str] = (),
         write_timeout: float | None = None,
         access_log: bool = False,
+        notify_nodes: Sequence[str] = (),
     ) -> Settings:
         """Settings from the flags given, else the environment, else the defaults; ValueError
         for a write timeout that is not a positive number of seconds."""
@@ -103,17 +104,19 @@ class Settings:
             synchronous=os.environ.get("ATFGRAPH_SQLITE_SYNCHRONOUS", "FULL"),
             home=default_home(),
             public_url=(public_url or os.environ.get("ATFGRAPH_PUBLIC_URL") or listen_url).rstrip("/"),
-            notify=notify_settings(notify),
+            notify=notify_settings(notify, notify_nodes),
             write_timeout=timeout,
             access_log=access_log,
         )
 
 
-def notify_settings(flags: Sequence[str] = ()) -> NotifySettings:
-    """``--notify`` endpoints, else those of ``$ATFGRAPH_NOTIFY`` (separated by spaces or commas),
-    with ``$ATFGRAPH_NOTIFY_MAX_ATTEMPTS``, ``$ATFGRAPH_NOTIFY_BACKOFF_SECONDS``,
+def notify_settings(flags: Sequence[str] = (), node_flags: Sequence[str] = ()) -> NotifySettings:
+    """``--notify`` endpoints, else those of ``$ATFGRAPH_NOTIFY`` (separated by spaces or commas);
+    ``--notify-node NODE=URL`` pairs, else those of ``$ATFGRAPH_NOTIFY_NODES`` (likewise); with
+    ``$ATFGRAPH_NOTIFY_MAX_ATTEMPTS``, ``$ATFGRAPH_NOTIFY_BACKOFF_SECONDS``,
     ``$ATFGRAPH_NOTIFY_TIMEOUT_SECONDS`` and ``$ATFGRAPH_NOTIFY_POLL_SECONDS``. Raises ValueError."""
     endpoints = list(flags) or os.environ.get("ATFGRAPH_NOTIFY", "").replace(",", " ").split()
+    pairs = list(node_flags) or os.environ.get("ATFGRAPH_NOTIFY_NODES", "").replace(",", " ").split()
     default = NotifySettings()
 
     def number(name: str, value: float, low: float) -> float:
@@ -130,6 +133,7 @@ def notify_settings(flags: Sequence[str] = ()) -> NotifySettings:
 
     return NotifySettings(
         endpoints=tuple(dict.fromkeys(check_endpoint(url) for url in endpoints)),
+        node_endpoints=tuple(dict.fromkeys(check_node_endpoint(pair) for pair in pairs)),
         max_attempts=int(number("ATFGRAPH_NOTIFY_MAX_ATTEMPTS", default.max_attempts, 1)),
         backoff_seconds=number("ATFGRAPH_NOTIFY_BACKOFF_SECONDS", default.backoff_seconds, 0.01),
         timeout_seconds=number("ATFGRAPH_NOTIFY_TIMEOUT_SECONDS", default.timeout_seconds, 0.1),

@@ -37,6 +37,7 @@ def serve(
     metrics_bind: str | None = None,
     public_url: str | None = None,
     notify: Sequence[str] = (),
+    notify_nodes: Sequence[str] = (),
 ) -> None:
     try:  # --log-format, else $ATFGRAPH_LOG_FORMAT, else text; the write timeout and --notify likewise
         settings = Settings.from_env(
@@ -45,6 +46,7 @@ def serve(
             public_url=public_url,
             listen_url=f"http://{host}:{port}",
             notify=notify,
+            notify_nodes=notify_nodes,
             write_timeout=write_timeout,
             access_log=access_log,
         )
@@ -201,6 +203,14 @@ def main(argv: list[str] | None = None) -> None:
         help="POST a JSON event (with a Slack-compatible 'text') to URL when an approval or hook is created;"
         " repeatable (default: $ATFGRAPH_NOTIFY, space- or comma-separated)",
     )
+    parser.add_argument(
+        "--notify-node",
+        action="append",
+        default=[],
+        metavar="NODE=URL",
+        help="also POST the events of NODE's approvals to URL (its team's channel); repeatable"
+        " (default: $ATFGRAPH_NOTIFY_NODES, space- or comma-separated NODE=URL pairs)",
+    )
     args = parser.parse_args(argv)
     serve(
         args.host,
@@ -214,6 +224,7 @@ def main(argv: list[str] | None = None) -> None:
         metrics_bind=args.metrics_bind,
         public_url=args.public_url,
         notify=args.notify,
+        notify_nodes=args.notify_node,
     )
 
 
