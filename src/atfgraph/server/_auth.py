@@ -105,6 +105,7 @@ RULES: tuple[Rule, ...] = (
     _rule("GET", "/runs", "run.list", R),
     _rule("GET", "/runs/{id}", "run.get", R),
     _rule("POST", "/runs/{id}/retry", "traverser.retry", S),
+    _rule("POST", "/runs/{id}/cancel", "run.cancel", S),
     _rule("GET", "/inbox", "inbox.list", R),
     _rule("GET", "/stats", "server.stats", R),
     # The server's metrics: owners and administrators (or a separate --metrics-bind address).

@@ -157,6 +157,30 @@ def check_label(label: str | None) -> str | None:
     return label.strip() or None
 
 
+def write_link(
+    conn: Conn,
+    kind: LinkKind,
+    link_id: str,
+    secret: str,
+    wait_id: str,
+    created_by: str,
+    expires_in: float,
+    label: str | None,
+    audit: AuditEntry,
+) -> Link:
+    """Insert a link and its audit entry (whose detail gains the link's id) in the caller's
+    transaction: a minted link's, or the approval's that asked for one as it was created."""
+    now = time.time()
+    stored = digest(secret) if kind is LinkKind.PAGE else None
+    expires_at = now + expires_in
+    conn.execute(SQL_INSERT_LINK, (link_id, kind.value, wait_id, stored, label, now, created_by, expires_at))
+    detail = {**(audit.detail or {}), "link_id": link_id, "kind": kind.value, "expires_at": expires_at}
+    write_audit(conn, AuditEntry(audit.principal, audit.action, audit.target, audit.outcome, detail), now)
+    found = _row(conn, SQL_LINK, (link_id,))
+    assert found is not None
+    return _link(found)
+
+
 class WaitLinks:
     """The links table on the server's database."""
 
@@ -177,27 +201,11 @@ class WaitLinks:
         the same transaction. Returns the link and its secret: the decision link's (only its
         digest is stored) or the webhook's signing secret. Shown once."""
         link_id, secret = new_secret()
-        now = time.time()
         if kind is LinkKind.WEBHOOK:
             secret = await self.webhook_secret(link_id)
-        stored = digest(secret) if kind is LinkKind.PAGE else None
-        expires_at = now + expires_in
 
         def tx(conn: Conn) -> Link:
-            params = (link_id, kind.value, wait_id, stored, label, now, created_by, expires_at)
-            conn.execute(SQL_INSERT_LINK, params)
-            detail = {
-                **(audit.detail or {}),
-                "link_id": link_id,
-                "kind": kind.value,
-                "expires_at": expires_at,
-            }
-            write_audit(
-                conn, AuditEntry(audit.principal, audit.action, audit.target, audit.outcome, detail), now
-            )
-            found = _row(conn, SQL_LINK, (link_id,))
-            assert found is not None
-            return _link(found)
+            return write_link(conn, kind, link_id, secret, wait_id, created_by, expires_in, label, audit)
 
         return await self.db.write(tx), secret
 
@@ -297,5 +305,7 @@ __all__ = [
     "LinkState",
     "WaitLinks",
     "check_label",
+    "new_secret",
     "sign",
+    "write_link",
 ]

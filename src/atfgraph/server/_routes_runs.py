@@ -4,7 +4,8 @@
 ``traverser``) newest first; ``GET /runs/{id}`` shows one with its steps, waits, checkpoints and
 event log; ``GET /inbox`` lists pending approvals, hooks and step hooks together, oldest first,
 each with its run's summary. Read-only (``_runs_reads``), but for ``POST /runs/{id}/retry``, a
-new attempt of a failed traverser (``Service.retry``); permissions in ``_auth.RULES``."""
+new attempt of a failed run, and ``POST /runs/{id}/cancel`` (``Service.retry``,
+``Service.cancel_run``); permissions in ``_auth.RULES``."""
 
 from __future__ import annotations
 
@@ -102,8 +103,17 @@ async def inbox(request: Request, limit: Annotated[int, Query(ge=1, le=1000)] = 
     return ok({"items": store_of(request).inbox(limit)})
 
 
-@router.post("/runs/{run_id}/retry")
+@router.post("/runs/{run_id}/retry", responses=_ONE)
 async def retry(request: Request, run_id: str, who: Annotated[Principal, Depends(caller)]) -> Response:
-    """A new attempt of a failed traverser, from its checkpoints (``409 invalid_state`` unless it
-    failed; ``409 not_a_traverser`` for a pyworkflow run)."""
+    """A new attempt of a failed run (``409 invalid_state`` unless it failed): a traverser from
+    its checkpoints (its view is the answer); a pyworkflow run from its recorded steps, its
+    failed steps running again on a pyworkflow runtime serving this database (its summary is the
+    answer)."""
     return ok(await service_of(request).retry(who, run_id))
+
+
+@router.post("/runs/{run_id}/cancel", responses=_ONE)
+async def cancel(request: Request, run_id: str, who: Annotated[Principal, Depends(caller)]) -> Response:
+    """Cancel a run of either kind that has not finished (its pending waits are cancelled); one
+    already finished is answered as it is. The answer is the run's summary."""
+    return ok(await service_of(request).cancel_run(who, run_id))

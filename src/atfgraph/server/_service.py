@@ -14,13 +14,14 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 import jsonschema
 
 import pyworkflow
 from pyworkflow import validate_payload
-from pyworkflow.store import WaitKind, WaitRecord
+from pyworkflow.store import WaitKind, WaitRecord, cancel_run_in, retry_run_in
 
 from .._json import dumps, dumps_read, fragment, loads
 from .._models import DECISIONS
@@ -28,7 +29,17 @@ from ._assign import Assignees, Escalation, assignees_of, write_assignment
 from ._graph_rows import Lease, StepRecord
 from ._hub import Hub, node_key, traverser_key
 from ._identity import AuditEntry, Identity, Principal, Role, write_audit
-from ._links import DEFAULT_LINK_SECONDS, MAX_LINK_SECONDS, Link, LinkKind, LinkState, WaitLinks, check_label
+from ._links import (
+    DEFAULT_LINK_SECONDS,
+    MAX_LINK_SECONDS,
+    Link,
+    LinkKind,
+    LinkState,
+    WaitLinks,
+    check_label,
+    new_secret,
+    write_link,
+)
 from ._refusals import Conflict, Forbidden, Invalid, NotFound, Refusal
 from ._store import GraphStore
 
@@ -88,29 +99,64 @@ class Service:
         log.info("traverser %s: %s", traverser_id, view["status"], extra={"run_id": traverser_id})
         return view
 
+    async def cancel_run(self, who: Principal, run_id: str) -> dict[str, Any]:
+        """Cancel a run of either kind that has not finished (a traverser through :meth:`cancel`,
+        a pyworkflow run by the engine's ending, ``pyworkflow.store.cancel_run_in``); one
+        already finished is returned as it is. Returns the run's summary."""
+        try:
+            await self.cancel(who, run_id)
+        except NotFound:
+            await self._change_workflow(who, "run.cancel", run_id, cancel_run_in)
+        record = await self.store.get_run(run_id)
+        summary: dict[str, Any] = record["run"]
+        return summary
+
     async def retry(self, who: Principal, run_id: str) -> dict[str, Any]:
-        """A new attempt of a failed traverser from its checkpoints (``GraphStore.retry``); its
-        node's workers are woken. A pyworkflow run is refused: its runtime owns its attempts."""
+        """A new attempt of a failed run: a traverser from its checkpoints (``GraphStore.retry``;
+        its node's workers are woken), a pyworkflow run from its recorded steps
+        (``pyworkflow.store.retry_run_in``: its failed steps run again on a runtime serving the
+        database). ``409 invalid_state`` unless it failed. Returns the traverser's view, or the
+        pyworkflow run's summary."""
         audit = AuditEntry(who, "traverser.retry", run_id, "allowed")
         try:
             view = await self.store.retry(run_id, audit)
         except NotFound:
-            if await self.store.pyworkflow.get_run(run_id) is not None:
-                exc: Refusal = Conflict(
-                    f"run {run_id!r} is a pyworkflow run: retry applies to traversers (a pyworkflow "
-                    "step retries by its own policy; start the workflow again for a new run)",
-                    "not_a_traverser",
-                )
-            else:
-                exc = NotFound.of("run", run_id)
-            await self._refused(who, "traverser.retry", run_id, exc.code)
-            raise exc from None
+            await self._change_workflow(who, "run.retry", run_id, retry_run_in)
+            record = await self.store.get_run(run_id)
+            summary: dict[str, Any] = record["run"]
+            log.info("run %s: queued again for a pyworkflow runtime", run_id, extra={"run_id": run_id})
+            return summary
         except Refusal as exc:
             await self._refused(who, "traverser.retry", run_id, exc.code)
             raise
         self.hub.notify(node_key(view["node_id"]))
         self.hub.notify(traverser_key(run_id))
         return view
+
+    async def _change_workflow(
+        self, who: Principal, action: str, run_id: str, rule: Callable[[Any, str, float], str]
+    ) -> None:
+        """Apply an operator's ``rule`` to a pyworkflow run with its audit entry, in one
+        transaction; a refusal is audited and raised (nothing changed)."""
+
+        def tx(conn: Any) -> str:
+            now = time.time()
+            outcome = rule(conn, run_id, now)
+            if outcome in ("ok", "finished"):
+                detail = None if outcome == "ok" else {"already": "finished"}
+                write_audit(conn, AuditEntry(who, action, run_id, "allowed", detail), now)
+            return outcome
+
+        outcome = await self.store.db.write(tx)
+        if outcome in ("ok", "finished"):
+            return
+        exc: Refusal
+        if outcome == "not_failed":
+            exc = Conflict(f"run {run_id!r} has not failed: only a failed run is retried", "invalid_state")
+        else:
+            exc = NotFound.of("run", run_id)
+        await self._refused(who, action, run_id, exc.code)
+        raise exc
 
     async def request_approval(
         self,
@@ -126,12 +172,15 @@ class Service:
         response_schema: bytes | None = None,
         assign_to: Assignees | None = None,
         escalate: Escalation | None = None,
-    ) -> tuple[dict[str, Any], bool]:
+        decision_link: LinkRequest | None = None,
+    ) -> tuple[dict[str, Any], bool, tuple[Link, str] | None]:
         """Find or create the approval (traverser, operation_key); with ``pause`` (under the lease
-        ``epoch``) a pending one also parks the traverser. Returns it and whether it paused.
-        ``response_schema``, a JSON Schema, is what an approving response must match. A new
-        approval is assigned to ``assign_to`` (only they may decide) and, with ``escalate``,
-        re-assigned once when it falls due instead of expiring (``_assign``)."""
+        ``epoch``) a pending one also parks the traverser. Returns it, whether it paused, and the
+        decision link minted with it (and its secret) when ``decision_link`` asked for one and
+        the approval was created by this call (never for one that existed: its secret was handed
+        out once). ``response_schema``, a JSON Schema, is what an approving response must match.
+        A new approval is assigned to ``assign_to`` (only they may decide) and, with
+        ``escalate``, re-assigned once when it falls due instead of expiring (``_assign``)."""
         if response_schema is not None:
             check_response_schema(loads(response_schema))
         audit = AuditEntry(
@@ -141,15 +190,46 @@ class Service:
             "allowed",
             {"traverser_id": traverser_id, "operation_key": operation_key},
         )
-        also = None
-        if assign_to is not None or escalate is not None:
-            if escalate is not None and expires_in_seconds is None:
+        if escalate is not None and expires_in_seconds is None:
+            raise Invalid("an escalation needs expires_in_seconds (when it escalates)", "validation_error")
+        link_seconds = link_label = None
+        if decision_link is not None:
+            if assign_to is not None or escalate is not None:
                 raise Invalid(
-                    "an escalation needs expires_in_seconds (when it escalates)", "validation_error"
+                    "a decision link lets whoever holds it decide, which an assignment forbids: "
+                    "drop decision_link, or have an assignee mint one (POST /approvals/{id}/links)",
+                    "validation_error",
                 )
+            link_seconds, link_label = _link_terms(decision_link.expires_in, decision_link.label)
+            if expires_in_seconds is not None:  # a link outlives its wait for nothing
+                link_seconds = min(link_seconds, expires_in_seconds)
+        minted: list[tuple[Link, str]] = []
+        also = None
+        if assign_to is not None or escalate is not None or link_seconds is not None:
 
             def also(conn: Any, approval_id: str) -> None:
-                write_assignment(conn, approval_id, assign_to, escalate)
+                if assign_to is not None or escalate is not None:
+                    write_assignment(conn, approval_id, assign_to, escalate)
+                if link_seconds is not None:
+                    link_id, secret = new_secret()
+                    detail = (
+                        {"label": link_label, "with_approval": True}
+                        if link_label
+                        else {"with_approval": True}
+                    )
+                    entry = AuditEntry(who, "approval.link.create", approval_id, "allowed", detail)
+                    link = write_link(
+                        conn,
+                        LinkKind.PAGE,
+                        link_id,
+                        secret,
+                        approval_id,
+                        who.name,
+                        link_seconds,
+                        link_label,
+                        entry,
+                    )
+                    minted.append((link, secret))
 
         approval, paused = await self.store.request_approval(
             traverser_id, epoch, operation_key, prompt, checkpoint, expires_in_seconds, pause, steps, audit,
@@ -165,7 +245,7 @@ class Service:
                 approval["id"],
                 extra={"run_id": traverser_id, "wait_id": approval["id"], "attempt": epoch},
             )
-        return approval, paused
+        return approval, paused, (minted[-1] if minted else None)
 
     async def decide(
         self,
@@ -262,13 +342,7 @@ class Service:
         """A decision link on a pending approval (``page``) or a webhook on a pending approval or
         hook (``webhook``), minted by ``who``; returns it and its secret (shown once)."""
         action = f"{'approval.link' if kind is LinkKind.PAGE else 'wait.webhook'}.create"
-        try:
-            label = check_label(label)
-        except ValueError as exc:
-            raise Invalid(str(exc), "validation_error") from None
-        seconds = DEFAULT_LINK_SECONDS if expires_in is None else expires_in
-        if not 0 < seconds <= MAX_LINK_SECONDS:
-            raise Invalid(f"expires_in_seconds must be in (0, {MAX_LINK_SECONDS:.0f}]", "validation_error")
+        seconds, label = _link_terms(expires_in, label)
         wait = await self.store.pyworkflow.get_wait(wait_id)
         kinds = (WaitKind.APPROVAL,) if kind is LinkKind.PAGE else (WaitKind.APPROVAL, *HOOK_KINDS)
         if wait is None or wait.kind not in kinds:
@@ -352,6 +426,26 @@ class Service:
         await self.identity.audit(who, action, target=target, outcome="refused", detail=detail)
 
 
+@dataclass(frozen=True, slots=True)
+class LinkRequest:
+    """A decision link asked for with the approval it decides (``decision_link`` at creation)."""
+
+    expires_in: float | None = None
+    label: str | None = None
+
+
+def _link_terms(expires_in: float | None, label: str | None) -> tuple[float, str | None]:
+    """A link's lifetime (the default when None) and label, checked; ``Invalid`` otherwise."""
+    try:
+        label = check_label(label)
+    except ValueError as exc:
+        raise Invalid(str(exc), "validation_error") from None
+    seconds = DEFAULT_LINK_SECONDS if expires_in is None else expires_in
+    if not 0 < seconds <= MAX_LINK_SECONDS:
+        raise Invalid(f"expires_in_seconds must be in (0, {MAX_LINK_SECONDS:.0f}]", "validation_error")
+    return seconds, label
+
+
 def check_response_schema(schema: Any) -> None:
     """A response schema must be a JSON Schema object that its own metaschema accepts."""
     if not isinstance(schema, dict):
@@ -389,4 +483,11 @@ def _same_payload(wait: WaitRecord, payload: Any) -> bool:
         return False
 
 
-__all__ = ["CHILD_KEY_PREFIX", "HOOK_KINDS", "Service", "check_response", "check_response_schema"]
+__all__ = [
+    "CHILD_KEY_PREFIX",
+    "HOOK_KINDS",
+    "LinkRequest",
+    "Service",
+    "check_response",
+    "check_response_schema",
+]

@@ -49,6 +49,7 @@ from ._protocol import (
     WaitRecord,
     WaitStatus,
 )
+from ._operate import cancel_run_in, retry_run_in
 from ._remote import wake_run
 from ._rows import check_revision, write_checkpoint
 from ._sqlite import SQLiteStore
@@ -84,6 +85,7 @@ __all__ = [
     "WaitStatus",
     "apply_migrations",
     "apply_postgres_migrations",
+    "cancel_run_in",
     "check_revision",
     "load_migrations",
     "log_format",
@@ -94,6 +96,7 @@ __all__ = [
     "pyworkflow_migrations",
     "redact",
     "redact_url",
+    "retry_run_in",
     "setup_logging",
     "sqlite_path",
     "wake_run",

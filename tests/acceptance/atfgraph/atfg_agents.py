@@ -77,6 +77,21 @@ async def drifting_prompt() -> dict[str, Any]:
 
 
 @app.skill()
+async def linked(prompt: Any, outbox: str) -> dict[str, Any]:
+    """Pause on an approval that carries a decision link, handing its URL to ``outbox`` (a file:
+    the test's stand-in for an e-mail); return the decision."""
+
+    def send(minted: dict[str, Any]) -> None:
+        with open(outbox, "a") as f:
+            f.write(minted["url"] + "\n")
+
+    decision = await app.request_approval(
+        prompt, operation_key="linked", decision_link={"label": "duty manager"}, on_decision_link=send
+    )
+    return {"decision": decision}
+
+
+@app.skill()
 async def not_pausing() -> dict[str, Any]:
     approval = await app.request_approval("fyi", operation_key="fyi", pause=False, expires_in_seconds=60)
     return {
