@@ -33,6 +33,7 @@ from ._migrations import (
     load_migrations,
     pyworkflow_migrations,
 )
+from ._operate import cancel_run_in, retry_run_in
 from ._protocol import (
     CheckpointRecord,
     Claim,
@@ -49,7 +50,6 @@ from ._protocol import (
     WaitRecord,
     WaitStatus,
 )
-from ._operate import cancel_run_in, retry_run_in
 from ._remote import wake_run
 from ._rows import check_revision, write_checkpoint
 from ._sqlite import SQLiteStore

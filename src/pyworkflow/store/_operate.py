@@ -7,12 +7,13 @@ together. A traverser is not a pyworkflow run: these refuse it (``not_a_workflow
 - **cancel**: the run ends as every run ends (SQLite ``_end_run``, PostgreSQL
   ``pyworkflow_cancel_run``, migration 0008): cancelled, its pending waits cancelled, its queue
   row and its steps' checkpoints deleted.
-- **retry** (``failed -> pending``): the failed step records are deleted, so those steps run
+- **retry** (``failed -> suspended``): the failed step records are deleted, so those steps run
   again with a fresh retry budget; completed steps keep their results and are replayed, received
   waits keep their payloads. The run is queued due now (crashes reset), and a ``run_retried``
-  event is appended. A pyworkflow runtime serving the database (local or Celery) takes the turn.
-  What the failure ended stays ended: its step checkpoints were deleted and a wait it cancelled
-  stays cancelled.
+  event is appended. It is ``suspended``, not ``pending``, because a claim of a pending run
+  starts it from nothing, while a suspended one's turn loads what it recorded. A pyworkflow
+  runtime serving the database (local or Celery) takes the turn. What the failure ended stays
+  ended: its step checkpoints were deleted and a wait it cancelled stays cancelled.
 """
 
 from __future__ import annotations
@@ -29,7 +30,7 @@ SQL_PG_CANCEL = "SELECT pyworkflow_cancel_run(?::text, ?::double precision)"
 # A failed run's failed steps: deleted, so they run again (the primary key's prefix).
 SQL_DROP_FAILED_STEPS = "DELETE FROM steps WHERE run_id = ? AND status = 'failed'"
 SQL_REOPEN_RUN = """
-UPDATE runs SET status = 'pending', error = NULL, finished_at = NULL, updated_at = ?
+UPDATE runs SET status = 'suspended', error = NULL, finished_at = NULL, updated_at = ?
 WHERE id = ? AND status = 'failed' AND node_id IS NULL
 """
 # Its turn: due now, unleased, no crash counted (the ending deleted its row; one left is reset).

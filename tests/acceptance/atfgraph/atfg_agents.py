@@ -92,6 +92,19 @@ async def linked(prompt: Any, outbox: str) -> dict[str, Any]:
 
 
 @app.skill()
+async def revising(question: str, revisions: int = 3) -> dict[str, Any]:
+    """Save the checkpoint ``plan`` ``revisions`` times (each revision changes, adds and removes a
+    field), then pause on an approval asking ``question``; return the decision."""
+    stored = await app.load_checkpoint("plan")
+    if stored is None:
+        for n in range(1, revisions + 1):
+            value: dict[str, Any] = {"step": n, "lines": list(range(n % 3)), f"note_{n}": f"revision {n}"}
+            await app.save_checkpoint("plan", value, expected_revision=n - 1)
+    decision = await app.request_approval(question, operation_key="plan")
+    return {"decision": decision}
+
+
+@app.skill()
 async def not_pausing() -> dict[str, Any]:
     approval = await app.request_approval("fyi", operation_key="fyi", pause=False, expires_in_seconds=60)
     return {
