@@ -47,9 +47,9 @@ DELIVERY_STATUSES = ("pending", "delivered", "dead")
 # New outbox rows, oldest first (the primary key), each with its run's node (NULL: a pyworkflow
 # run's wait, or a wait gone meanwhile; primary keys of waits and runs).
 SQL_EVENTS = """
-SELECT e.seq, e.wait_id, e.created_at, r.node_id FROM atfg_wait_events e
-LEFT JOIN waits w ON w.id = e.wait_id LEFT JOIN runs r ON r.id = w.run_id
-ORDER BY e.seq LIMIT ?
+SELECT atfg_wait_events.seq, atfg_wait_events.wait_id, atfg_wait_events.created_at, r.node_id
+FROM atfg_wait_events LEFT JOIN waits w ON w.id = atfg_wait_events.wait_id LEFT JOIN runs r ON r.id = w.run_id
+ORDER BY atfg_wait_events.seq LIMIT ?
 """
 SQL_DROP_EVENT = "DELETE FROM atfg_wait_events WHERE seq = ?"
 SQL_INSERT_DELIVERY = """

@@ -36,7 +36,7 @@ WHERE id = ? AND status = 'failed' AND node_id IS NULL
 # Its turn: due now, unleased, no crash counted (the ending deleted its row; one left is reset).
 SQL_QUEUE_RETRY = """
 INSERT INTO queue (run_id, available_at, wake_seq) VALUES (?, ?, 1)
-ON CONFLICT (run_id) DO UPDATE SET available_at = excluded.available_at, wake_seq = wake_seq + 1,
+ON CONFLICT (run_id) DO UPDATE SET available_at = excluded.available_at, wake_seq = queue.wake_seq + 1,
     lease_owner = NULL, lease_expires_at = NULL, crashes = 0
 """
 SQL_RETRIED_EVENT = """
