@@ -91,7 +91,7 @@ async def test_a_traversers_checkpoint_history_diffs_and_safe_markdown_question(
     assert await timeline.locator("td.took").filter(has_text="ms").count() >= 19
     violations = await axe_violations(page)
     assert violations == [], violations
-    await shot(page, "run-history")
+    await shot(page, "run-history", around=cp, height=1000)
 
     # Approve from the card: the run continues, its page says so; the question heads the record.
     await card.get_by_role("button", name="Approve").click()
@@ -175,7 +175,7 @@ async def test_a_pyworkflow_run_is_retried_and_another_cancelled_from_its_page(
         assert FLAKY["calls"] == 2  # the failed step ran again; the completed one was replayed
         await expect(page.locator("#run-status")).to_have_text("completed", timeout=15_000)  # live
         await expect(page.locator("table.events")).to_contain_text("run_retried")
-        await shot(page, "workflow-run")
+        await shot(page, "workflow-retried")
         assert [(e["action"], e["outcome"]) for e in audit(server, failed) if e["action"] == "run.retry"] == [
             ("run.retry", "allowed")
         ]

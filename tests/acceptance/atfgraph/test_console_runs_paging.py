@@ -48,7 +48,7 @@ async def test_runs_are_searched_filtered_counted_and_paged_with_no_cap(
     await expect(rows).to_have_count(50)
     assert await page.get_by_role("link", name="← Newer 50").count() == 0
     pages = [await shown()]
-    await shot(page, "runs-paged")
+    await shot(page, "runs-paged", around=page.locator("main"), height=1000)
     violations = await axe_violations(page)
     assert violations == [], violations
     for size in (50, 13):
