@@ -164,15 +164,15 @@ def write_link(
     secret: str,
     wait_id: str,
     created_by: str,
-    expires_in: float,
+    now: float,
+    expires_at: float,
     label: str | None,
     audit: AuditEntry,
 ) -> Link:
-    """Insert a link and its audit entry (whose detail gains the link's id) in the caller's
-    transaction: a minted link's, or the approval's that asked for one as it was created."""
-    now = time.time()
+    """Insert a link created at ``now`` that expires at ``expires_at``, and its audit entry
+    (whose detail gains the link's id), in the caller's transaction: a minted link's, or the
+    approval's that asked for one as it was created."""
     stored = digest(secret) if kind is LinkKind.PAGE else None
-    expires_at = now + expires_in
     conn.execute(SQL_INSERT_LINK, (link_id, kind.value, wait_id, stored, label, now, created_by, expires_at))
     detail = {**(audit.detail or {}), "link_id": link_id, "kind": kind.value, "expires_at": expires_at}
     write_audit(conn, AuditEntry(audit.principal, audit.action, audit.target, audit.outcome, detail), now)
@@ -201,11 +201,14 @@ class WaitLinks:
         the same transaction. Returns the link and its secret: the decision link's (only its
         digest is stored) or the webhook's signing secret. Shown once."""
         link_id, secret = new_secret()
+        now = time.time()
         if kind is LinkKind.WEBHOOK:
             secret = await self.webhook_secret(link_id)
 
         def tx(conn: Conn) -> Link:
-            return write_link(conn, kind, link_id, secret, wait_id, created_by, expires_in, label, audit)
+            return write_link(
+                conn, kind, link_id, secret, wait_id, created_by, now, now + expires_in, label, audit
+            )
 
         return await self.db.write(tx), secret
 

@@ -47,6 +47,8 @@ log = logging.getLogger("atfgraph.server")
 
 #: The wait kinds a person may resume through the server (approvals are decided instead).
 HOOK_KINDS = (WaitKind.HOOK, WaitKind.STEP_HOOK)
+#: A wait's deadline (primary key): a link made with its approval never outlives it.
+SQL_WAIT_EXPIRY = "SELECT expires_at FROM waits WHERE id = ?"
 #: The idempotency keys of a handler's child steps: ``child:<parent traverser id>:<step>``.
 CHILD_KEY_PREFIX = "child:"
 
@@ -201,8 +203,6 @@ class Service:
                     "validation_error",
                 )
             link_seconds, link_label = _link_terms(decision_link.expires_in, decision_link.label)
-            if expires_in_seconds is not None:  # a link outlives its wait for nothing
-                link_seconds = min(link_seconds, expires_in_seconds)
         minted: list[tuple[Link, str]] = []
         also = None
         if assign_to is not None or escalate is not None or link_seconds is not None:
@@ -211,25 +211,7 @@ class Service:
                 if assign_to is not None or escalate is not None:
                     write_assignment(conn, approval_id, assign_to, escalate)
                 if link_seconds is not None:
-                    link_id, secret = new_secret()
-                    detail = (
-                        {"label": link_label, "with_approval": True}
-                        if link_label
-                        else {"with_approval": True}
-                    )
-                    entry = AuditEntry(who, "approval.link.create", approval_id, "allowed", detail)
-                    link = write_link(
-                        conn,
-                        LinkKind.PAGE,
-                        link_id,
-                        secret,
-                        approval_id,
-                        who.name,
-                        link_seconds,
-                        link_label,
-                        entry,
-                    )
-                    minted.append((link, secret))
+                    minted.append(_link_with(conn, who, approval_id, link_seconds, link_label))
 
         approval, paused = await self.store.request_approval(
             traverser_id, epoch, operation_key, prompt, checkpoint, expires_in_seconds, pause, steps, audit,
@@ -424,6 +406,25 @@ class Service:
 
     async def _refused(self, who: Principal, action: str, target: str, detail: str) -> None:
         await self.identity.audit(who, action, target=target, outcome="refused", detail=detail)
+
+
+def _link_with(
+    conn: Any, who: Principal, approval_id: str, seconds: float, label: str | None
+) -> tuple[Link, str]:
+    """The decision link asked for with an approval, written in its transaction: it never
+    outlives the approval's deadline. Returns it and its secret."""
+    now = time.time()
+    expires_at = now + seconds
+    row = conn.execute(SQL_WAIT_EXPIRY, (approval_id,)).fetchone()
+    if row is not None and row[0] is not None:  # a link outlives its wait for nothing
+        expires_at = min(expires_at, float(row[0]))
+    link_id, secret = new_secret()
+    detail: dict[str, Any] = {"with_approval": True, **({"label": label} if label else {})}
+    entry = AuditEntry(who, "approval.link.create", approval_id, "allowed", detail)
+    link = write_link(
+        conn, LinkKind.PAGE, link_id, secret, approval_id, who.name, now, expires_at, label, entry
+    )
+    return link, secret
 
 
 @dataclass(frozen=True, slots=True)
