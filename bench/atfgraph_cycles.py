@@ -4,13 +4,18 @@
     python -m bench.atfgraph_cycles -n 200 --park 2000
     python -m bench.atfgraph_cycles --db postgresql://postgres@127.0.0.1:5432/postgres
                                     # a new database on that server, dropped afterwards
+    python -m bench.atfgraph_cycles --db postgresql://... --servers 2
+                                    # two graph servers on that one database, a worker each
 
 A cycle: submit, the handler prepares (a child step and a checkpoint) and pauses, the client finds
 the approval and decides it, the handler resumes and succeeds. Reported: cycles/s, HTTP requests
 per cycle (counted by the server), store commits per cycle (write-function commits and
 pipelined statement groups; a statement sent alone is its own, uncounted, transaction),
 statements sent in those groups, and the latency from ``decide_approval`` returning to the
-handler running again (p50/p99). Then ``--park`` traversers are left waiting with a capacity-2
+handler running again (p50/p99), and the CPU per cycle of each process (servers, workers, this
+client, PostgreSQL's backends). With ``--servers N`` (PostgreSQL) N servers share the database,
+each with its own worker, and the cycles in flight are spread over them round-robin. Then
+``--park`` traversers are left waiting with a capacity-2
 worker: permits in use must be 0 and memory flat.
 
 The worker runs this module's ``app`` (``--module bench.atfgraph_cycles:app``).
@@ -106,11 +111,15 @@ def _rss_mib(pid: int) -> float:
 
 
 class Stack:
-    """A server and one worker as subprocesses on a fresh SQLite file (or the given database)."""
+    """Graph servers (one unless ``servers``), a worker for each, as subprocesses on a fresh
+    SQLite file (or the given database, which several servers may share)."""
 
-    def __init__(self, home: Path, lease_seconds: float, db: str | None = None) -> None:
-        self.port = _free_port()
-        self.url = f"http://127.0.0.1:{self.port}"
+    def __init__(self, home: Path, lease_seconds: float, db: str | None = None, servers: int = 1) -> None:
+        if servers > 1 and db is None:
+            raise SystemExit("--servers above 1 needs --db postgresql://... (servers share one database)")
+        self.ports = [_free_port() for _ in range(servers)]
+        self.urls = [f"http://127.0.0.1:{port}" for port in self.ports]
+        self.url = self.urls[0]
         self.env = {
             **os.environ,
             "ATFGRAPH_SERVER": self.url,
@@ -121,32 +130,56 @@ class Stack:
         self.db = db or str(home / "bench.db")
         self.home = home
         self.procs: list[subprocess.Popen[bytes]] = []
+        self.servers: list[subprocess.Popen[bytes]] = []
+        self.workers: list[subprocess.Popen[bytes]] = []
+
+    @property
+    def server(self) -> subprocess.Popen[bytes]:
+        return self.servers[0]
+
+    @property
+    def worker(self) -> subprocess.Popen[bytes]:
+        return self.workers[0]
 
     def token(self) -> str:
         """The owner credential the server wrote on its first start."""
         return str(json.loads((self.home / "credentials.json").read_text())["owner"])
 
     def start(self) -> None:
-        server = [sys.executable, "-m", "atfgraph.server", "--port", str(self.port), "--db", self.db]
-        self.server = self._spawn(server)
-        deadline = time.monotonic() + 20
-        while time.monotonic() < deadline:
-            try:
-                if httpx.get(self.url + "/readyz", timeout=1).status_code == 200:
-                    break
-            except httpx.HTTPError:
-                time.sleep(0.05)
-        worker = [sys.executable, "-m", "atfgraph.worker", "--module", "bench.atfgraph_cycles:app"]
-        self.worker = self._spawn(worker)
-        while not httpx.get(
-            self.url + "/api/v2/workers", headers={"Authorization": f"Bearer {self.token()}"}, timeout=5
-        ).json()["items"]:
+        # One server at a time: the first one creates the schema and the credentials.
+        for port, url in zip(self.ports, self.urls, strict=True):
+            argv = [sys.executable, "-m", "atfgraph.server", "--port", str(port), "--db", self.db]
+            self.servers.append(self._spawn(argv, self.env))
+            deadline = time.monotonic() + 20
+            while time.monotonic() < deadline:
+                try:
+                    if httpx.get(url + "/readyz", timeout=1).status_code == 200:
+                        break
+                except httpx.HTTPError:
+                    time.sleep(0.05)
+        for url in self.urls:
+            worker = [sys.executable, "-m", "atfgraph.worker", "--module", "bench.atfgraph_cycles:app"]
+            self.workers.append(self._spawn(worker, {**self.env, "ATFGRAPH_SERVER": url}))
+        while len(
+            httpx.get(
+                self.url + "/api/v2/workers", headers={"Authorization": f"Bearer {self.token()}"}, timeout=5
+            ).json()["items"]
+        ) < len(self.urls):
             time.sleep(0.05)
 
-    def _spawn(self, argv: list[str]) -> subprocess.Popen[bytes]:
-        proc = subprocess.Popen(argv, cwd=REPO, env=self.env, stderr=subprocess.DEVNULL)
+    def _spawn(self, argv: list[str], env: dict[str, str]) -> subprocess.Popen[bytes]:
+        proc = subprocess.Popen(argv, cwd=REPO, env=env, stderr=subprocess.DEVNULL)
         self.procs.append(proc)
         return proc
+
+    def cpu_seconds(self) -> tuple[float, float, float, float]:
+        """CPU so far of the servers, the workers, this process, PostgreSQL's backends."""
+        return (
+            sum(_cpu_seconds(p.pid) for p in self.servers),
+            sum(_cpu_seconds(p.pid) for p in self.workers),
+            time.process_time(),
+            _postgres_cpu_seconds(None if self.db.endswith(".db") else self.db),
+        )
 
     def stop(self) -> None:
         for proc in reversed(self.procs):
@@ -180,29 +213,37 @@ async def one_cycle(client: Client, i: int, latencies: list[float]) -> None:
     latencies.append(result["started_at"] - decided_at)
 
 
-async def run_cycles(url: str, token: str, n: int, concurrency: int) -> dict[str, Any]:
+async def run_cycles(urls: str | list[str], token: str, n: int, concurrency: int) -> dict[str, Any]:
+    """``n`` cycles, ``concurrency`` in flight, spread round-robin over the servers at ``urls``."""
+    urls = [urls] if isinstance(urls, str) else urls
     latencies: list[float] = []
-    async with Client(url, token=token) as client:
-        requests0, commits0, statements0 = await _counts(client)
+    async with contextlib.AsyncExitStack() as stack:
+        clients = [await stack.enter_async_context(Client(url, token=token)) for url in urls]
+
+        async def counts() -> tuple[int, int, int]:
+            each = [await _counts(c) for c in clients]
+            return (sum(c[0] for c in each), sum(c[1] for c in each), sum(c[2] for c in each))
+
+        requests0, commits0, statements0 = await counts()
         queue: asyncio.Queue[int] = asyncio.Queue()
         for i in range(n):
             queue.put_nowait(i)
 
-        async def runner() -> None:
+        async def runner(client: Client) -> None:
             while not queue.empty():
                 await one_cycle(client, queue.get_nowait(), latencies)
 
         started = time.perf_counter()
-        await asyncio.gather(*(runner() for _ in range(concurrency)))
+        await asyncio.gather(*(runner(clients[k % len(clients)]) for k in range(concurrency)))
         elapsed = time.perf_counter() - started
-        requests1, commits1, statements1 = await _counts(client)
+        requests1, commits1, statements1 = await counts()
     ms = sorted(x * 1000 for x in latencies)
     return {
         "cycles": n,
         "concurrency": concurrency,
         "seconds": round(elapsed, 2),
         "cycles_per_s": round(n / elapsed, 1),
-        "requests_per_cycle": round((requests1 - requests0 - 1) / n, 2),
+        "requests_per_cycle": round((requests1 - requests0 - len(urls)) / n, 2),
         "commits_per_cycle": round((commits1 - commits0) / n, 2),
         "statements_per_cycle": round((statements1 - statements0) / n, 2),
         "resume_latency_ms_p50": round(statistics.median(ms), 1),
@@ -274,39 +315,42 @@ def main() -> None:
     parser.add_argument("-c", "--concurrency", type=int, default=4, help="cycles in flight at once")
     parser.add_argument("--park", type=int, default=10_000, help="traversers to leave waiting (0 to skip)")
     parser.add_argument(
+        "--servers",
+        type=int,
+        default=1,
+        help="graph servers sharing the --db PostgreSQL database (default 1)",
+    )
+    parser.add_argument(
         "--db",
         default=None,
         help="a postgresql:// server URL to run on a new database there (default: SQLite)",
     )
     args = parser.parse_args()
     with tempfile.TemporaryDirectory(prefix="atfg-bench-") as tmp, _database(args.db) as db:
-        stack = Stack(Path(tmp), lease_seconds=6.0, db=db)
+        stack = Stack(Path(tmp), lease_seconds=6.0, db=db, servers=args.servers)
         stack.start()
         try:
-            report: dict[str, Any] = {"database": "postgresql" if db else "sqlite (synchronous=FULL)"}
+            report: dict[str, Any] = {
+                "database": "postgresql" if db else "sqlite (synchronous=FULL)",
+                "servers": args.servers,
+                "settings": {"lease_seconds": 6.0, "worker_capacity": app.capacity},
+                "load_average_1m_before": round(os.getloadavg()[0], 2),
+            }
             report["warmup"] = asyncio.run(
-                run_cycles(stack.url, stack.token(), min(50, args.cycles), args.concurrency)
+                run_cycles(stack.urls, stack.token(), min(50, args.cycles), args.concurrency)
             )
-            cpu0 = (
-                _cpu_seconds(stack.server.pid),
-                _cpu_seconds(stack.worker.pid),
-                time.process_time(),
-                _postgres_cpu_seconds(db),
-            )
+            cpu0 = stack.cpu_seconds()
             report["throughput"] = asyncio.run(
-                run_cycles(stack.url, stack.token(), args.cycles, args.concurrency)
+                run_cycles(stack.urls, stack.token(), args.cycles, args.concurrency)
             )
-            cpu1 = (
-                _cpu_seconds(stack.server.pid),
-                _cpu_seconds(stack.worker.pid),
-                time.process_time(),
-                _postgres_cpu_seconds(db),
-            )
+            cpu1 = stack.cpu_seconds()
             report["throughput"]["cpu_ms_per_cycle"] = {
                 name: round((b - a) * 1000 / args.cycles, 2)
-                for name, a, b in zip(("server", "worker", "client", "postgres"), cpu0, cpu1, strict=True)
+                for name, a, b in zip(("servers", "workers", "client", "postgres"), cpu0, cpu1, strict=True)
             }
-            report["sequential"] = asyncio.run(run_cycles(stack.url, stack.token(), min(200, args.cycles), 1))
+            report["sequential"] = asyncio.run(
+                run_cycles(stack.urls, stack.token(), min(200, args.cycles), 1)
+            )
             if args.park:
                 report["parking"] = asyncio.run(park(stack, args.park))
         finally:

@@ -16,8 +16,10 @@ from ._api import (
     get_workflow_events,
     get_workflow_run,
     list_pending_hooks,
+    list_runs,
     resume_hook,
     resume_hook_by_id,
+    retry_workflow,
     serve,
     shutdown,
     start,
@@ -49,7 +51,7 @@ from ._errors import (
     WorkflowNotFoundError,
 )
 from ._step import step
-from ._sync import cancel_workflow_sync, get_workflow_run_sync, resume_hook_sync
+from ._sync import cancel_workflow_sync, get_workflow_run_sync, list_runs_sync, resume_hook_sync
 from ._waits import STEP_HOOK_TIMEOUT, check_json_schema, hook, sleep, step_hook, validate_payload
 from ._workflow import workflow
 from .store import RunStatus, WaitStatus
@@ -97,10 +99,13 @@ __all__ = [
     "get_workflow_run_sync",
     "hook",
     "list_pending_hooks",
+    "list_runs",
+    "list_runs_sync",
     "load_step_checkpoint",
     "resume_hook",
     "resume_hook_by_id",
     "resume_hook_sync",
+    "retry_workflow",
     "save_step_checkpoint",
     "serve",
     "shutdown",

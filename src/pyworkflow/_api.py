@@ -28,6 +28,7 @@ from .store import (
     WaitStatus,
     metrics,
     open_store,
+    parse_age,
     parse_storage_url,
 )
 
@@ -48,6 +49,7 @@ class Settings:
     max_concurrency: int = 1000
     max_crashes: int = 5
     extra: dict[str, Any] = field(default_factory=dict)
+    retention: float | None = None
 
     def storage_url(self) -> str:
         return (
@@ -72,6 +74,7 @@ def configure(
     poll_interval: float = 0.05,
     max_concurrency: int = 1000,
     max_crashes: int = 5,
+    retention: str | float | None = None,
     **extra: Any,
 ) -> None:
     """Choose where state lives and how runs execute. Call before the first ``start``.
@@ -80,7 +83,10 @@ def configure(
     ``postgresql://...`` (see :func:`pyworkflow.store.parse_storage_url`; default:
     ``$PYWORKFLOW_STORAGE`` or ``~/.pyworkflow/pyworkflow.db``, the folder from ``$PYWORKFLOW_HOME``).
     ``synchronous``: SQLite's durability level (FULL by default). ``max_crashes``: turns a run may
-    lose to dead workers before it is failed."""
+    lose to dead workers before it is failed. ``retention``: an age (``"30d"``, ``"12h"``, or
+    seconds) after which the local runtime purges finished runs with their events, steps, waits
+    and checkpoints (None, the default: every run is kept; the Celery runtime's sweeper takes
+    ``pyworkflow worker --retention``)."""
     global _settings, _store
     if runtime not in ("local", "celery"):
         raise ConfigurationError(f"runtime must be 'local' or 'celery', not {runtime!r}")
@@ -96,6 +102,7 @@ def configure(
     for label, count in (("max_concurrency", max_concurrency), ("max_crashes", max_crashes)):
         if isinstance(count, bool) or not isinstance(count, int) or count < 1:
             raise ConfigurationError(f"{label} must be an int >= 1, not {count!r}")
+    kept = None if retention is None else parse_age(retention, what="retention")
     if storage is not None:
         parse_storage_url(storage)  # refuse a location open_store cannot open now, not at the first start
     if runtime == "local" and extra:
@@ -103,7 +110,7 @@ def configure(
     if _runtime is not None and _runtime.running:
         raise ConfigurationError("pyworkflow is running; await shutdown() before configure()")
     new = Settings(storage or "", runtime, synchronous.upper(), float(lease_ttl), float(poll_interval),
-                   max_concurrency, max_crashes, extra)  # fmt: skip
+                   max_concurrency, max_crashes, extra, kept)  # fmt: skip
     if _store is not None and new.storage_url() != _settings.storage_url():
         _store.close()
         _store = None
@@ -131,6 +138,7 @@ async def get_runtime() -> LocalRuntime:
             poll_interval=_settings.poll_interval,
             max_concurrency=_settings.max_concurrency,
             max_crashes=_settings.max_crashes,
+            retention=_settings.retention,
         )
         await _runtime.start()
     return _runtime
@@ -246,12 +254,59 @@ async def get_workflow_events(run_id: str) -> list[WorkflowEvent]:
     return [WorkflowEvent.from_record(e) for e in await get_store().get_events(run_id)]
 
 
-async def cancel_workflow(run_id: str) -> bool:
-    """Cancel a run that has not finished (its pending hooks are cancelled); False if it had."""
-    cancelled = await get_store().cancel_run(_check_run_id(run_id), now=time.time())
+async def list_runs(
+    *,
+    status: RunStatus | str | None = None,
+    workflow: Any = None,
+    limit: int = 100,
+    after: str | None = None,
+) -> list[WorkflowRun]:
+    """Runs in the store, newest first: ``status`` (a :class:`RunStatus` or its name),
+    ``workflow`` (a ``@workflow`` function or its registered name), at most ``limit`` (1 to
+    1000). Cursor-paged: pass the last run's id of a page as ``after`` for the next one; a page
+    shorter than ``limit`` is the last. Every run in the store is listed, an atfgraph traverser's
+    too (its workflow name is its ``node.skill`` target). Bad arguments raise
+    ``ConfigurationError``; an ``after`` that names no run raises ``WorkflowNotFoundError``."""
+    if isinstance(limit, bool) or not isinstance(limit, int) or not 1 <= limit <= 1000:
+        raise ConfigurationError(f"limit must be an int from 1 to 1000, not {limit!r}")
+    wanted: RunStatus | None = None
+    if status is not None:
+        try:
+            wanted = RunStatus(status)
+        except ValueError:
+            names = ", ".join(s.value for s in RunStatus)
+            raise ConfigurationError(f"status must be one of {names}, not {status!r}") from None
+    name: str | None = None
+    if workflow is not None:
+        name = workflow if isinstance(workflow, str) else definition_of(workflow).name
+        if not name or len(name) > 1000:
+            raise ConfigurationError(f"workflow must name a workflow, not {workflow!r}")
+    if after is not None:
+        _check_run_id(after)
+    records = await get_store().list_runs(status=wanted, workflow=name, limit=limit, after=after)
+    return [WorkflowRun.from_record(r) for r in records]
+
+
+async def cancel_workflow(run_id: str, reason: str | None = None) -> bool:
+    """Cancel a run that has not finished (its pending hooks are cancelled); False if it had.
+    ``reason`` (at most 1000 characters) is kept as the run's error."""
+    if reason is not None and (not isinstance(reason, str) or len(reason) > 1000):
+        raise ConfigurationError(f"reason must be a str of at most 1000 characters, not {reason!r:.80}")
+    cancelled = await get_store().cancel_run(_check_run_id(run_id), now=time.time(), reason=reason)
     if _runtime is not None and _runtime.running:
         _runtime.wake()
     return cancelled
+
+
+async def retry_workflow(run_id: str) -> bool:
+    """A new attempt of a failed run (DBOS ``resume``, Prefect's retry): its completed steps are
+    replayed, the step that failed runs again, and it continues from there. False (and nothing
+    changed) unless the run had failed; ``WorkflowNotFoundError`` for an unknown run. The run is
+    executed by whichever runtime serves the store (this process's, once started)."""
+    outcome = await get_store().retry_run(_check_run_id(run_id), now=time.time())
+    if outcome == "ok":
+        _wake_runtime(run_id)
+    return outcome == "ok"
 
 
 async def resume_hook(token: str, payload: Any = None) -> ResumeResult:

@@ -9,7 +9,7 @@ import asyncio
 from collections.abc import Coroutine
 from typing import Any, TypeVar
 
-from ._api import ResumeResult, WorkflowRun, cancel_workflow, get_workflow_run, resume_hook
+from ._api import ResumeResult, WorkflowRun, cancel_workflow, get_workflow_run, list_runs, resume_hook
 from ._errors import ConfigurationError
 
 T = TypeVar("T")
@@ -37,3 +37,10 @@ def get_workflow_run_sync(run_id: str) -> WorkflowRun:
 def cancel_workflow_sync(run_id: str) -> bool:
     """Blocking :func:`~pyworkflow.cancel_workflow`."""
     return _run(cancel_workflow(run_id), "cancel_workflow")
+
+
+def list_runs_sync(
+    *, status: Any = None, workflow: Any = None, limit: int = 100, after: str | None = None
+) -> list[WorkflowRun]:
+    """Blocking :func:`~pyworkflow.list_runs`."""
+    return _run(list_runs(status=status, workflow=workflow, limit=limit, after=after), "list_runs")

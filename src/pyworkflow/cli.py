@@ -29,6 +29,7 @@ def _settings(
     max_crashes: int,
     sweep_interval: float,
     imports: tuple[str, ...],
+    retention: float | None = None,
 ) -> WorkerSettings:
     from .runtime._celery_worker import WorkerSettings
 
@@ -42,6 +43,7 @@ def _settings(
         max_crashes=max_crashes,
         sweep_interval=sweep_interval,
         imports=imports,
+        retention=retention,
     )
 
 
@@ -54,6 +56,17 @@ def _storage(value: str) -> str:
     except ConfigurationError as exc:
         raise click.BadParameter(str(exc)) from None
     return value
+
+
+def _age(value: str | None) -> float | None:
+    from .store import parse_age
+
+    if value is None:
+        return None
+    try:
+        return parse_age(value, what="--retention")
+    except ConfigurationError as exc:
+        raise click.BadParameter(str(exc)) from None
 
 
 _common = [
@@ -82,6 +95,15 @@ _common = [
         help="Turns a run may lose to dead workers before it is failed.",
     ),
     click.option("--sweep-interval", type=float, default=1.0, show_default=True),
+    click.option(
+        "--retention",
+        envvar="PYWORKFLOW_RETENTION",
+        default=None,
+        metavar="AGE",
+        callback=lambda _ctx, _param, value: _age(value),
+        help="The sweeper purges runs that finished longer ago than AGE (30d, 12h, 90m) with their "
+        "events, steps, waits and checkpoints [$PYWORKFLOW_RETENTION; default: keep every run].",
+    ),
     click.option(
         "--import",
         "-I",
@@ -142,6 +164,7 @@ def worker(
     lease_ttl: float,
     max_crashes: int,
     sweep_interval: float,
+    retention: float | None,
     imports: tuple[str, ...],
     concurrency: int | None,
     pool: str,
@@ -157,7 +180,7 @@ def worker(
 
     _logging(loglevel, log_format)
     settings = _settings(storage, broker, queue, visibility_timeout, lease_ttl, max_crashes,
-                         sweep_interval, imports)  # fmt: skip
+                         sweep_interval, imports, retention)  # fmt: skip
     run_worker(settings, concurrency=concurrency, pool=pool, sweeper=sweeper, loglevel=loglevel,
                hostname=hostname, metrics_port=metrics_port, metrics_host=metrics_host)  # fmt: skip
 
@@ -181,16 +204,18 @@ def sweeper(
     lease_ttl: float,
     max_crashes: int,
     sweep_interval: float,
+    retention: float | None,
     imports: tuple[str, ...],
     loglevel: str,
     log_format: str,
 ) -> None:
-    """Run only the sweeper: expire due hooks and timers, recover runs of dead workers."""
+    """Run only the sweeper: expire due hooks and timers, recover runs of dead workers, and with
+    --retention purge finished runs."""
     from .runtime._celery_worker import run_sweeper
 
     _logging(loglevel, log_format)
     settings = _settings(storage, broker, queue, visibility_timeout, lease_ttl, max_crashes,
-                         sweep_interval, imports)  # fmt: skip
+                         sweep_interval, imports, retention)  # fmt: skip
     try:
         run_sweeper(settings)
     except KeyboardInterrupt:

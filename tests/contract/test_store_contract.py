@@ -601,6 +601,26 @@ async def test_get_and_list(store: Store) -> None:
     assert {r.id for r in await store.list_runs(workflow="a")} == {ids[1], ids[3]}
     assert await store.list_runs(status=RunStatus.COMPLETED) == []
     assert len(await store.list_runs(status=RunStatus.PENDING, workflow="b")) == 2
+    # Cursor pages: each continues right after the last run of the one before, ties of creation
+    # time broken by id, so that pages neither repeat nor skip a run.
+    tied = sorted(_id() for _ in range(3))
+    for rid in tied:
+        await store.create_run(rid, "a", b"{}", now=T0 + 2, lease_owner=None, lease_ttl=TTL)
+    every = [r.id for r in await store.list_runs(limit=100)]
+    assert len(every) == 7 and every.index(tied[2]) < every.index(tied[0])
+    pages, after = [], None
+    while True:
+        page = [r.id for r in await store.list_runs(limit=2, after=after)]
+        pages += page
+        if len(page) < 2:
+            break
+        after = page[-1]
+    assert pages == every
+    assert [r.id for r in await store.list_runs(workflow="a", after=tied[1])] == [
+        i for i in every[every.index(tied[1]) + 1 :] if i in {ids[1], ids[3], *tied}
+    ]
+    with pytest.raises(WorkflowNotFoundError):
+        await store.list_runs(after="no-such-run")
     claim = await _started(store, now=T0 + 10)
     w1 = await store.create_wait(claim.fence, _wait("k#1"), now=T0 + 10)
     w2 = await store.create_wait(claim.fence, _wait("k#2"), now=T0 + 11)

@@ -100,6 +100,9 @@ CREATE UNIQUE INDEX runs_by_idempotency_key ON runs (idempotency_key);
 -- index runs_by_status
 CREATE INDEX runs_by_status ON runs (status, created_at);
 
+-- index runs_finished
+CREATE INDEX runs_finished ON runs (finished_at) WHERE finished_at IS NOT NULL;
+
 -- index runs_remote_by_status
 CREATE INDEX runs_remote_by_status ON runs (status, node_id) WHERE node_id IS NOT NULL;
 

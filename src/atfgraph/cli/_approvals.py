@@ -14,6 +14,7 @@ import click
 from .._transport import q
 from ._api import api
 from ._base import AliasGroup, CliError, global_options, json_argument
+from ._ids import resolve_id
 from ._output import compact, emit_list, emit_record, field, pretty, progress, when
 
 _APPROVAL_STATUSES = ["pending", "approved", "rejected", "expired", "all"]
@@ -78,7 +79,8 @@ def _approval_rows(approval: dict[str, Any]) -> list[tuple[str, Any]]:
 @click.pass_context
 def approvals_show(ctx: click.Context, approval_id: str) -> None:
     """One approval with its prompt, checkpoint and decision."""
-    approval = api(ctx).get(f"/approvals/{q(approval_id)}")
+    client = api(ctx)
+    approval = client.get(f"/approvals/{q(resolve_id(client, 'approval', approval_id))}")
     emit_record(ctx, approval, _approval_rows(approval))
 
 
@@ -105,7 +107,8 @@ def approvals_decide(
         "decision": "approved" if approve else "rejected",
         "response": json_argument("--response", response),
     }
-    approval = api(ctx).post(f"/approvals/{q(approval_id)}/decide", body)
+    client = api(ctx)
+    approval = client.post(f"/approvals/{q(resolve_id(client, 'approval', approval_id))}/decide", body)
     progress(f"{approval['status']} {approval['id']}; run {approval['traverser_id']} continues")
     emit_record(ctx, approval, _approval_rows(approval))
 

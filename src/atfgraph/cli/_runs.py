@@ -26,6 +26,7 @@ from ._base import (
     json_argument,
     output_format,
 )
+from ._ids import resolve_id
 from ._output import Column, compact, emit_list, emit_record, field, pretty, print_table, progress, when
 
 STATUSES = [s.value for s in TraverserStatus]
@@ -278,6 +279,7 @@ def runs_show(ctx: click.Context, run_id: str, follow: bool, timeout: float | No
     """One run. A traverser: its status, attempts, result or error, and its path of steps. A
     pyworkflow run: its status, input, result or error, steps, waits, checkpoints and events."""
     client = api(ctx)
+    run_id = resolve_id(client, "run", run_id)
     if follow:
         _watch(ctx, client, run_id, timeout)
         return
@@ -352,7 +354,8 @@ def _show_workflow_run(ctx: click.Context, record: dict[str, Any]) -> None:
 def runs_watch(ctx: click.Context, run_id: str, timeout: float | None) -> None:
     """Follow a run live until it ends: status changes on stderr, the final record on stdout.
     Exits 1 when the run failed or was cancelled."""
-    _watch(ctx, api(ctx), run_id, timeout)
+    client = api(ctx)
+    _watch(ctx, client, resolve_id(client, "run", run_id), timeout)
 
 
 def _watch(ctx: click.Context, client: Api, run_id: str, timeout: float | None) -> None:
@@ -455,7 +458,9 @@ def checkpoints() -> None:
 @click.pass_context
 def checkpoints_get(ctx: click.Context, traverser_id: str, name: str) -> None:
     """A checkpoint's value and revision."""
-    record = api(ctx).get(f"/traversers/{q(traverser_id)}/checkpoints/{q(name)}")
+    client = api(ctx)
+    traverser_id = resolve_id(client, "run", traverser_id)
+    record = client.get(f"/traversers/{q(traverser_id)}/checkpoints/{q(name)}")
     emit_record(
         ctx,
         record,

@@ -51,7 +51,15 @@ def server() -> None:
     default=None,
     metavar="URL",
     help="Address people and machines outside reach the server at; decision links and webhook URLs "
-    "are built on it (default: $ATFGRAPH_PUBLIC_URL, else http://HOST:PORT).",
+    "are built on it (default: $ATFGRAPH_PUBLIC_URL, else the scheme and host each request came to).",
+)
+@click.option(
+    "--trusted-proxy",
+    "trusted_proxies",
+    multiple=True,
+    metavar="ADDRESS",
+    help="Believe X-Forwarded-* and Forwarded headers only from this address or CIDR network; "
+    "repeatable (default: $ATFGRAPH_TRUSTED_PROXIES, else none, loopback included).",
 )
 @click.option(
     "--notify",
@@ -67,6 +75,19 @@ def server() -> None:
     metavar="NODE=URL",
     help="Also POST the events of NODE's approvals to URL; repeatable (default: $ATFGRAPH_NOTIFY_NODES).",
 )
+@click.option(
+    "--retention",
+    default=None,
+    metavar="AGE",
+    help="Purge runs that finished longer ago than AGE (30d, 12h, 90m) (default: $ATFGRAPH_RETENTION, "
+    "else keep every run).",
+)
+@click.option(
+    "--audit-retention",
+    default=None,
+    metavar="AGE",
+    help="Purge audit entries older than AGE (default: $ATFGRAPH_AUDIT_RETENTION, else keep them).",
+)
 def start(
     host: str,
     port: int,
@@ -80,10 +101,14 @@ def start(
     public_url: str | None,
     notify: tuple[str, ...],
     notify_nodes: tuple[str, ...],
+    trusted_proxies: tuple[str, ...],
+    retention: str | None,
+    audit_retention: str | None,
 ) -> None:
     """Start the graph server in the foreground."""
     from ..server import serve
 
     serve(host, port, db, lease_seconds, log_level, write_timeout, log_format=log_format,
           access_log=access_log, metrics_bind=metrics_bind, public_url=public_url,
-          notify=notify, notify_nodes=notify_nodes)  # fmt: skip
+          notify=notify, notify_nodes=notify_nodes, trusted_proxies=trusted_proxies, retention=retention,
+          audit_retention=audit_retention)  # fmt: skip

@@ -31,7 +31,9 @@ from ._identity import Identity
 from ._notify import Notifier, NotifySettings, check_endpoint, check_node_endpoint
 from ._observe import HttpMetrics
 from ._openapi import install_limits
+from ._proxy import ForwardedHeaders, TrustedProxies
 from ._refusals import Refusal
+from ._retention import purge_forever, purge_seconds, retention_setting
 from ._routes import error_response, router, unavailable_response
 from ._routes_admin import router as admin_router
 from ._routes_links import router as links_router
@@ -64,15 +66,25 @@ class Settings:
     synchronous: str = "FULL"
     #: the data directory: the default database and the credentials file of the first start
     home: Path = Path()
-    #: the address people and machines outside reach the server at (decision links and webhook
-    #: URLs are built on it): --public-url, else $ATFGRAPH_PUBLIC_URL, else the listening address
+    #: the address people and machines outside reach the server at, as configured (--public-url,
+    #: else $ATFGRAPH_PUBLIC_URL; "" when neither): it wins over what a request says
     public_url: str = ""
+    #: the address the server listens on (``http://HOST:PORT``)
+    listen_url: str = ""
+    #: the peers whose forwarding headers are believed (--trusted-proxy, $ATFGRAPH_TRUSTED_PROXIES)
+    trusted_proxies: TrustedProxies = field(default_factory=TrustedProxies)
     #: seconds a write may wait for the database before the request is a 503
     write_timeout: float = WRITE_TIMEOUT
     #: one INFO record per request on the ``atfgraph.access`` logger
     access_log: bool = False
     #: where and how created waits are announced (--notify, $ATFGRAPH_NOTIFY and companions)
     notify: NotifySettings = field(default_factory=NotifySettings)
+    #: retention (docs/operators.md): finished runs older than this many seconds are purged by
+    #: the server (--retention, $ATFGRAPH_RETENTION; None: kept), the audit trail separately
+    #: (--audit-retention, $ATFGRAPH_AUDIT_RETENTION), a pass every purge_seconds
+    retention: float | None = None
+    audit_retention: float | None = None
+    purge_seconds: float = 60.0
 
     @classmethod
     def from_env(
@@ -85,9 +97,13 @@ class Settings:
         write_timeout: float | None = None,
         access_log: bool = False,
         notify_nodes: Sequence[str] = (),
+        trusted_proxies: Sequence[str] = (),
+        retention: str | None = None,
+        audit_retention: str | None = None,
     ) -> Settings:
         """Settings from the flags given, else the environment, else the defaults; ValueError
-        for a write timeout that is not a positive number of seconds."""
+        for a write timeout that is not a positive number of seconds, or a trusted proxy that is
+        not an address or a network."""
         timeout = write_timeout
         if timeout is None:
             raw = os.environ.get("ATFGRAPH_WRITE_TIMEOUT", "")
@@ -103,11 +119,23 @@ class Settings:
             sweep_seconds=float(os.environ.get("ATFGRAPH_SWEEP_SECONDS", "0.25")),
             synchronous=os.environ.get("ATFGRAPH_SQLITE_SYNCHRONOUS", "FULL"),
             home=default_home(),
-            public_url=(public_url or os.environ.get("ATFGRAPH_PUBLIC_URL") or listen_url).rstrip("/"),
+            public_url=(public_url or os.environ.get("ATFGRAPH_PUBLIC_URL") or "").rstrip("/"),
+            listen_url=listen_url.rstrip("/"),
+            trusted_proxies=TrustedProxies.from_env(trusted_proxies),
             notify=notify_settings(notify, notify_nodes),
             write_timeout=timeout,
             access_log=access_log,
+            retention=retention_setting(retention, "ATFGRAPH_RETENTION"),
+            audit_retention=retention_setting(audit_retention, "ATFGRAPH_AUDIT_RETENTION"),
+            purge_seconds=purge_seconds(),
         )
+
+    @property
+    def external_url(self) -> str:
+        """The server's address where no request says it (notifications, the credentials file of
+        the first start): the public URL, else the listening address. A request's own links
+        use :func:`_routes_links.public_url`, which also honours a trusted proxy's headers."""
+        return self.public_url or self.listen_url
 
 
 def notify_settings(flags: Sequence[str] = (), node_flags: Sequence[str] = ()) -> NotifySettings:
@@ -271,7 +299,7 @@ async def finish_startup(app: FastAPI) -> None:
     file). A start that fails earlier (the port is taken, the database cannot be opened) mints
     nothing and writes nothing."""
     settings: Settings = app.state.settings
-    written = await app.state.identity.bootstrap(settings.home, settings.public_url, settings.db_path)
+    written = await app.state.identity.bootstrap(settings.home, settings.external_url, settings.db_path)
     if written is not None:
         print(
             f"atfgraph: first start: owner and worker credentials written to {written} "
@@ -312,15 +340,27 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         await app.state.store.sweep()
         sweeper = asyncio.create_task(_sweep_forever(app))
         # Announces created waits (and drains the outbox when no endpoint is configured).
-        app.state.notifier = Notifier(app.state.store.db, settings.notify, settings.public_url)
+        app.state.notifier = Notifier(app.state.store.db, settings.notify, settings.external_url)
         notifier = asyncio.create_task(app.state.notifier.run_forever())
+        tasks = [sweeper, notifier]
+        if settings.retention is not None or settings.audit_retention is not None:
+            tasks.append(
+                asyncio.create_task(
+                    purge_forever(
+                        app.state.store.db,
+                        settings.retention,
+                        settings.audit_retention,
+                        settings.purge_seconds,
+                    )
+                )
+            )
         # The runs and waits of this database, read when /metrics is scraped.
         stop_collecting = metrics.collect_store(app.state.store.db.read, app.state.store)
         try:
             yield
         finally:
             stop_collecting()
-            for task in (sweeper, notifier):
+            for task in tasks:
                 task.cancel()
                 with contextlib.suppress(asyncio.CancelledError):
                     await task
@@ -405,10 +445,10 @@ def create_app(settings: Settings | None = None) -> FastAPI:
 
 
 def wrap(app: FastAPI) -> Any:
-    """The ASGI callable to serve: the HTTP metrics and request counter (exposed on app.state)
-    and access log, the edge guard, authentication and authorization, then the hot routes' fast
-    path, then the FastAPI app."""
+    """The ASGI callable to serve: a trusted proxy's forwarding headers, the HTTP metrics and
+    request counter (exposed on app.state) and access log, the edge guard, authentication and
+    authorization, then the hot routes' fast path, then the FastAPI app."""
     settings: Settings = app.state.settings
     counter = HttpMetrics(EdgeGuard(AuthMiddleware(FastPath(app), app)), access_log=settings.access_log)
     app.state.counter = counter
-    return counter
+    return ForwardedHeaders(counter, settings.trusted_proxies)

@@ -29,7 +29,7 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("atfgraph.server")
 
-__all__ = ["RULES", "AuthMiddleware", "Lease", "Principal", "caller", "rule_for", "under_lease"]
+__all__ = ["RULES", "AuthMiddleware", "Lease", "Principal", "as_worker", "caller", "rule_for", "under_lease"]
 
 R, S, D, W, A = Permission.READ, Permission.SUBMIT, Permission.DECIDE, Permission.WORK, Permission.ADMINISTER
 _ID = "([^/]+)"
@@ -104,8 +104,9 @@ RULES: tuple[Rule, ...] = (
     _rule("GET", "/notifications", "notification.list", A),
     _rule("GET", "/runs", "run.list", R),
     _rule("GET", "/runs/{id}", "run.get", R),
-    _rule("POST", "/runs/{id}/retry", "traverser.retry", S),
+    _rule("POST", "/runs/{id}/retry", "run.retry", S),
     _rule("POST", "/runs/{id}/cancel", "run.cancel", S),
+    _rule("GET", "/ids", "run.get", R),  # finding a run (or an approval) by its id's start
     _rule("GET", "/inbox", "inbox.list", R),
     _rule("GET", "/stats", "server.stats", R),
     # The server's metrics: owners and administrators (or a separate --metrics-bind address).
@@ -236,6 +237,8 @@ async def under_lease(request: Request, lease: Lease | None, *, read: bool = Fal
             f"role {principal.role.value!r} may {leased[0].action} only under the task lease it holds "
             "(send the traverser's id, the lease's epoch and your worker_id)",
         )
+    if lease is not None and lease.worker_id is not None:
+        await as_worker(request, lease.worker_id)
     if lease is not None and (read or lease.worker_id is not None):
         store: GraphStore = request.app.state.store
         try:
@@ -245,6 +248,24 @@ async def under_lease(request: Request, lease: Lease | None, *, read: bool = Fal
                 await _deny_lease(request, leased, "lease held by another worker")
             raise
     return lease
+
+
+async def as_worker(request: Request, worker_id: str) -> None:
+    """The worker-identity rule: a worker credential acts only as the workers registered with
+    it (claims, heartbeats, releases, and leases naming a worker id), else ``403 forbidden``,
+    audited; ``404`` for an unknown worker. Owners and administrators may act as any worker. A
+    worker registered before tokens were recorded (no token) is not checked."""
+    principal = await caller(request)
+    if not is_worker_only(principal):
+        return
+    store: GraphStore = request.app.state.store
+    token = store.worker_token(worker_id)
+    if token is not None and token != principal.id:
+        identity: Identity = request.app.state.identity
+        await identity.audit(
+            principal, "worker.act", target=worker_id[:200], outcome="denied", detail="another token's worker"
+        )
+        raise ApiError(403, "forbidden", f"worker {worker_id!r} was registered with another credential")
 
 
 async def _deny_lease(request: Request, leased: tuple[Rule, str], detail: str) -> None:

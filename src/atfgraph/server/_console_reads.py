@@ -47,7 +47,7 @@ _AS_TEXT = {"sqlite": "CAST({col} AS TEXT)", "postgresql": "convert_from({col}, 
 _SEARCHED = ("w.id", "w.wait_key", "w.name", "r.id", "r.workflow")
 _SEARCHED_JSON = ("r.input", "w.prompt")
 
-#: A run's kept checkpoint revisions (atfgraph migration sqlite 0009 / postgres 0011 keeps the
+#: A run's kept checkpoint revisions (atfgraph migration sqlite 0011 / postgres 0013 keeps the
 #: last CHECKPOINT_HISTORY of each checkpoint), newest first per checkpoint (the primary key).
 SQL_CHECKPOINT_REVISIONS = """
 SELECT scope, name, revision, value, saved_at FROM atfg_checkpoint_revisions

@@ -216,7 +216,8 @@ SQL_APPROVALS_IN_STATUS = APPROVAL_ROW + "WHERE w.kind = 'approval' AND {where} 
 # -- workers ----------------------------------------------------------------------------------
 
 SQL_INSERT_WORKER = """
-INSERT INTO atfg_workers (id, node_id, version, capacity, registered_at, last_seen) VALUES (?, ?, ?, ?, ?, ?)
+INSERT INTO atfg_workers (id, node_id, version, capacity, registered_at, last_seen, token_id)
+VALUES (?, ?, ?, ?, ?, ?, ?)
 """
 SQL_GET_WORKER = "SELECT * FROM atfg_workers WHERE id = ?"
 SQL_WORKER_SEEN = "UPDATE atfg_workers SET last_seen = ?, stats = COALESCE(?, stats) WHERE id = ?"

@@ -77,6 +77,8 @@ class HttpMetrics:
                         "route": route,
                         "path": scope["path"][:300],
                         "status": status,
+                        # the caller's address (a trusted proxy's client: _proxy.ForwardedHeaders)
+                        "client": scope["client"][0] if scope.get("client") else None,
                         "duration_ms": round(seconds * 1000, 3),
                     },
                 )

@@ -12,7 +12,7 @@ from fastapi import APIRouter, Depends, Query, Request, Response
 from .._json import MAX_BODY_BYTES, MAX_DEPTH, dumps_read
 from .._models import DECISIONS, ApprovalStatus, TraverserStatus
 from ._assign import parse_assignees, parse_escalation, read_assignment
-from ._auth import Principal, caller, under_lease
+from ._auth import Principal, as_worker, caller, under_lease
 from ._body import MAX_INT, MAX_KEY, MAX_MESSAGE, MAX_STEPS, Fields, error_info, read_json
 from ._errors import RETRY_AFTER_SECONDS, ApiError, bad_request
 from ._hub import Hub, node_key, traverser_key
@@ -241,7 +241,7 @@ async def complete(request: Request, traverser_id: str) -> Response:
     f = Fields(await read_json(request))
     await under_lease(request, f.lease(traverser_id=traverser_id))
     result = f.json("result", required=False) or b"null"
-    wanted = next_claim(f)
+    wanted = await next_claim(request, f)
     await store_of(request).complete(traverser_id, f.integer("epoch"), result, f.steps())
     hub_of(request).notify(traverser_key(traverser_id))
     return ok({"status": TraverserStatus.SUCCEEDED.value, "tasks": await hand_out(request, wanted)})
@@ -358,7 +358,7 @@ async def request_approval(request: Request, who: Annotated[Principal, Depends(c
     traverser_id = f.key("traverser_id")
     prompt = f.json("prompt")
     assert prompt is not None
-    wanted = next_claim(f)
+    wanted = await next_claim(request, f)
     approval, paused, minted = await service_of(request).request_approval(
         who,
         traverser_id,
@@ -456,7 +456,8 @@ async def register_worker(request: Request) -> Response:
     if "." in node:
         raise bad_request("body.node_id must not contain '.'")
     store = store_of(request)
-    view = await store.register_worker(node, f.key("version"), f.integer("capacity", minimum=1))
+    who = await caller(request)
+    view = await store.register_worker(node, f.key("version"), f.integer("capacity", minimum=1), who.id)
     # The worker paces its heartbeats from this (a third of a lease) before its first claim.
     return ok({**view, "lease_seconds": store.lease_seconds}, 201)
 
@@ -481,6 +482,7 @@ async def claim(request: Request, worker_id: str) -> Response:
     f = Fields(await read_json(request))
     limit = f.integer("max", minimum=1, maximum=MAX_CLAIM)
     wait = f.number("wait_seconds", required=False, maximum=_MAX_CLAIM_WAIT) or 0.0
+    await as_worker(request, worker_id)
     store, hub = store_of(request), hub_of(request)
     node = store.worker_node(worker_id)
     deadline = time.monotonic() + wait
@@ -505,7 +507,7 @@ async def claim(request: Request, worker_id: str) -> Response:
     return ok({"tasks": tasks, "lease_seconds": store.lease_seconds})
 
 
-def next_claim(f: Fields) -> tuple[str, int] | None:
+async def next_claim(request: Request, f: Fields) -> tuple[str, int] | None:
     """The optional ``claim`` of a worker's report that frees a permit (a completion, a pause):
     ``{"worker_id": ..., "max": n}`` asks for up to n queued tasks in the answer, so that a
     busy worker needs no claim request of its own between tasks. Checked before anything
@@ -514,7 +516,9 @@ def next_claim(f: Fields) -> tuple[str, int] | None:
     if raw is None:
         return None
     g = Fields(raw, "body.claim")
-    return g.key("worker_id"), g.integer("max", minimum=1, maximum=MAX_CLAIM)
+    wanted = g.key("worker_id"), g.integer("max", minimum=1, maximum=MAX_CLAIM)
+    await as_worker(request, wanted[0])
+    return wanted
 
 
 async def hand_out(request: Request, wanted: tuple[str, int] | None) -> list[dict[str, Any]]:
@@ -548,7 +552,7 @@ def _announce(hub: Hub, tasks: list[dict[str, Any]]) -> None:
 async def release_worker(request: Request, worker_id: str) -> Response:
     """A stopping worker gives back whatever it still holds (attempts not charged)."""
     store = store_of(request)
-    store.get_worker(worker_id)  # 404 for an unknown worker
+    await as_worker(request, worker_id)  # 404 for an unknown worker
     nodes = await store.release_all(worker_id)
     for node in nodes:
         hub_of(request).notify(node_key(node))
@@ -575,6 +579,7 @@ async def heartbeat(request: Request, worker_id: str) -> Response:
         g = Fields(item, f"body.leases[{index}]")
         leases.append((g.key("id"), g.integer("epoch")))
     stats = f.obj("stats", required=False)
+    await as_worker(request, worker_id)
     store = store_of(request)
     lost, was_silent = await store.heartbeat(worker_id, leases, None if stats is None else dumps_read(stats))
     if was_silent:  # its long polls got nothing while it was silent: let them look again

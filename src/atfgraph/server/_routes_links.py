@@ -102,14 +102,13 @@ async def deliver_webhook(request: Request, link_id: str) -> Response:
     )
     if link is None:
         identity: Identity = request.app.state.identity
-        client = request.client.host if request.client else None
         await identity.audit(
             None,
             "wait.webhook.resume",
             target=link_id,
             outcome="denied",
             detail="bad signature",
-            client=client,
+            client=request.client.host if request.client else None,
         )
         raise ApiError(
             401,

@@ -3,9 +3,10 @@
 ``GET /runs`` lists pyworkflow's own runs (kind ``workflow``) beside traversers (kind
 ``traverser``) newest first; ``GET /runs/{id}`` shows one with its steps, waits, checkpoints and
 event log; ``GET /inbox`` lists pending approvals, hooks and step hooks together, oldest first,
-each with its run's summary. Read-only (``_runs_reads``), but for ``POST /runs/{id}/retry``, a
-new attempt of a failed run, and ``POST /runs/{id}/cancel`` (``Service.retry``,
-``Service.cancel_run``); permissions in ``_auth.RULES``."""
+each with its run's summary; ``GET /ids`` resolves an id prefix. Read-only (``_runs_reads``), but
+for an operator's transitions of a run of either kind: ``POST /runs/{id}/retry``, a new attempt
+of a failed run (``Service.retry``), and ``POST /runs/{id}/cancel`` with a reason
+(``Service.cancel_run``); permissions in ``_auth.RULES``."""
 
 from __future__ import annotations
 
@@ -15,6 +16,8 @@ from typing import Annotated, Any
 from fastapi import APIRouter, Depends, Query, Request, Response
 
 from ._auth import Principal, caller
+from ._body import parse_object, read_raw
+from ._errors import bad_request
 from ._routes import ok, service_of, store_of
 from ._runs_reads import RUN_PART_LIMIT, RUN_STATUSES
 
@@ -105,15 +108,52 @@ async def inbox(request: Request, limit: Annotated[int, Query(ge=1, le=1000)] = 
 
 @router.post("/runs/{run_id}/retry", responses=_ONE)
 async def retry(request: Request, run_id: str, who: Annotated[Principal, Depends(caller)]) -> Response:
-    """A new attempt of a failed run (``409 invalid_state`` unless it failed): a traverser from
-    its checkpoints (its view is the answer); a pyworkflow run from its recorded steps, its
-    failed steps running again on a pyworkflow runtime serving this database (its summary is the
-    answer)."""
+    """A new attempt of a failed run of either kind: a traverser from its checkpoints, recorded
+    steps and decided approvals (answers with its traverser view); a pyworkflow run from what it
+    recorded, its completed steps replayed and the failed one run again by the pyworkflow runtime
+    serving this database (answers with its run summary). ``409 invalid_state`` unless it
+    failed."""
     return ok(await service_of(request).retry(who, run_id))
+
+
+#: The longest reason a cancellation may carry.
+MAX_REASON = 1000
 
 
 @router.post("/runs/{run_id}/cancel", responses=_ONE)
 async def cancel(request: Request, run_id: str, who: Annotated[Principal, Depends(caller)]) -> Response:
-    """Cancel a run of either kind that has not finished (its pending waits are cancelled); one
-    already finished is answered as it is. The answer is the run's summary."""
-    return ok(await service_of(request).cancel_run(who, run_id))
+    """Cancel a run of either kind that has not finished; body ``{"reason": "..."}`` (optional,
+    at most 1000 characters), kept in the run's error and the audit entry. Its pending waits are
+    cancelled. A run that had finished is returned unchanged. Answers with the run's summary."""
+    raw = await read_raw(request)
+    reason = parse_object(raw).get("reason") if raw.strip() else None
+    if reason is not None and (
+        not isinstance(reason, str) or not 0 < len(reason) <= MAX_REASON or "\x00" in reason
+    ):
+        raise bad_request(f"body.reason must be a non-empty string of at most {MAX_REASON} characters")
+    return ok(await service_of(request).cancel_run(who, run_id, reason))
+
+
+class IdKind(StrEnum):
+    """What an id prefix is looked up among."""
+
+    RUN = "run"
+    APPROVAL = "approval"
+    WAIT = "wait"
+
+
+@router.get("/ids", responses=_LISTED)
+async def resolve_ids(
+    request: Request,
+    prefix: Annotated[str, Query(min_length=1, max_length=200)],
+    kind: Annotated[
+        IdKind, Query(description="run (either kind), approval, or wait (any kind)")
+    ] = IdKind.RUN,
+) -> Response:
+    """The ids that start with ``prefix`` (at most 10, in id order; ``more`` when there are
+    others): how the CLI accepts an unambiguous id prefix and lists the candidates of an
+    ambiguous one."""
+    if "\x00" in prefix:
+        raise bad_request("prefix must not contain NUL characters")
+    ids, more = store_of(request).ids_with_prefix(kind.value, prefix)
+    return ok({"items": ids, "more": more})

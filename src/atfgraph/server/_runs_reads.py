@@ -65,6 +65,17 @@ SQL_RUN_CHECKPOINTS = """
 SELECT scope, name, value, revision, updated_at FROM checkpoints
 WHERE run_id = ? ORDER BY scope, name LIMIT ?
 """
+#: The ids that start with a prefix, in id order (each table's primary key walked over the range
+#: from the prefix to the prefix followed by DEL, above every character of an id: under a
+#: byte-order collation, SQLite's BINARY or PostgreSQL's "C", it holds exactly the ids with that
+#: prefix; the substr condition keeps only exact matches under any other). ``{table}``:
+#: runs, or waits (``{kind}``: an approval's condition).
+SQL_IDS_WITH_PREFIX = """
+SELECT id FROM {table} WHERE id >= ? AND id < ? AND substr(id, 1, ?) = ?{kind} ORDER BY id LIMIT ?
+"""
+#: How many candidates an ambiguous prefix lists.
+PREFIX_CANDIDATES = 10
+
 #: The inbox: pending approvals, hooks and step hooks oldest first, each with its run's summary.
 #: waits_inbox (created_at, partial on exactly these conditions) walked in order and bounded by
 #: LIMIT; each run is a primary key lookup. The kinds are written as every kind but the two a
@@ -225,6 +236,16 @@ class RunsReads:
             params.append(engine_status(status))
         sql = SQL_RUNS.format(where=where)
         return [run_summary(r) for r in self._read1(lambda c: _rows(c, sql, [*params, limit]))]
+
+    def ids_with_prefix(self, kind: str, prefix: str) -> tuple[list[str], bool]:
+        """Ids of ``kind`` (run, approval, wait) that start with ``prefix``: at most
+        :data:`PREFIX_CANDIDATES`, and whether there are more."""
+        table = "runs" if kind == "run" else "waits"
+        cond = " AND kind = 'approval'" if kind == "approval" else ""
+        sql = SQL_IDS_WITH_PREFIX.format(table=table, kind=cond)
+        params = (prefix, prefix + "\x7f", len(prefix), prefix, PREFIX_CANDIDATES + 1)
+        ids = [str(r[0]) for r in self._read1(lambda c: _rows(c, sql, params))]
+        return ids[:PREFIX_CANDIDATES], len(ids) > PREFIX_CANDIDATES
 
     async def get_run(self, run_id: str) -> dict[str, Any]:
         """One run of either kind with its steps, waits, checkpoints (one snapshot) and event log

@@ -38,6 +38,9 @@ def serve(
     public_url: str | None = None,
     notify: Sequence[str] = (),
     notify_nodes: Sequence[str] = (),
+    trusted_proxies: Sequence[str] = (),
+    retention: str | None = None,
+    audit_retention: str | None = None,
 ) -> None:
     try:  # --log-format, else $ATFGRAPH_LOG_FORMAT, else text; the write timeout and --notify likewise
         settings = Settings.from_env(
@@ -49,6 +52,9 @@ def serve(
             notify_nodes=notify_nodes,
             write_timeout=write_timeout,
             access_log=access_log,
+            trusted_proxies=trusted_proxies,
+            retention=retention,
+            audit_retention=audit_retention,
         )
         fmt = log_format_of(log_format)
         level_of(log_level)
@@ -56,7 +62,7 @@ def serve(
     except ValueError as exc:
         print(f"atfgraph: {exc}", file=sys.stderr)
         raise SystemExit(2) from None
-    if not settings.public_url.startswith(("http://", "https://")):  # --public-url, $ATFGRAPH_PUBLIC_URL
+    if settings.public_url and not settings.public_url.startswith(("http://", "https://")):
         print(
             f"atfgraph: the public URL must start with http:// or https://: {settings.public_url!r}",
             file=sys.stderr,
@@ -73,6 +79,11 @@ def serve(
         file=sys.stderr,
         flush=True,
     )
+    if settings.trusted_proxies:
+        note = f"atfgraph: forwarding headers believed from {settings.trusted_proxies}"
+        if settings.notify.endpoints and not settings.public_url:  # no request to take it from
+            note += f"; notifications link to {settings.listen_url}: set --public-url"
+        print(note, file=sys.stderr, flush=True)
     _check_database(settings)
     app = create_app(settings)
     if metrics_address is not None:
@@ -95,7 +106,8 @@ def serve(
         timeout_keep_alive=75,
         lifespan="on",
         timeout_graceful_shutdown=3,
-        # Loopback by default: forwarded-for headers are not trusted.
+        # Forwarding headers are read by _proxy.ForwardedHeaders, from --trusted-proxy peers only
+        # (uvicorn's own reads neither Forwarded nor X-Forwarded-Host, and trusts loopback).
         proxy_headers=False,
     )
     server = _Server(config, app)
@@ -193,7 +205,8 @@ def main(argv: list[str] | None = None) -> None:
         "--public-url",
         default=None,
         help="the address people and machines outside reach this server at, e.g. https://review.example.com;"
-        " decision links and webhook URLs are built on it (default: $ATFGRAPH_PUBLIC_URL, else http://HOST:PORT)",
+        " decision links and webhook URLs are built on it (default: $ATFGRAPH_PUBLIC_URL, else the scheme and"
+        " host each request came to, and http://HOST:PORT for notifications)",
     )
     parser.add_argument(
         "--notify",
@@ -211,6 +224,28 @@ def main(argv: list[str] | None = None) -> None:
         help="also POST the events of NODE's approvals to URL (its team's channel); repeatable"
         " (default: $ATFGRAPH_NOTIFY_NODES, space- or comma-separated NODE=URL pairs)",
     )
+    parser.add_argument(
+        "--trusted-proxy",
+        action="append",
+        default=[],
+        metavar="ADDRESS",
+        help="believe X-Forwarded-For/-Proto/-Host and Forwarded only from this address or CIDR network"
+        " (e.g. 10.0.0.0/8, 127.0.0.1); repeatable (default: $ATFGRAPH_TRUSTED_PROXIES, else none, loopback"
+        " included)",
+    )
+    parser.add_argument(
+        "--retention",
+        default=None,
+        metavar="AGE",
+        help="purge runs that finished longer ago than AGE (30d, 12h, 90m) with their events, steps,"
+        " waits and checkpoints (default: $ATFGRAPH_RETENTION, else keep every run)",
+    )
+    parser.add_argument(
+        "--audit-retention",
+        default=None,
+        metavar="AGE",
+        help="purge audit entries older than AGE (default: $ATFGRAPH_AUDIT_RETENTION, else keep them)",
+    )
     args = parser.parse_args(argv)
     serve(
         args.host,
@@ -225,6 +260,9 @@ def main(argv: list[str] | None = None) -> None:
         public_url=args.public_url,
         notify=args.notify,
         notify_nodes=args.notify_node,
+        trusted_proxies=args.trusted_proxy,
+        retention=args.retention,
+        audit_retention=args.audit_retention,
     )
 
 

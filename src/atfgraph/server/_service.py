@@ -21,7 +21,7 @@ import jsonschema
 
 import pyworkflow
 from pyworkflow import validate_payload
-from pyworkflow.store import WaitKind, WaitRecord, cancel_run_in, retry_run_in
+from pyworkflow.store import WaitKind, WaitRecord
 
 from .._json import dumps, dumps_read, fragment, loads
 from .._models import DECISIONS
@@ -101,33 +101,44 @@ class Service:
         log.info("traverser %s: %s", traverser_id, view["status"], extra={"run_id": traverser_id})
         return view
 
-    async def cancel_run(self, who: Principal, run_id: str) -> dict[str, Any]:
-        """Cancel a run of either kind that has not finished (a traverser through :meth:`cancel`,
-        a pyworkflow run by the engine's ending, ``pyworkflow.store.cancel_run_in``); one
-        already finished is returned as it is. Returns the run's summary."""
+    async def cancel_run(self, who: Principal, run_id: str, reason: str | None) -> dict[str, Any]:
+        """Cancel a run of either kind that has not finished, with an operator's ``reason``
+        (kept in its error and the audit entry); one already finished is returned as it is.
+        A pyworkflow run ends by the engine's rule (``Store.cancel_run``), its audit entry in the
+        same transaction."""
+        audit = AuditEntry(who, "run.cancel", run_id, "allowed", {"reason": reason} if reason else None)
         try:
-            await self.cancel(who, run_id)
+            view = await self.store.cancel(run_id, audit, reason)
         except NotFound:
-            await self._change_workflow(who, "run.cancel", run_id, cancel_run_in)
-        record = await self.store.get_run(run_id)
-        summary: dict[str, Any] = record["run"]
-        return summary
+            pass
+        else:
+            self.hub.notify(traverser_key(run_id))
+            log.info("traverser %s: %s", run_id, view["status"], extra={"run_id": run_id})
+            return await self._summary(run_id)
+        try:
+            cancelled = await self.store.pyworkflow.cancel_run(
+                run_id,
+                now=time.time(),
+                reason=reason,
+                also=lambda conn: write_audit(conn, audit, time.time()),
+            )
+        except pyworkflow.WorkflowNotFoundError:
+            await self._refused(who, "run.cancel", run_id, "not_found")
+            raise NotFound.of("run", run_id) from None
+        if cancelled:
+            log.info("run %s: cancelled", run_id, extra={"run_id": run_id})
+        return await self._summary(run_id)
 
     async def retry(self, who: Principal, run_id: str) -> dict[str, Any]:
-        """A new attempt of a failed run: a traverser from its checkpoints (``GraphStore.retry``;
-        its node's workers are woken), a pyworkflow run from its recorded steps
-        (``pyworkflow.store.retry_run_in``: its failed steps run again on a runtime serving the
-        database). ``409 invalid_state`` unless it failed. Returns the traverser's view, or the
-        pyworkflow run's summary."""
+        """A new attempt of a failed run: a traverser from its checkpoints (``GraphStore.retry``),
+        its node's workers woken; a pyworkflow run from what it recorded (``Store.retry_run``:
+        completed steps replayed), for the pyworkflow runtime serving this database to claim.
+        A traverser answers with its view, a pyworkflow run with its summary."""
         audit = AuditEntry(who, "traverser.retry", run_id, "allowed")
         try:
             view = await self.store.retry(run_id, audit)
         except NotFound:
-            await self._change_workflow(who, "run.retry", run_id, retry_run_in)
-            record = await self.store.get_run(run_id)
-            summary: dict[str, Any] = record["run"]
-            log.info("run %s: queued again for a pyworkflow runtime", run_id, extra={"run_id": run_id})
-            return summary
+            return await self._retry_workflow_run(who, run_id)
         except Refusal as exc:
             await self._refused(who, "traverser.retry", run_id, exc.code)
             raise
@@ -135,30 +146,24 @@ class Service:
         self.hub.notify(traverser_key(run_id))
         return view
 
-    async def _change_workflow(
-        self, who: Principal, action: str, run_id: str, rule: Callable[[Any, str, float], str]
-    ) -> None:
-        """Apply an operator's ``rule`` to a pyworkflow run with its audit entry, in one
-        transaction; a refusal is audited and raised (nothing changed)."""
+    async def _retry_workflow_run(self, who: Principal, run_id: str) -> dict[str, Any]:
+        audit = AuditEntry(who, "run.retry", run_id, "allowed")
+        try:
+            outcome = await self.store.pyworkflow.retry_run(
+                run_id, now=time.time(), also=lambda conn: write_audit(conn, audit, time.time())
+            )
+        except pyworkflow.WorkflowNotFoundError:
+            await self._refused(who, "run.retry", run_id, "not_found")
+            raise NotFound.of("run", run_id) from None
+        if outcome != "ok":
+            await self._refused(who, "run.retry", run_id, "invalid_state")
+            raise Conflict(f"run {run_id!r} is {outcome}; only a failed run is retried", "invalid_state")
+        log.info("run %s: retried", run_id, extra={"run_id": run_id})
+        return await self._summary(run_id)
 
-        def tx(conn: Any) -> str:
-            now = time.time()
-            outcome = rule(conn, run_id, now)
-            if outcome in ("ok", "finished"):
-                detail = None if outcome == "ok" else {"already": "finished"}
-                write_audit(conn, AuditEntry(who, action, run_id, "allowed", detail), now)
-            return outcome
-
-        outcome = await self.store.db.write(tx)
-        if outcome in ("ok", "finished"):
-            return
-        exc: Refusal
-        if outcome == "not_failed":
-            exc = Conflict(f"run {run_id!r} has not failed: only a failed run is retried", "invalid_state")
-        else:
-            exc = NotFound.of("run", run_id)
-        await self._refused(who, action, run_id, exc.code)
-        raise exc
+    async def _summary(self, run_id: str) -> dict[str, Any]:
+        summary: dict[str, Any] = (await self.store.get_run(run_id))["run"]
+        return summary
 
     async def request_approval(
         self,

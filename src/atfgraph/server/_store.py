@@ -142,7 +142,8 @@ class GraphStore(ApprovalTransitions, ConsoleReads):
         process holds, an unreachable PostgreSQL) before it fails with
         ``pyworkflow.DatabaseUnavailableError`` (the HTTP edge's 503 ``database_unavailable``)."""
         self.lease_seconds = lease_seconds
-        self._worker_nodes: dict[str, str] = {}
+        #: worker id -> (its node, the token it registered with): neither ever changes
+        self._worker_nodes: dict[str, tuple[str, str | None]] = {}
         # (traverser, epoch) -> the worker this server leased it to (see check_lease).
         self._lease_holders: dict[tuple[str, int], str] = {}
         self.attempts = AttemptClock()
@@ -313,9 +314,12 @@ class GraphStore(ApprovalTransitions, ConsoleReads):
 
         return self._read(fn)
 
-    async def cancel(self, traverser_id: str, audit: AuditEntry | None = None) -> dict[str, Any]:
-        """Cancel a traverser that has not finished (its pending approvals leave the inbox); one
-        already finished is returned as it is. ``audit`` is recorded either way."""
+    async def cancel(
+        self, traverser_id: str, audit: AuditEntry | None = None, reason: str | None = None
+    ) -> dict[str, Any]:
+        """Cancel a traverser that has not finished (its pending approvals leave the inbox), with
+        ``reason`` as its error's message; one already finished is returned as it is. ``audit``
+        is recorded either way."""
 
         def fn(conn: Conn) -> dict[str, Any]:
             now = time.time()
@@ -325,7 +329,7 @@ class GraphStore(ApprovalTransitions, ConsoleReads):
             if audit is not None:
                 write_audit(conn, audit, now)
             if not TraverserStatus(row["status"]).is_terminal:
-                error = dumps({"code": "cancelled", "message": "cancelled by request"})
+                error = dumps({"code": "cancelled", "message": reason or "cancelled by request"})
                 _finish(conn, traverser_id, TraverserStatus.CANCELLED, None, error, now)
                 conn.execute(SQL_CANCEL_WAITS, (now, traverser_id))
                 row = _row(conn, SQL_GET_TRAVERSER, (traverser_id,))
@@ -363,12 +367,16 @@ class GraphStore(ApprovalTransitions, ConsoleReads):
 
     # -- workers and leases ----------------------------------------------------------------------
 
-    async def register_worker(self, node_id: str, version: str, capacity: int) -> dict[str, Any]:
+    async def register_worker(
+        self, node_id: str, version: str, capacity: int, token_id: str | None = None
+    ) -> dict[str, Any]:
+        """Register a worker; ``token_id`` is the credential it registered with, the only worker
+        credential that may then act as it (see :meth:`worker_token`)."""
         ident = new_id()
 
         def fn(conn: Conn) -> dict[str, Any]:
             now = time.time()
-            conn.execute(SQL_INSERT_WORKER, (ident, node_id, version, capacity, now, now))
+            conn.execute(SQL_INSERT_WORKER, (ident, node_id, version, capacity, now, now, token_id))
             row = _row(conn, SQL_GET_WORKER, (ident,))
             assert row is not None
             return worker_view(row)
@@ -380,13 +388,24 @@ class GraphStore(ApprovalTransitions, ConsoleReads):
 
     def worker_node(self, worker_id: str) -> str:
         """The node a worker serves (never changes: remembered after the first lookup)."""
-        node = self._worker_nodes.get(worker_id)
-        if node is None:
-            node = str(self.get_worker(worker_id)["node_id"])
+        return self._worker_identity(worker_id)[0]
+
+    def worker_token(self, worker_id: str) -> str | None:
+        """The id of the token the worker registered with (None: registered before tokens were
+        recorded, or by a caller without one); ``404`` for an unknown worker."""
+        return self._worker_identity(worker_id)[1]
+
+    def _worker_identity(self, worker_id: str) -> tuple[str, str | None]:
+        known = self._worker_nodes.get(worker_id)
+        if known is None:
+            row = self._read1(lambda c: _row(c, SQL_GET_WORKER, (worker_id,)))
+            if row is None:
+                raise NotFound.of("worker", worker_id)
+            known = (str(row["node_id"]), row["token_id"])
             if len(self._worker_nodes) >= 10_000:
                 self._worker_nodes.clear()
-            self._worker_nodes[worker_id] = node
-        return node
+            self._worker_nodes[worker_id] = known
+        return known
 
     def get_worker(self, worker_id: str) -> dict[str, Any]:
         row = self._read1(lambda c: _row(c, SQL_GET_WORKER, (worker_id,)))

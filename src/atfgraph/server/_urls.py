@@ -9,7 +9,9 @@ from ._links import Link, LinkKind
 
 def public_url(request: Request) -> str:
     """The server's address as people and machines outside reach it: ``--public-url`` or
-    ``$ATFGRAPH_PUBLIC_URL``, else the address it listens on."""
+    ``$ATFGRAPH_PUBLIC_URL`` when set, else the scheme and host this request came to (as a
+    trusted proxy received it, ``_proxy.ForwardedHeaders``; an untrusted peer's forwarding
+    headers change nothing)."""
     configured: str = getattr(request.app.state.settings, "public_url", "") or ""
     return (configured or str(request.base_url)).rstrip("/")
 

@@ -25,7 +25,7 @@ from celery import Celery  # type: ignore[import-untyped]
 
 from .._crashpoints import crashpoint
 from .._engine import execute_turn
-from ..store import RunState, metrics, open_store
+from ..store import Purger, RunState, metrics, open_store, parse_age
 from ._celery import TURN_TASK, CeleryOptions, CeleryStore, celery_store, dispatch, make_app
 from ._local import _dead_local_owners, owner_id
 
@@ -45,6 +45,8 @@ class WorkerSettings:
     #: messages are rare; a backlog of queued messages must not be published again)
     dispatch_grace: float = 30.0
     imports: Sequence[str] = field(default_factory=tuple)
+    #: seconds after which the sweeper purges finished runs (``--retention``); None: kept
+    retention: float | None = None
 
 
 class Worker:
@@ -144,8 +146,9 @@ class Worker:
 
 class Sweeper:
     """The periodic sweeper: expires due waits (hook deadlines, durable sleeps, retry back-offs),
-    frees the leases of dead workers on this host and publishes turns for due runs nobody is
-    running. Safe to run in several processes at once (each step is a conditional transition)."""
+    frees the leases of dead workers on this host, publishes turns for due runs nobody is
+    running and, with a retention, purges runs that finished longer ago. Safe to run in several
+    processes at once (each step is a conditional transition)."""
 
     def __init__(self, settings: WorkerSettings, store: CeleryStore | None = None) -> None:
         self.settings = settings
@@ -157,6 +160,7 @@ class Sweeper:
         self._recent: dict[tuple[str, int, float], float] = {}  # (run, epoch, due) -> published at
         self._thread: threading.Thread | None = None
         self.published = 0
+        self.purger = None if settings.retention is None else Purger(self.store.database, settings.retention)
 
     def start(self) -> None:
         self._thread = threading.Thread(target=self.run_forever, name="pyworkflow-sweeper", daemon=True)
@@ -213,6 +217,8 @@ class Sweeper:
             log.info("published %d turn(s) (%d waits expired)", len(fresh), expired)
         if len(self._recent) > 100_000:
             self._recent = {k: v for k, v in self._recent.items() if now - v <= s.lease_ttl}
+        if self.purger is not None:
+            await self.purger.tick()
         due = await store.next_due()
         pause = s.sweep_interval
         if due is not None:
@@ -233,12 +239,14 @@ def settings_from_environment() -> WorkerSettings:
     if not storage:
         raise RuntimeError("set PYWORKFLOW_STORAGE=postgresql://... for the pyworkflow Celery worker")
     imports = tuple(m for m in os.environ.get("PYWORKFLOW_IMPORTS", "").split(",") if m)
+    kept = os.environ.get("PYWORKFLOW_RETENTION", "").strip()
     return WorkerSettings(
         storage=storage,
         celery=CeleryOptions.from_extra({"queue": os.environ.get("PYWORKFLOW_QUEUE")}),
         lease_ttl=float(os.environ.get("PYWORKFLOW_LEASE_TTL", "30")),
         max_crashes=int(os.environ.get("PYWORKFLOW_MAX_CRASHES", "5")),
         imports=imports,
+        retention=parse_age(kept, what="PYWORKFLOW_RETENTION") if kept else None,
     )
 
 

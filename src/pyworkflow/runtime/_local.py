@@ -2,7 +2,8 @@
 
 Only active turns cost a task; a suspended run costs a few rows. The loop claims due work from the
 store's queue (so runs resumed, timed out or orphaned by other processes are picked up), expires
-due waits, heartbeats the leases it holds and frees the leases of dead processes on this host.
+due waits, heartbeats the leases it holds and frees the leases of dead processes on this host;
+with a retention it also purges runs that finished longer ago (:class:`~pyworkflow.store.Purger`).
 """
 
 from __future__ import annotations
@@ -17,7 +18,7 @@ from collections.abc import Callable, Iterable
 
 from .._crashpoints import crashpoint
 from .._engine import execute_turn
-from ..store import Claim, RunState, Store, metrics
+from ..store import Claim, Purger, RunState, Store, metrics
 
 log = logging.getLogger("pyworkflow.runtime")
 _HOST = socket.gethostname()
@@ -53,6 +54,7 @@ class LocalRuntime:
         poll_interval: float = 0.05,
         max_concurrency: int = 1000,
         max_crashes: int = 5,
+        retention: float | None = None,
     ) -> None:
         self.store = store
         self.owner = owner_id()
@@ -68,6 +70,8 @@ class LocalRuntime:
         self._changed: dict[str, asyncio.Event] = {}
         self._unsubscribe: Callable[[], None] | None = None
         self.turns = 0  # turns executed by this runtime (for tests and benchmarks)
+        #: retention (``configure(retention=...)``): finished runs older than it are purged here
+        self.purger = None if retention is None else Purger(store.database, retention)
         metrics.PERMITS.set(max_concurrency)
 
     # -- lifecycle ------------------------------------------------------------------------------
@@ -189,6 +193,8 @@ class LocalRuntime:
         while True:
             try:
                 timeout = await self._tick()
+                if self.purger is not None:
+                    await self.purger.tick()
                 if time.monotonic() >= next_dead_check:
                     next_dead_check = time.monotonic() + self.lease_ttl / 2
                     await self._free_dead_leases()

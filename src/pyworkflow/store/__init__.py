@@ -9,7 +9,8 @@ database classes with their group-commit writer (:class:`SQLiteDatabase`,
 :func:`apply_postgres_migrations`, :func:`pyworkflow_migrations`), the stores themselves, and
 the rules both faces apply inside their own transactions (:func:`write_checkpoint`,
 :func:`wake_run`: waking a run, pyworkflow's or one served by remote workers, after its wait
-resolved or expired).
+resolved or expired), and retention (:func:`purge_runs`, :func:`count_purgeable`,
+:func:`parse_age`: finished runs older than a cut-off deleted in bounded batches).
 
 Operating them: :mod:`metrics` (the metrics of both faces, one registry per process) and
 :func:`setup_logging` (the one logging set-up: level names, text or JSON, :func:`redact`).
@@ -33,7 +34,6 @@ from ._migrations import (
     load_migrations,
     pyworkflow_migrations,
 )
-from ._operate import cancel_run_in, retry_run_in
 from ._protocol import (
     CheckpointRecord,
     Claim,
@@ -51,6 +51,7 @@ from ._protocol import (
     WaitStatus,
 )
 from ._remote import wake_run
+from ._retention import Purger, PurgeReport, count_purgeable, parse_age, purge_runs
 from ._rows import check_revision, write_checkpoint
 from ._sqlite import SQLiteStore
 from ._sqlite_db import SQLiteDatabase
@@ -71,6 +72,8 @@ __all__ = [
     "NewWait",
     "PostgresDatabase",
     "PostgresStore",
+    "PurgeReport",
+    "Purger",
     "RunRecord",
     "RunState",
     "RunStatus",
@@ -85,18 +88,19 @@ __all__ = [
     "WaitStatus",
     "apply_migrations",
     "apply_postgres_migrations",
-    "cancel_run_in",
     "check_revision",
+    "count_purgeable",
     "load_migrations",
     "log_format",
     "log_level",
     "metrics",
     "open_store",
+    "parse_age",
     "parse_storage_url",
+    "purge_runs",
     "pyworkflow_migrations",
     "redact",
     "redact_url",
-    "retry_run_in",
     "setup_logging",
     "sqlite_path",
     "wake_run",

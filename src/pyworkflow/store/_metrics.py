@@ -1,6 +1,7 @@
 """The metrics of both faces, defined once, on one registry per process (:data:`REGISTRY`).
 
-Two kinds, as the docs' metrics reference lists them (docs/operators.md, "Metrics"):
+Two kinds, as the docs' metrics reference lists them (docs/operations.md, "Metrics reference",
+which tests/unit/test_metrics_reference.py keeps complete):
 
 - **state** is read from the database at scrape time by :class:`StoreCollector` (runs by status
   and kind, pending waits by kind and the age of the oldest): two indexed ``GROUP BY`` reads,

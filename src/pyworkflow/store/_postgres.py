@@ -55,6 +55,7 @@ from psycopg_pool import AsyncConnectionPool
 
 from .._errors import WorkflowNotFoundError
 from ._group_commit import Rows
+from ._manage import SQL_CANCEL_REASON, retry_run_tx
 from ._migrations import Migration
 from ._migrations import pyworkflow_migrations as _migrations_of
 from ._pg_db import PgConnection, PostgresDatabase
@@ -117,9 +118,11 @@ from ._protocol import (
     WaitStatus,
 )
 from ._rows import (
-    RUN_COLUMNS,
+    SQL_RUN_CURSOR,
+    cancel_reason,
     check_revision,
     hook_not_found,
+    list_runs_sql,
     list_waits_sql,
     raise_if_resolved,
     refuse_approval,
@@ -359,17 +362,20 @@ class PostgresStore:
         return run_from_row(rows[0]) if rows else None
 
     async def list_runs(
-        self, *, status: RunStatus | None = None, workflow: str | None = None, limit: int = 100
+        self,
+        *,
+        status: RunStatus | None = None,
+        workflow: str | None = None,
+        limit: int = 100,
+        after: str | None = None,
     ) -> list[RunRecord]:
-        clauses, params = [], []
-        if status is not None:
-            clauses.append("status = %s")
-            params.append(str(status))
-        if workflow is not None:
-            clauses.append("workflow = %s")
-            params.append(workflow)
-        where = f"WHERE {' AND '.join(clauses)}" if clauses else ""
-        sql = f"SELECT {RUN_COLUMNS} FROM runs {where} ORDER BY created_at DESC LIMIT %s"
+        cursor = None
+        if after is not None:
+            found = await self._fetch(SQL_RUN_CURSOR.replace("?", "%s"), (after,))
+            if not found:
+                raise WorkflowNotFoundError(f"no run {after!r} to continue the list after")
+            cursor = found[0]
+        sql, params = list_runs_sql(status, workflow, cursor, "%s")
         return [run_from_row(r) for r in await self._fetch(sql, (*params, int(limit)))]
 
     async def get_events(self, run_id: str, *, after_seq: int = 0, limit: int = 10_000) -> list[Event]:
@@ -387,12 +393,48 @@ class PostgresStore:
                 state.checkpoints[(r[20], r[21])] = CheckpointRecord(r[20], r[21], r[22], r[23])
         return state
 
-    async def cancel_run(self, run_id: str, *, now: float) -> bool:
+    async def cancel_run(
+        self,
+        run_id: str,
+        *,
+        now: float,
+        reason: str | None = None,
+        also: Callable[[Any], None] | None = None,
+    ) -> bool:
         # One statement (migration 0008): the run ends as every run does (pyworkflow_end_run).
-        outcome = await self._call(SQL_FN_CANCEL_RUN, (run_id, now), run_id)
+        if reason is None and also is None:
+            outcome = await self._call(SQL_FN_CANCEL_RUN, (run_id, now), run_id)
+        else:
+            # An operator's cancellation with its reason and audit entry: a write function on
+            # the same writer, so that they commit with the cancellation (not the hot path).
+            def tx(conn: PgConnection) -> str:
+                row = conn.raw.execute(SQL_FN_CANCEL_RUN, (run_id, now)).fetchone()
+                ended = str(row[0]) if row is not None else "missing"
+                if ended == "ok":
+                    if reason is not None:
+                        conn.execute(SQL_CANCEL_REASON, (cancel_reason(reason), run_id))
+                    if also is not None:
+                        also(conn)
+                return ended
+
+            outcome = await self._writer.write(tx)
         if outcome == "missing":
             raise WorkflowNotFoundError(f"no run {run_id!r}")
         return outcome == "ok"
+
+    async def retry_run(self, run_id: str, *, now: float, also: Callable[[Any], None] | None = None) -> str:
+        def tx(conn: PgConnection) -> str:
+            outcome = retry_run_tx(conn, run_id, now)
+            if outcome == "ok":
+                conn.execute(f"NOTIFY {CHANNEL}")  # the runtimes listening claim it at once
+                if also is not None:
+                    also(conn)
+            return outcome
+
+        outcome = await self._writer.write(tx)
+        if outcome == "missing":
+            raise WorkflowNotFoundError(f"no run {run_id!r}")
+        return outcome
 
     # -- the queue -------------------------------------------------------------------------------
 

@@ -20,7 +20,8 @@ class RunStatus(StrEnum):
     pending   -> running | cancelled
     running   -> suspended | completed | failed | cancelled | running (crash, re-claimed)
     suspended -> running | cancelled
-    completed, failed, cancelled: terminal
+    failed    -> suspended (an operator's retry: a new attempt from what the run recorded)
+    completed, cancelled: terminal; failed is terminal until retried
     """
 
     PENDING = "pending"
@@ -189,16 +190,42 @@ class Store(Protocol):
     async def get_run(self, run_id: str) -> RunRecord | None: ...
 
     async def list_runs(
-        self, *, status: RunStatus | None = None, workflow: str | None = None, limit: int = 100
-    ) -> list[RunRecord]: ...
+        self,
+        *,
+        status: RunStatus | None = None,
+        workflow: str | None = None,
+        limit: int = 100,
+        after: str | None = None,
+    ) -> list[RunRecord]:
+        """Runs newest first (creation time, then id), optionally only those in ``status`` or of
+        ``workflow``. ``after``: the id of the last run of the previous page; the page continues
+        after it (``WorkflowNotFoundError`` when no run has that id)."""
+        ...
 
     async def get_events(self, run_id: str, *, after_seq: int = 0, limit: int = 10_000) -> list[Event]: ...
 
     async def load_state(self, run_id: str) -> RunState: ...
 
-    async def cancel_run(self, run_id: str, *, now: float) -> bool:
+    async def cancel_run(
+        self,
+        run_id: str,
+        *,
+        now: float,
+        reason: str | None = None,
+        also: Callable[[Any], None] | None = None,
+    ) -> bool:
         """Cancel a run that is not terminal: its pending waits are cancelled too, and its steps'
-        checkpoints deleted (as every end of a run, see :meth:`complete_run`)."""
+        checkpoints deleted (as every end of a run, see :meth:`complete_run`). ``reason`` is kept
+        as its error (``CancellationError``); ``also(conn)`` is the caller's own write (an audit
+        entry) in the same transaction, as for :meth:`resolve_wait`. False (and nothing written,
+        ``also`` not called) for a run that had ended."""
+        ...
+
+    async def retry_run(self, run_id: str, *, now: float, also: Callable[[Any], None] | None = None) -> str:
+        """A new attempt of a failed run from what it recorded (``pyworkflow.store._manage``):
+        ``ok``; else nothing changed and the answer says why: ``remote`` (a traverser: the graph
+        server retries those) or the status of a run that has not failed.
+        ``WorkflowNotFoundError`` for an unknown run; ``also`` as for :meth:`cancel_run`."""
         ...
 
     # -- the queue -------------------------------------------------------------------------------

@@ -93,6 +93,39 @@ def list_waits_sql(
     return f"SELECT {WAIT_COLUMNS} FROM waits {where} ORDER BY created_at LIMIT {mark}", params
 
 
+def cancel_reason(reason: str) -> bytes:
+    """A cancelled run's error, when the operator gave a reason (``Store.cancel_run``)."""
+    import orjson
+
+    return orjson.dumps({"type": "CancellationError", "message": reason})
+
+
+#: Where a page of runs continues: the cursor run's place in the newest-first order (by id).
+SQL_RUN_CURSOR = "SELECT created_at, id FROM runs WHERE id = ?"
+
+
+def list_runs_sql(
+    status: RunStatus | None, workflow: str | None, cursor: Sequence[Any] | None, mark: str
+) -> tuple[str, list[Any]]:
+    """A page of runs newest first, ordered by (creation time, id) so that a page ends at one
+    place and the next (``cursor``: the last run's ``(created_at, id)``) starts right after it,
+    whatever was created meanwhile. ``runs_by_status`` serves a status filter, ``runs_by_created``
+    the others (an index walk bounded by the LIMIT; ``mark`` is the dialect's placeholder)."""
+    clauses: list[str] = []
+    params: list[Any] = []
+    if status is not None:
+        clauses.append(f"status = {mark}")
+        params.append(str(status))
+    if workflow is not None:
+        clauses.append(f"workflow = {mark}")
+        params.append(workflow)
+    if cursor is not None:
+        clauses.append(f"(created_at < {mark} OR (created_at = {mark} AND id < {mark}))")
+        params.extend((cursor[0], cursor[0], cursor[1]))
+    where = f"WHERE {' AND '.join(clauses)}" if clauses else ""
+    return f"SELECT {RUN_COLUMNS} FROM runs {where} ORDER BY created_at DESC, id DESC LIMIT {mark}", params
+
+
 # -- checkpoints: one compare-and-set rule for every face ---------------------------------------
 
 #: A checkpoint's current revision (primary key lookup).

@@ -13,6 +13,7 @@ from .._errors import (
     WorkflowNotFoundError,
 )
 from ._group_commit import WRITE_TIMEOUT
+from ._manage import SQL_CANCEL_REASON, retry_run_tx
 from ._migrations import Migration
 from ._migrations import pyworkflow_migrations as _migrations_of
 from ._protocol import (
@@ -34,9 +35,12 @@ from ._protocol import (
 from ._remote import wake_run
 from ._rows import (
     RUN_COLUMNS,
+    SQL_RUN_CURSOR,
     WAIT_COLUMNS,
+    cancel_reason,
     fence_refused,
     hook_not_found,
+    list_runs_sql,
     list_waits_sql,
     raise_if_resolved,
     refuse_approval,
@@ -293,18 +297,21 @@ class SQLiteStore:
         return run_from_row(row) if row else None
 
     async def list_runs(
-        self, *, status: RunStatus | None = None, workflow: str | None = None, limit: int = 100
+        self,
+        *,
+        status: RunStatus | None = None,
+        workflow: str | None = None,
+        limit: int = 100,
+        after: str | None = None,
     ) -> list[RunRecord]:
-        clauses, params = [], []
-        if status is not None:
-            clauses.append("status = ?")
-            params.append(str(status))
-        if workflow is not None:
-            clauses.append("workflow = ?")
-            params.append(workflow)
-        where = f"WHERE {' AND '.join(clauses)}" if clauses else ""
-        sql = f"SELECT {RUN_COLUMNS} FROM runs {where} ORDER BY created_at DESC LIMIT ?"
-        return [run_from_row(r) for r in self.db.reader().execute(sql, (*params, int(limit)))]
+        reader = self.db.reader()
+        cursor = None
+        if after is not None:
+            cursor = reader.execute(SQL_RUN_CURSOR, (after,)).fetchone()
+            if cursor is None:
+                raise WorkflowNotFoundError(f"no run {after!r} to continue the list after")
+        sql, params = list_runs_sql(status, workflow, cursor, "?")
+        return [run_from_row(r) for r in reader.execute(sql, (*params, int(limit)))]
 
     async def get_events(self, run_id: str, *, after_seq: int = 0, limit: int = 10_000) -> list[Event]:
         rows = self.db.reader().execute(SQL_EVENTS, (run_id, after_seq, limit)).fetchall()
@@ -327,7 +334,14 @@ class SQLiteStore:
         # either way, and the wake-up it queued gives the run another turn.
         return read(self.db.reader())
 
-    async def cancel_run(self, run_id: str, *, now: float) -> bool:
+    async def cancel_run(
+        self,
+        run_id: str,
+        *,
+        now: float,
+        reason: str | None = None,
+        also: Callable[[Any], None] | None = None,
+    ) -> bool:
         def tx(conn: sqlite3.Connection) -> bool:
             row = conn.execute(SQL_RUN_STATUS, (run_id,)).fetchone()
             if row is None:
@@ -335,7 +349,22 @@ class SQLiteStore:
             if RunStatus(row[0]).is_terminal:
                 return False
             _end_run(conn, run_id, RunStatus.CANCELLED, None, None, now)
+            if reason is not None:
+                conn.execute(SQL_CANCEL_REASON, (cancel_reason(reason), run_id))
+            if also is not None:
+                also(conn)
             return True
+
+        return await self.db.write(tx)
+
+    async def retry_run(self, run_id: str, *, now: float, also: Callable[[Any], None] | None = None) -> str:
+        def tx(conn: sqlite3.Connection) -> str:
+            outcome = retry_run_tx(conn, run_id, now)
+            if outcome == "missing":
+                raise WorkflowNotFoundError(f"no run {run_id!r}")
+            if outcome == "ok" and also is not None:
+                also(conn)
+            return outcome
 
         return await self.db.write(tx)
 

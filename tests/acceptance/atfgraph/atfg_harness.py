@@ -109,7 +109,13 @@ class ServerProcess:
                 stdout=log,
                 stderr=subprocess.STDOUT,
             )
-        wait_until(lambda: _ready(self.url), 20, f"server on {self.url} never became ready; see {self.log}")
+        try:
+            wait_until(
+                lambda: _ready(self.url), 45, f"server on {self.url} never became ready; see {self.log}"
+            )
+        except BaseException:
+            self.close()  # a fixture whose set-up failed gets no teardown: leave no orphan behind
+            raise
 
     def kill(self) -> None:
         """SIGKILL: no shutdown code runs."""

@@ -286,3 +286,78 @@ async def test_a_worker_acts_only_under_a_lease_it_holds(server: ServerProcess) 
         assert (await call(owner, "PUT", "/memory/s/k", json={"value": "owner"})).status_code == 200
         r = await call(owner, "POST", "/approvals", json={"traverser_id": b, **approval})
         assert r.status_code == 200 and r.json()["approval"]["traverser_id"] == b
+
+
+async def test_a_worker_token_acts_only_as_the_workers_it_registered(server: ServerProcess) -> None:
+    """Worker ids are no capability: a second worker credential cannot claim, heartbeat, release
+    or write as a worker the first one registered (403, audited, nothing changes); owners can."""
+    owner = server.headers("owner")
+    async with httpx.AsyncClient(base_url=server.url, timeout=30) as http:
+
+        async def call(headers: dict[str, str], method: str, path: str, **kw: Any) -> httpx.Response:
+            return await http.request(method, "/api/v2" + path, headers=headers, **kw)
+
+        created = await call(owner, "POST", "/tokens", json={"name": "second fleet", "role": "worker"})
+        assert created.status_code == 201, created.text
+        first, second = server.headers("worker"), {"authorization": f"Bearer {created.json()['token']}"}
+        register = {"node_id": "bound", "version": "1", "capacity": 1}
+        w1 = (await call(first, "POST", "/workers", json=register)).json()["id"]
+        w2 = (await call(second, "POST", "/workers", json=register)).json()["id"]
+        a = (await call(owner, "POST", "/traversers", json={"target": "bound.run"})).json()["id"]
+        await call(owner, "POST", "/traversers", json={"target": "bound.run"})
+        task = (await call(first, "POST", f"/workers/{w1}/claim", json={"max": 1})).json()["tasks"][0]
+        assert task["traverser"]["id"] == a
+        lease = {"epoch": task["epoch"], "worker_id": w1}
+        before = state_of_runs(server)
+
+        refused = [
+            await call(second, "POST", f"/workers/{w1}/claim", json={"max": 1}),
+            await call(second, "POST", f"/workers/{w1}/heartbeat", json={"leases": [{"id": a, "epoch": 1}]}),
+            await call(second, "POST", f"/workers/{w1}/release"),
+            await call(second, "PUT", f"/traversers/{a}/checkpoints/c", json={"value": 1, **lease}),
+            await call(second, "POST", f"/traversers/{a}/complete", json={"result": 1, **lease}),
+        ]
+        assert [r.status_code for r in refused] == [403] * 5, [r.text for r in refused]
+        assert all(r.json()["error"]["code"] == "forbidden" for r in refused)
+        assert state_of_runs(server) == before
+        # Its own worker is fine; but its report may not ask for the next tasks of the other
+        # credential's worker (refused before the report changes anything).
+        r = await call(second, "POST", f"/workers/{w2}/heartbeat", json={})
+        assert r.status_code == 200, r.text
+        mine = (await call(second, "POST", f"/workers/{w2}/claim", json={"max": 1})).json()["tasks"][0]
+        b, own = mine["traverser"]["id"], {"epoch": mine["epoch"], "worker_id": w2}
+        r = await call(
+            second,
+            "POST",
+            f"/traversers/{b}/complete",
+            json={"result": 2, **own, "claim": {"worker_id": w1, "max": 1}},
+        )
+        assert r.status_code == 403 and r.json()["error"]["code"] == "forbidden", r.text
+        assert (await call(owner, "GET", f"/traversers/{b}")).json()["status"] == "running"
+        r = await call(second, "POST", f"/traversers/{b}/complete", json={"result": 2, **own})
+        assert r.status_code == 200 and r.json()["status"] == "succeeded", r.text
+
+        # The credential that registered it, and an owner, may act as it.
+        r = await call(first, "POST", f"/workers/{w1}/heartbeat", json={"leases": [{"id": a, "epoch": 1}]})
+        assert r.status_code == 200 and r.json()["lost"] == [], r.text
+        r = await call(owner, "POST", f"/workers/{w1}/heartbeat", json={})
+        assert r.status_code == 200, r.text
+        r = await call(first, "POST", f"/traversers/{a}/complete", json={"result": 1, **lease})
+        assert r.status_code == 200, r.text
+        audit = (await call(owner, "GET", "/audit", params={"target": w1})).json()["items"]
+        denied = [e for e in audit if e["action"] == "worker.act" and e["outcome"] == "denied"]
+        assert {e["target"] for e in denied} == {w1} and len(denied) >= 5
+
+
+def state_of_runs(server: ServerProcess) -> list[str]:
+    """The database's rows but the audit trail's and the tokens' (a denied call is audited, and
+    touches its token's last use): what a refused call must leave unchanged."""
+    kept, table = [], ""
+    for line in database_dump(server).splitlines():
+        if line.startswith("-- "):
+            table = line[3:]
+        if not any(
+            name in (line if not server.on_postgres else table) for name in ("atfg_audit", "atfg_tokens")
+        ):
+            kept.append(line)
+    return kept

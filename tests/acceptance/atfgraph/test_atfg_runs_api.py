@@ -164,38 +164,3 @@ async def test_the_routes_are_in_the_openapi_document(http: httpx.AsyncClient) -
     one = doc["paths"]["/api/v2/runs/{run_id}"]["get"]
     assert {"404", "422"} <= set(one["responses"]) and "events" in one["description"]
     assert "/api/v2/inbox" in doc["paths"]
-
-
-async def test_a_pyworkflow_run_is_cancelled_and_refused_a_retry_over_the_api(
-    server: ServerProcess, http: httpx.AsyncClient, runs: dict[str, str]
-) -> None:
-    run_id = runs["workflow"]
-    reviewer = httpx.post(
-        server.url + "/api/v2/tokens", json={"name": "rita", "role": "reviewer"}, headers=server.headers()
-    ).json()["token"]
-    as_reviewer = {"Authorization": f"Bearer {reviewer}"}
-    for action in ("cancel", "retry"):
-        assert_error(
-            await http.post(f"/api/v2/runs/{run_id}/{action}", headers=as_reviewer), 403, "forbidden"
-        )
-        assert_error(await http.post(f"/api/v2/runs/nope/{action}"), 404, "not_found")
-    # Suspended on its hook: not failed, so no retry; nothing changed.
-    assert_error(await http.post(f"/api/v2/runs/{run_id}/retry"), 409, "invalid_state")
-    assert (await http.get(f"/api/v2/runs/{run_id}")).json()["run"]["status"] == "suspended"
-    r = await http.post(f"/api/v2/runs/{run_id}/cancel")
-    assert r.status_code == 200, r.text
-    assert (r.json()["kind"], r.json()["status"]) == ("workflow", "cancelled")
-    record = (await http.get(f"/api/v2/runs/{run_id}")).json()
-    assert [w["status"] for w in record["waits"]] == ["cancelled"]
-    assert record["events"][-1]["type"] == "run_cancelled"
-    again = await http.post(f"/api/v2/runs/{run_id}/cancel")
-    assert again.status_code == 200 and again.json()["status"] == "cancelled"
-    # A traverser the same way.
-    t = await http.post(f"/api/v2/runs/{runs['traverser']}/cancel")
-    assert t.status_code == 200 and (t.json()["kind"], t.json()["traverser_status"]) == (
-        "traverser",
-        "cancelled",
-    )
-    trail = (await http.get("/api/v2/audit", params={"target": run_id})).json()["items"]
-    changes = sorted((e["action"], e["outcome"]) for e in trail if e["outcome"] in ("allowed", "refused"))
-    assert changes == [("run.cancel", "allowed"), ("run.cancel", "allowed"), ("run.retry", "refused")], trail

@@ -1,9 +1,9 @@
 """What the console's run page and Runs page rest on, on a temporary SQLite file or (with
 ``PYWORKFLOW_TEST_STORE=postgresql``) a new PostgreSQL database: the kept checkpoint revisions
 (the last 20, written by the migration's triggers whoever writes, gone with their checkpoint),
-the diff between two revisions, the safe Markdown of a question, cancel and retry of a
-pyworkflow run with its audit entry in the same transaction, the Runs page's cursors, and the
-per-node notification endpoints and the decision link request (each refusal changes nothing)."""
+the diff between two revisions, the safe Markdown of a question, the Runs page's cursors, and
+the per-node notification endpoints and the decision link request (each refusal changes
+nothing)."""
 
 from __future__ import annotations
 
@@ -150,69 +150,6 @@ def test_the_markdown_subset() -> None:
     assert '<a href="https://c.example/?q=1&amp;r=2" rel="nofollow noopener noreferrer">c</a>' in str(body)
     assert "<ul>" in str(body) and "<em>b</em>" in str(body)
     assert question_html("just text") == ("just text", "")
-
-
-async def _pyworkflow_run(service: Service, status: RunStatus) -> str:
-    """A pyworkflow run on the graph server's database, in ``status``, with a completed and a
-    failed step, as pyworkflow's store would leave it."""
-    run_id = f"wf-{status.value}"
-
-    def tx(c: object) -> None:
-        execute = c.execute  # type: ignore[attr-defined]
-        execute(
-            "INSERT INTO runs (id, workflow, status, input, created_at, updated_at, finished_at, error)"
-            " VALUES (?, 'm:wf', ?, ?, 1.0, 2.0, ?, ?)",
-            (run_id, status.value, b"[]", 2.0 if status.is_terminal else None,
-             b'{"message": "boom"}' if status is RunStatus.FAILED else None),
-        )  # fmt: skip
-        for key, st in (("a#1", "completed"), ("b#1", "failed")):
-            execute(
-                "INSERT INTO steps (run_id, step_key, status, attempt, result, updated_at)"
-                " VALUES (?, ?, ?, 1, ?, 1.5)",
-                (run_id, key, st, b'"ok"' if st == "completed" else None),
-            )
-
-    await service.store.db.write(tx)
-    return run_id
-
-
-async def test_a_failed_pyworkflow_run_is_retried_with_its_audit_entry(service: Service) -> None:
-    run_id = await _pyworkflow_run(service, RunStatus.FAILED)
-    view = await service.retry(OWNER, run_id)
-    assert (view["kind"], view["status"], view["error"], view["finished_at"]) == (
-        "workflow",
-        "suspended",
-        None,
-        None,
-    )
-    record = await service.store.get_run(run_id)
-    assert [s["key"] for s in record["steps"]] == ["a#1"]  # the failed step runs again
-    assert [e["type"] for e in record["events"]] == ["run_retried"]
-    queued = service.store.db.read(lambda c: c.execute("SELECT run_id, crashes FROM queue").fetchall())
-    assert [tuple(r) for r in queued] == [(run_id, 0)]
-    trail = await service.identity.list_audit(target=run_id, limit=10)
-    assert [(e["action"], e["outcome"]) for e in trail] == [("run.retry", "allowed")]
-    # Not failed any more: refused, recorded, nothing changed.
-    with pytest.raises(Conflict) as refused:
-        await service.retry(OWNER, run_id)
-    assert refused.value.code == "invalid_state"
-    assert (await service.store.get_run(run_id))["run"]["status"] == "suspended"
-    with pytest.raises(NotFound):
-        await service.retry(OWNER, "no-such-run")
-
-
-async def test_a_pyworkflow_run_is_cancelled_and_a_finished_one_left_alone(service: Service) -> None:
-    run_id = await _pyworkflow_run(service, RunStatus.SUSPENDED)
-    view = await service.cancel_run(OWNER, run_id)
-    assert (view["status"], view["kind"]) == ("cancelled", "workflow")
-    again = await service.cancel_run(OWNER, run_id)
-    assert again["status"] == "cancelled"
-    trail = await service.identity.list_audit(target=run_id, limit=10)
-    assert sorted(e["detail"] is None for e in trail if e["action"] == "run.cancel") == [False, True]
-    failed = await _pyworkflow_run(service, RunStatus.FAILED)
-    assert (await service.cancel_run(OWNER, failed))["status"] == "failed"
-    with pytest.raises(NotFound):
-        await service.cancel_run(OWNER, "no-such-run")
 
 
 async def test_the_runs_pages_cursors_reach_every_run_once(service: Service) -> None:

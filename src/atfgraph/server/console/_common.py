@@ -181,6 +181,9 @@ def error_page(request: Request, status: int, title: str, message: str, auth: Au
 
 
 def _set_cookie(request: Request, response: Response, name: str, value: str, max_age: int | None) -> None:
+    """A console cookie: ``Secure`` when the original request was https (the server's own TLS, or
+    a trusted proxy's ``X-Forwarded-Proto``/``Forwarded``: ``_proxy.ForwardedHeaders`` sets the
+    scheme), so a browser never sends it over plain HTTP."""
     response.set_cookie(
         name,
         value,
@@ -189,6 +192,13 @@ def _set_cookie(request: Request, response: Response, name: str, value: str, max
         httponly=True,
         samesite="strict",
         secure=request.url.scheme == "https",
+    )
+
+
+def _clear_cookie(request: Request, response: Response, name: str) -> None:
+    """Remove a console cookie, with the attributes it was set with."""
+    response.delete_cookie(
+        name, path="/", httponly=True, samesite="strict", secure=request.url.scheme == "https"
     )
 
 

@@ -141,7 +141,7 @@ async def run_action(request: Request, run_id: str, action: str) -> Response:
     service = _service(request)
     try:
         if action == "cancel":
-            view = await service.cancel_run(auth.principal, run_id)
+            view = await service.cancel_run(auth.principal, run_id, None)
         else:
             view = await service.retry(auth.principal, run_id)
     except Refusal as exc:

@@ -25,6 +25,7 @@ from ._common import (
     STATIC,
     Draft,
     _authenticate,
+    _clear_cookie,
     _client,
     _form,
     _identity,
@@ -91,7 +92,7 @@ async def login(request: Request) -> Response:
     await identity.audit(principal, "console.signin", target=None, outcome="allowed")
     response = _redirect("/")
     _set_cookie(request, response, SESSION_COOKIE, session.id, None)
-    response.delete_cookie(LOGIN_COOKIE, path="/", httponly=True, samesite="strict")
+    _clear_cookie(request, response, LOGIN_COOKIE)
     return response
 
 
@@ -106,7 +107,7 @@ async def logout(request: Request) -> Response:
             )
         await sessions_of(request).close(auth.session)
     response = _redirect("/login")
-    response.delete_cookie(SESSION_COOKIE, path="/", httponly=True, samesite="strict")
+    _clear_cookie(request, response, SESSION_COOKIE)
     return response
 
 
