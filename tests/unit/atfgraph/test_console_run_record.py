@@ -19,13 +19,13 @@ from atfgraph.server._console_reads import CHECKPOINT_HISTORY
 from atfgraph.server._hub import Hub
 from atfgraph.server._identity import Identity, Principal, Role
 from atfgraph.server._notify import NotifySettings, check_node_endpoint, endpoints_for
-from atfgraph.server._refusals import Conflict, Invalid, NotFound
+from atfgraph.server._refusals import Invalid
 from atfgraph.server._routes import parse_link_request
 from atfgraph.server._service import LinkRequest, Service
 from atfgraph.server._store import GraphStore
 from atfgraph.server.console._history import json_diff, revisions
 from atfgraph.server.console._markdown import question_html
-from pyworkflow.store import RunStatus, write_checkpoint
+from pyworkflow.store import write_checkpoint
 
 ON_POSTGRES = os.environ.get("PYWORKFLOW_TEST_STORE", "sqlite") in ("postgresql", "postgres")
 OWNER = Principal("t-owner", "olga", Role.OWNER)
