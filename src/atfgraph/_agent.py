@@ -218,6 +218,8 @@ class Agent:
         response_schema: dict[str, Any] | None = None,
         assign_to: dict[str, list[str]] | None = None,
         escalate: dict[str, Any] | None = None,
+        decision_link: bool | dict[str, Any] = False,
+        on_decision_link: Callable[[dict[str, Any]], Any] | None = None,
     ) -> dict[str, Any]:
         """Ask a person to decide. The first time, the server stores a pending approval and (with
         ``pause``) the handler stops here, holding nothing; after the decision it runs again from
@@ -228,7 +230,19 @@ class Agent:
 
         ``assign_to={"roles": [...], "principals": [...]}``: only those may decide (others see it
         read-only). ``escalate={"roles"|"principals": [...], "expires_in_seconds": N}``: when it
-        falls due it is re-assigned to those, with N more seconds, instead of expiring (once)."""
+        falls due it is re-assigned to those, with N more seconds, instead of expiring (once).
+
+        ``decision_link=True`` (or ``{"expires_in_seconds": N, "label": "..."}``) mints a
+        single-use decision link with the approval, in the same transaction: a page where whoever
+        holds the URL approves or rejects this one approval, without a token. The URL is handed
+        out once, to ``on_decision_link({"url": ..., "link": {...}})`` (sync or async), called
+        when the approval is created and before the handler pauses; with ``pause=False`` the
+        returned record also carries it as ``decision_link``. Not with ``assign_to``."""
+        if decision_link and pause and on_decision_link is None:
+            raise ValueError(
+                "decision_link with pause=True needs on_decision_link: the handler stops here, and the "
+                "link's URL is handed out only once"
+            )
         attempt = _attempt()
         normalized = loads(dumps(prompt, what="the approval prompt"))
         known = attempt.approvals.get(operation_key)
@@ -250,6 +264,7 @@ class Agent:
             response_schema=response_schema,
             **({} if assign_to is None else {"assign_to": assign_to}),
             **({} if escalate is None else {"escalate": escalate}),
+            **({"decision_link": decision_link} if decision_link else {}),
         )
         if pause and attempt.claim_next is not None:
             body["claim"] = attempt.claim_next
@@ -257,10 +272,15 @@ class Agent:
             answer = await attempt.call("POST", "/approvals", body)
             approval: dict[str, Any] = answer["approval"]
             attempt.approvals[operation_key] = approval
+            minted = answer.get("decision_link")
+            if minted is not None and on_decision_link is not None:
+                handed = on_decision_link(minted)
+                if inspect.isawaitable(handed):
+                    await handed
             if answer["paused"]:
                 attempt.next_tasks = answer.get("tasks") or []
                 raise _TraversalPaused(approval)
-        return dict(approval)
+        return dict(approval) if minted is None else {**approval, "decision_link": minted}
 
     pause = request_approval  # the retained alias of the durable mechanism
 

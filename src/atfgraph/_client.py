@@ -283,10 +283,13 @@ class Client:
         response_schema: dict[str, Any] | None = None,
         assign_to: dict[str, list[str]] | None = None,
         escalate: dict[str, Any] | None = None,
+        decision_link: bool | dict[str, Any] = False,
     ) -> dict[str, Any]:
         """Create (or find) an approval on a traverser from outside its handler. Without the task
-        lease the traverser cannot be paused, so ``pause`` must stay False. ``assign_to`` and
-        ``escalate`` as for ``Agent.request_approval``."""
+        lease the traverser cannot be paused, so ``pause`` must stay False. ``assign_to``,
+        ``escalate`` and ``decision_link`` as for ``Agent.request_approval``: the record of a
+        created approval then carries ``decision_link`` (``{"url", "link"}``), in this answer
+        only."""
         if pause:
             raise ValueError("Client.request_approval cannot pause a traverser; use app.request_approval")
         body = {
@@ -299,9 +302,12 @@ class Client:
             "response_schema": response_schema,
             "assign_to": assign_to,
             "escalate": escalate,
+            "decision_link": decision_link,
         }
         answer = await self._transport.request("POST", "/approvals", body)
         approval: dict[str, Any] = answer["approval"]
+        if "decision_link" in answer:
+            approval = {**approval, "decision_link": answer["decision_link"]}
         return approval
 
 

@@ -69,6 +69,13 @@ def server() -> None:
     "repeatable (default: $ATFGRAPH_NOTIFY).",
 )
 @click.option(
+    "--notify-node",
+    "notify_nodes",
+    multiple=True,
+    metavar="NODE=URL",
+    help="Also POST the events of NODE's approvals to URL; repeatable (default: $ATFGRAPH_NOTIFY_NODES).",
+)
+@click.option(
     "--retention",
     default=None,
     metavar="AGE",
@@ -93,6 +100,7 @@ def start(
     metrics_bind: str | None,
     public_url: str | None,
     notify: tuple[str, ...],
+    notify_nodes: tuple[str, ...],
     trusted_proxies: tuple[str, ...],
     retention: str | None,
     audit_retention: str | None,
@@ -102,5 +110,5 @@ def start(
 
     serve(host, port, db, lease_seconds, log_level, write_timeout, log_format=log_format,
           access_log=access_log, metrics_bind=metrics_bind, public_url=public_url,
-          notify=notify, trusted_proxies=trusted_proxies, retention=retention,
+          notify=notify, notify_nodes=notify_nodes, trusted_proxies=trusted_proxies, retention=retention,
           audit_retention=audit_retention)  # fmt: skip

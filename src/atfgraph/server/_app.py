@@ -28,7 +28,7 @@ from ._errors import ApiError, api_error, database_refused, database_unavailable
 from ._fastpath import FastPath
 from ._hub import Hub, node_key, traverser_key
 from ._identity import Identity
-from ._notify import Notifier, NotifySettings, check_endpoint
+from ._notify import Notifier, NotifySettings, check_endpoint, check_node_endpoint
 from ._observe import HttpMetrics
 from ._openapi import install_limits
 from ._proxy import ForwardedHeaders, TrustedProxies
@@ -97,6 +97,7 @@ class Settings:
         notify: Sequence[str] = (),
         write_timeout: float | None = None,
         access_log: bool = False,
+        notify_nodes: Sequence[str] = (),
         trusted_proxies: Sequence[str] = (),
         retention: str | None = None,
         audit_retention: str | None = None,
@@ -122,7 +123,7 @@ class Settings:
             public_url=(public_url or os.environ.get("ATFGRAPH_PUBLIC_URL") or "").rstrip("/"),
             listen_url=listen_url.rstrip("/"),
             trusted_proxies=TrustedProxies.from_env(trusted_proxies),
-            notify=notify_settings(notify),
+            notify=notify_settings(notify, notify_nodes),
             write_timeout=timeout,
             access_log=access_log,
             retention=retention_setting(retention, "ATFGRAPH_RETENTION"),
@@ -138,11 +139,13 @@ class Settings:
         return self.public_url or self.listen_url
 
 
-def notify_settings(flags: Sequence[str] = ()) -> NotifySettings:
-    """``--notify`` endpoints, else those of ``$ATFGRAPH_NOTIFY`` (separated by spaces or commas),
-    with ``$ATFGRAPH_NOTIFY_MAX_ATTEMPTS``, ``$ATFGRAPH_NOTIFY_BACKOFF_SECONDS``,
+def notify_settings(flags: Sequence[str] = (), node_flags: Sequence[str] = ()) -> NotifySettings:
+    """``--notify`` endpoints, else those of ``$ATFGRAPH_NOTIFY`` (separated by spaces or commas);
+    ``--notify-node NODE=URL`` pairs, else those of ``$ATFGRAPH_NOTIFY_NODES`` (likewise); with
+    ``$ATFGRAPH_NOTIFY_MAX_ATTEMPTS``, ``$ATFGRAPH_NOTIFY_BACKOFF_SECONDS``,
     ``$ATFGRAPH_NOTIFY_TIMEOUT_SECONDS`` and ``$ATFGRAPH_NOTIFY_POLL_SECONDS``. Raises ValueError."""
     endpoints = list(flags) or os.environ.get("ATFGRAPH_NOTIFY", "").replace(",", " ").split()
+    pairs = list(node_flags) or os.environ.get("ATFGRAPH_NOTIFY_NODES", "").replace(",", " ").split()
     default = NotifySettings()
 
     def number(name: str, value: float, low: float) -> float:
@@ -159,6 +162,7 @@ def notify_settings(flags: Sequence[str] = ()) -> NotifySettings:
 
     return NotifySettings(
         endpoints=tuple(dict.fromkeys(check_endpoint(url) for url in endpoints)),
+        node_endpoints=tuple(dict.fromkeys(check_node_endpoint(pair) for pair in pairs)),
         max_attempts=int(number("ATFGRAPH_NOTIFY_MAX_ATTEMPTS", default.max_attempts, 1)),
         backoff_seconds=number("ATFGRAPH_NOTIFY_BACKOFF_SECONDS", default.backoff_seconds, 0.01),
         timeout_seconds=number("ATFGRAPH_NOTIFY_TIMEOUT_SECONDS", default.timeout_seconds, 0.1),

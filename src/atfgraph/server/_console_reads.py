@@ -4,6 +4,7 @@ decoded for templates. Not a hot path; each read is bounded by its LIMIT."""
 from __future__ import annotations
 
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any, TypeVar
 
 from .._json import dumps, loads
@@ -20,9 +21,9 @@ from ._graph_sql import (
 )
 from ._refusals import NotFound
 from ._runs_reads import (
+    _RUN_SUMMARY,
     INBOX_KINDS,
     KIND_WHERE,
-    SQL_RUNS,
     RunsReads,
     engine_status,
     inbox_item,
@@ -48,12 +49,43 @@ SQL_CONSOLE_INBOX_COUNTS = """
 SELECT w.kind, COUNT(*) FROM waits w
 WHERE w.status = 'pending' AND w.kind IN ('approval', 'hook', 'step_hook') GROUP BY w.kind
 """
+#: Whether a run has an approval whose operation key matches a search (waits' UNIQUE (run_id,
+#: wait_key) index's prefix).
+SQL_RUN_HAS_KEY = """
+SELECT 1 FROM waits k WHERE k.run_id = r.id AND k.kind = 'approval' AND LOWER(k.wait_key) LIKE ? ESCAPE '!'
+"""
 #: Stored JSON (BLOB on SQLite, bytea on PostgreSQL) as text a search can match.
 _AS_TEXT = {"sqlite": "CAST({col} AS TEXT)", "postgresql": "convert_from({col}, 'UTF8')"}
 _SEARCHED = ("w.id", "w.wait_key", "w.name", "r.id", "r.workflow")
 _SEARCHED_JSON = ("r.input", "w.prompt")
 
+#: A run's kept checkpoint revisions (atfgraph migration sqlite 0011 / postgres 0013 keeps the
+#: last CHECKPOINT_HISTORY of each checkpoint), newest first per checkpoint (the primary key).
+SQL_CHECKPOINT_REVISIONS = """
+SELECT scope, name, revision, value, saved_at FROM atfg_checkpoint_revisions
+WHERE run_id = ? ORDER BY scope, name, revision DESC LIMIT ?
+"""
+#: How many revisions of each checkpoint the migration's trigger keeps (its "- 20").
+CHECKPOINT_HISTORY = 20
+
 T = TypeVar("T")
+#: A place in a listing newest first: (created_at, id) of a row.
+Cursor = tuple[float, str]
+
+
+@dataclass(frozen=True, slots=True)
+class RunsPage:
+    """One page of runs, newest first, and the cursors of the pages of older (``next``) and
+    newer (``previous``) runs (None: there are none)."""
+
+    items: list[dict[str, Any]]
+    next: Cursor | None
+    previous: Cursor | None
+
+
+def _pattern(search: str) -> str:
+    """A LIKE pattern (ESCAPE '!') matching ``search`` anywhere, lowercased."""
+    return "%" + search.lower().replace("!", "!!").replace("%", "!%").replace("_", "!_") + "%"
 
 
 class ConsoleReads(RunsReads):
@@ -78,16 +110,92 @@ class ConsoleReads(RunsReads):
         since: float | None,
         until: float | None,
         limit: int,
-    ) -> list[dict[str, Any]]:
-        """Runs of ``kind`` (all, workflow, traverser) matching every filter given (None: no
-        filter; the status by the engine's name or the API's), newest first, as ``list_runs``
-        shows them. A node filter matches traversers only."""
+        search: str | None = None,
+        after: Cursor | None = None,
+        before: Cursor | None = None,
+    ) -> RunsPage:
+        """One page of the runs of ``kind`` (all, workflow, traverser) matching every filter
+        given (None: no filter; the status by the engine's name or the API's; a node filter
+        matches traversers only; ``search``, a lowercased LIKE on the run's id, its workflow or
+        target, its input and its approvals' operation keys), newest first (created_at, id), as
+        ``list_runs`` shows them: the page after the cursor ``after`` (older runs), or the page
+        before ``before`` (newer runs), or the first. The page says whether there are older
+        (``next``) and newer (``previous``) runs, by their cursors."""
+        where, params = self._runs_where(kind, status, node_id, since, until, search)
+        if after is not None:
+            where += " AND (r.created_at < ? OR (r.created_at = ? AND r.id < ?))"
+            params += [after[0], after[0], after[1]]
+        if before is not None:
+            where += " AND (r.created_at > ? OR (r.created_at = ? AND r.id > ?))"
+            params += [before[0], before[0], before[1]]
+        order = "r.created_at, r.id" if before is not None else "r.created_at DESC, r.id DESC"
+        sql = _RUN_SUMMARY + f"FROM runs r WHERE 1 = 1{where} ORDER BY {order} LIMIT ?"
+        rows = self._read1(lambda c: _rows(c, sql, [*params, limit + 1]))
+        more = len(rows) > limit
+        rows = rows[:limit]
+        if before is not None:
+            rows.reverse()
+        items = [run_summary(r) for r in rows]
+        if not items:
+            return RunsPage(items, None, None)
+        first, last = (items[0]["created_at"], items[0]["id"]), (items[-1]["created_at"], items[-1]["id"])
+        older = more if before is None else True
+        newer = (more if before is not None else after is not None) and self._newer_exists(
+            kind, status, node_id, since, until, search, first
+        )
+        return RunsPage(items, last if older else None, first if newer else None)
+
+    def _newer_exists(
+        self,
+        kind: str,
+        status: str | None,
+        node_id: str | None,
+        since: float | None,
+        until: float | None,
+        search: str | None,
+        cursor: Cursor,
+    ) -> bool:
+        where, params = self._runs_where(kind, status, node_id, since, until, search)
+        where += " AND (r.created_at > ? OR (r.created_at = ? AND r.id > ?))"
+        sql = f"SELECT r.id FROM runs r WHERE 1 = 1{where} LIMIT 1"
+        found = self._read1(lambda c: _rows(c, sql, [*params, cursor[0], cursor[0], cursor[1]]))
+        return bool(found)
+
+    def console_run_counts(
+        self,
+        kind: str,
+        node_id: str | None,
+        since: float | None,
+        until: float | None,
+        search: str | None,
+    ) -> dict[str, int]:
+        """How many runs match the filters but the status, by engine status (a count of the
+        matching rows: runs_by_status without a search or time filter, else the rows read)."""
+        where, params = self._runs_where(kind, None, node_id, since, until, search)
+        sql = f"SELECT r.status, COUNT(*) FROM runs r WHERE 1 = 1{where} GROUP BY r.status"
+        counted = self._read1(lambda c: c.execute(sql, params).fetchall())
+        return {str(status): int(n) for status, n in counted}
+
+    def _runs_where(
+        self,
+        kind: str,
+        status: str | None,
+        node_id: str | None,
+        since: float | None,
+        until: float | None,
+        search: str | None,
+    ) -> tuple[str, list[Any]]:
         values = (None if status is None else engine_status(status), node_id, since, until)
         given = [(c, v) for c, v in zip(CONSOLE_FILTERS, values, strict=True) if v is not None]
         where = KIND_WHERE[kind] + "".join(f" AND {cond}" for cond, _ in given)
-        sql = SQL_RUNS.format(where=where)
-        params = [value for _, value in given] + [limit]
-        return [run_summary(r) for r in self._read1(lambda c: _rows(c, sql, params))]
+        params: list[Any] = [value for _, value in given]
+        if search:
+            as_text = _AS_TEXT["postgresql" if self.is_postgres else "sqlite"]
+            columns = ["r.id", "r.workflow", as_text.format(col="r.input")]
+            like = " OR ".join(f"LOWER({c}) LIKE ? ESCAPE '!'" for c in columns)
+            where += f" AND ({like} OR EXISTS ({SQL_RUN_HAS_KEY}))"
+            params += [_pattern(search)] * (len(columns) + 1)
+        return where, params
 
     def console_approvals(self, pending: bool, limit: int) -> list[dict[str, Any]]:
         """Pending approvals oldest first, or decided ones newest first; each with its traverser's
@@ -125,8 +233,7 @@ class ConsoleReads(RunsReads):
             as_text = _AS_TEXT["postgresql" if self.is_postgres else "sqlite"]
             columns = [*_SEARCHED, *(as_text.format(col=c) for c in _SEARCHED_JSON)]
             where += " AND (" + " OR ".join(f"LOWER({c}) LIKE ? ESCAPE '!'" for c in columns) + ")"
-            pattern = "%" + search.lower().replace("!", "!!").replace("%", "!%").replace("_", "!_") + "%"
-            params += [pattern] * len(columns)
+            params += [_pattern(search)] * len(columns)
         kind_filter = _EVERY_INBOX_KIND if every else f"w.kind IN ({', '.join('?' * len(kinds))})"
         sql = SQL_CONSOLE_INBOX.format(kinds=kind_filter, where=where)
         rows = self._read1(lambda c: _rows(c, sql, [*params, limit + 1]))
@@ -173,6 +280,19 @@ class ConsoleReads(RunsReads):
             }
 
         return self._read(fn)
+
+    def console_checkpoint_history(
+        self, run_id: str, limit: int = 1000
+    ) -> tuple[dict[tuple[str, str], list[dict[str, Any]]], bool]:
+        """The kept revisions of each of a run's checkpoints, by (scope, name), newest first,
+        JSON decoded; and whether there were more than ``limit`` rows (the rest not read)."""
+        rows = self._read1(lambda c: _rows(c, SQL_CHECKPOINT_REVISIONS, (run_id, limit + 1)))
+        history: dict[tuple[str, str], list[dict[str, Any]]] = {}
+        for r in rows[:limit]:
+            history.setdefault((r["scope"], r["name"]), []).append(
+                {"revision": r["revision"], "value": loads(r["value"]), "saved_at": r["saved_at"]}
+            )
+        return history, len(rows) > limit
 
     @staticmethod
     def _decoded(view: dict[str, Any]) -> dict[str, Any]:

@@ -157,6 +157,30 @@ def check_label(label: str | None) -> str | None:
     return label.strip() or None
 
 
+def write_link(
+    conn: Conn,
+    kind: LinkKind,
+    link_id: str,
+    secret: str,
+    wait_id: str,
+    created_by: str,
+    now: float,
+    expires_at: float,
+    label: str | None,
+    audit: AuditEntry,
+) -> Link:
+    """Insert a link created at ``now`` that expires at ``expires_at``, and its audit entry
+    (whose detail gains the link's id), in the caller's transaction: a minted link's, or the
+    approval's that asked for one as it was created."""
+    stored = digest(secret) if kind is LinkKind.PAGE else None
+    conn.execute(SQL_INSERT_LINK, (link_id, kind.value, wait_id, stored, label, now, created_by, expires_at))
+    detail = {**(audit.detail or {}), "link_id": link_id, "kind": kind.value, "expires_at": expires_at}
+    write_audit(conn, AuditEntry(audit.principal, audit.action, audit.target, audit.outcome, detail), now)
+    found = _row(conn, SQL_LINK, (link_id,))
+    assert found is not None
+    return _link(found)
+
+
 class WaitLinks:
     """The links table on the server's database."""
 
@@ -180,24 +204,11 @@ class WaitLinks:
         now = time.time()
         if kind is LinkKind.WEBHOOK:
             secret = await self.webhook_secret(link_id)
-        stored = digest(secret) if kind is LinkKind.PAGE else None
-        expires_at = now + expires_in
 
         def tx(conn: Conn) -> Link:
-            params = (link_id, kind.value, wait_id, stored, label, now, created_by, expires_at)
-            conn.execute(SQL_INSERT_LINK, params)
-            detail = {
-                **(audit.detail or {}),
-                "link_id": link_id,
-                "kind": kind.value,
-                "expires_at": expires_at,
-            }
-            write_audit(
-                conn, AuditEntry(audit.principal, audit.action, audit.target, audit.outcome, detail), now
+            return write_link(
+                conn, kind, link_id, secret, wait_id, created_by, now, now + expires_in, label, audit
             )
-            found = _row(conn, SQL_LINK, (link_id,))
-            assert found is not None
-            return _link(found)
 
         return await self.db.write(tx), secret
 
@@ -297,5 +308,7 @@ __all__ = [
     "LinkState",
     "WaitLinks",
     "check_label",
+    "new_secret",
     "sign",
+    "write_link",
 ]

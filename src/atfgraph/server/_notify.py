@@ -1,6 +1,8 @@
 """Notifications: when a wait a person answers is created (an approval, a hook, a step hook), POST
 a JSON event to each endpoint the server is configured with (``--notify URL``, repeatable, or
-``$ATFGRAPH_NOTIFY``).
+``$ATFGRAPH_NOTIFY``), and, for a traverser's approval, to the endpoints of its node
+(``--notify-node NODE=URL``, repeatable, or ``$ATFGRAPH_NOTIFY_NODES``): a team that owns a
+node hears of its own approvals only, while the server's endpoints hear of every wait.
 
 The outbox row is written by a trigger in the transaction that creates the wait (atfgraph
 migration sqlite 0008, postgres 0009), whichever store creates it, so an event exists exactly
@@ -42,8 +44,13 @@ MAX_BACKOFF = 3600.0
 MAX_ERROR = 500
 DELIVERY_STATUSES = ("pending", "delivered", "dead")
 
-# New outbox rows, oldest first (the primary key).
-SQL_EVENTS = "SELECT seq, wait_id, created_at FROM atfg_wait_events ORDER BY seq LIMIT ?"
+# New outbox rows, oldest first (the primary key), each with its run's node (NULL: a pyworkflow
+# run's wait, or a wait gone meanwhile; primary keys of waits and runs).
+SQL_EVENTS = """
+SELECT atfg_wait_events.seq, atfg_wait_events.wait_id, atfg_wait_events.created_at, r.node_id
+FROM atfg_wait_events LEFT JOIN waits w ON w.id = atfg_wait_events.wait_id LEFT JOIN runs r ON r.id = w.run_id
+ORDER BY atfg_wait_events.seq LIMIT ?
+"""
 SQL_DROP_EVENT = "DELETE FROM atfg_wait_events WHERE seq = ?"
 SQL_INSERT_DELIVERY = """
 INSERT INTO atfg_deliveries (id, wait_id, endpoint, status, attempts, next_at, created_at)
@@ -79,7 +86,10 @@ FROM waits w JOIN runs r ON r.id = w.run_id WHERE w.id = ?
 
 @dataclass(frozen=True, slots=True)
 class NotifySettings:
+    #: the server's endpoints: every created wait is announced to each
     endpoints: tuple[str, ...] = ()
+    #: (node, endpoint) pairs: a node's traversers' waits are also announced to its endpoints
+    node_endpoints: tuple[tuple[str, str], ...] = ()
     max_attempts: int = 8
     #: the first retry's delay; each later one doubles it (at most MAX_BACKOFF)
     backoff_seconds: float = 2.0
@@ -92,6 +102,24 @@ def check_endpoint(url: str) -> str:
     if not url.startswith(("http://", "https://")) or len(url) > 2000 or any(c.isspace() for c in url):
         raise ValueError(f"a notification endpoint is an http:// or https:// URL, not {url!r}")
     return url
+
+
+def check_node_endpoint(value: str) -> tuple[str, str]:
+    """A ``NODE=URL`` pair as configured (``--notify-node``), or ValueError."""
+    node, sep, url = value.partition("=")
+    node = node.strip()
+    if not sep or not node or len(node) > 200 or not node.isprintable():
+        raise ValueError(
+            f"a node's notification endpoint is NODE=URL (say refunds=https://...), not {value!r}"
+        )
+    return node, check_endpoint(url.strip())
+
+
+def endpoints_for(settings: NotifySettings, node_id: str | None) -> tuple[str, ...]:
+    """Where an event of a wait on ``node_id`` (None: a pyworkflow run's) goes: the server's
+    endpoints, then the node's, each once."""
+    extra = (url for node, url in settings.node_endpoints if node_id is not None and node == node_id)
+    return tuple(dict.fromkeys((*settings.endpoints, *extra)))
 
 
 def delivery_view(row: Any) -> dict[str, Any]:
@@ -181,7 +209,7 @@ class Notifier:
 
     def _expand(self, conn: Conn, now: float) -> None:
         for event in _rows(conn, SQL_EVENTS, (BATCH,)):
-            for endpoint in self.settings.endpoints:
+            for endpoint in endpoints_for(self.settings, event["node_id"]):
                 conn.execute(SQL_INSERT_DELIVERY, (uuid.uuid4().hex, event["wait_id"], endpoint, now, now))
             conn.execute(SQL_DROP_EVENT, (event["seq"],))
 
@@ -231,4 +259,12 @@ class Notifier:
         await self.db.write(lambda c: c.execute(SQL_FAILED, (status, next_at, message, delivery["id"])))
 
 
-__all__ = ["DELIVERY_STATUSES", "Notifier", "NotifySettings", "check_endpoint", "event_body"]
+__all__ = [
+    "DELIVERY_STATUSES",
+    "Notifier",
+    "NotifySettings",
+    "check_endpoint",
+    "check_node_endpoint",
+    "endpoints_for",
+    "event_body",
+]

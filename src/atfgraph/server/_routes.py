@@ -16,9 +16,10 @@ from ._auth import Principal, as_worker, caller, under_lease
 from ._body import MAX_INT, MAX_KEY, MAX_MESSAGE, MAX_STEPS, Fields, error_info, read_json
 from ._errors import RETRY_AFTER_SECONDS, ApiError, bad_request
 from ._hub import Hub, node_key, traverser_key
-from ._refusals import Refusal
-from ._service import Service
+from ._refusals import Invalid, Refusal
+from ._service import LinkRequest, Service
 from ._store import GraphStore
+from ._urls import link_url
 
 router = APIRouter(prefix="/api/v2")
 
@@ -333,20 +334,32 @@ async def put_checkpoint(request: Request, traverser_id: str, name: str) -> Resp
             "response_schema": {"type": "object"},
             "assign_to": {"type": "object"},
             "escalate": {"type": "object"},
+            "decision_link": {
+                "oneOf": [
+                    {"type": "boolean"},
+                    {
+                        "type": "object",
+                        "properties": {"expires_in_seconds": {"type": "number"}, "label": {"type": "string"}},
+                    },
+                ]
+            },
         },
         ["traverser_id", "operation_key", "prompt"],
     ),
 )
 async def request_approval(request: Request, who: Annotated[Principal, Depends(caller)]) -> Response:
     """Find or create the approval (traverser_id, operation_key). With ``pause`` (the default,
-    which needs the task lease) a pending approval also closes the lease and parks the traverser."""
+    which needs the task lease) a pending approval also closes the lease and parks the traverser.
+    ``decision_link`` (``true``, or ``{"expires_in_seconds", "label"}``) mints a single-use
+    decision link with the approval, in its transaction: its ``url`` is in this answer only
+    (``decision_link``), and only in the answer that created the approval."""
     f = Fields(await read_json(request))
     lease = await under_lease(request, f.lease(paired=False))
     traverser_id = f.key("traverser_id")
     prompt = f.json("prompt")
     assert prompt is not None
     wanted = await next_claim(request, f)
-    approval, paused = await service_of(request).request_approval(
+    approval, paused, minted = await service_of(request).request_approval(
         who,
         traverser_id,
         None if lease is None else lease.epoch,
@@ -359,10 +372,35 @@ async def request_approval(request: Request, who: Annotated[Principal, Depends(c
         f.json("response_schema", required=False),
         parse_assignees(f.data.get("assign_to"), "body.assign_to"),
         parse_escalation(f.data.get("escalate")),
+        parse_link_request(f.data.get("decision_link")),
     )
     # The pause frees the worker's permit: its next task may come with this answer.
     tasks = await hand_out(request, wanted) if paused else []
-    return ok({"approval": approval, "paused": paused, "tasks": tasks})
+    answer: dict[str, Any] = {"approval": approval, "paused": paused, "tasks": tasks}
+    if minted is not None:
+        link, secret = minted
+        answer["decision_link"] = {"url": link_url(request, link, secret), "link": link.as_json()}
+    return ok(answer)
+
+
+def parse_link_request(value: Any, where: str = "body.decision_link") -> LinkRequest | None:
+    """``decision_link``: absent, null or false (none), true (the defaults), or an object with
+    ``expires_in_seconds`` and ``label``; ``Invalid`` otherwise."""
+    if value is None or value is False:
+        return None
+    if value is True:
+        return LinkRequest()
+    if not isinstance(value, dict) or set(value) - {"expires_in_seconds", "label"}:
+        raise Invalid(
+            f"{where} must be true, false or an object with 'expires_in_seconds' and/or 'label'",
+            "validation_error",
+        )
+    seconds, label = value.get("expires_in_seconds"), value.get("label")
+    if seconds is not None and (isinstance(seconds, bool) or not isinstance(seconds, int | float)):
+        raise Invalid(f"{where}.expires_in_seconds must be a number of seconds", "validation_error")
+    if label is not None and not isinstance(label, str):
+        raise Invalid(f"{where}.label must be a string", "validation_error")
+    return LinkRequest(None if seconds is None else float(seconds), label)
 
 
 @router.get("/approvals")

@@ -13,8 +13,9 @@ from ._auth import Principal, caller
 from ._body import Fields, parse_object, read_raw
 from ._errors import ApiError
 from ._identity import Identity
-from ._links import Link, LinkKind
+from ._links import LinkKind
 from ._routes import _doc, ok, service_of
+from ._urls import link_url, public_url
 
 router = APIRouter(prefix="/api/v2")
 
@@ -23,21 +24,6 @@ TIMESTAMP_HEADER = "x-atfg-timestamp"
 SIGNATURE_HEADER = "x-atfg-signature"
 
 _MINT = _doc({"expires_in_seconds": {"type": "number"}, "label": {"type": "string"}}, [])
-
-
-def public_url(request: Request) -> str:
-    """The server's address as people and machines outside reach it: ``--public-url`` or
-    ``$ATFGRAPH_PUBLIC_URL`` when set, else the scheme and host this request came to (as a
-    trusted proxy received it, ``_proxy.ForwardedHeaders``; an untrusted peer's forwarding
-    headers change nothing)."""
-    configured: str = getattr(request.app.state.settings, "public_url", "") or ""
-    return (configured or str(request.base_url)).rstrip("/")
-
-
-def link_url(request: Request, link: Link, secret: str) -> str:
-    if link.kind is LinkKind.PAGE:
-        return f"{public_url(request)}/d/{secret}"
-    return f"{public_url(request)}/api/v2/webhooks/{link.id}"
 
 
 async def _mint(request: Request, who: Principal, kind: LinkKind, wait_id: str) -> dict[str, Any]:

@@ -37,6 +37,7 @@ def serve(
     metrics_bind: str | None = None,
     public_url: str | None = None,
     notify: Sequence[str] = (),
+    notify_nodes: Sequence[str] = (),
     trusted_proxies: Sequence[str] = (),
     retention: str | None = None,
     audit_retention: str | None = None,
@@ -48,6 +49,7 @@ def serve(
             public_url=public_url,
             listen_url=f"http://{host}:{port}",
             notify=notify,
+            notify_nodes=notify_nodes,
             write_timeout=write_timeout,
             access_log=access_log,
             trusted_proxies=trusted_proxies,
@@ -220,6 +222,14 @@ def main(argv: list[str] | None = None) -> None:
         " repeatable (default: $ATFGRAPH_NOTIFY, space- or comma-separated)",
     )
     parser.add_argument(
+        "--notify-node",
+        action="append",
+        default=[],
+        metavar="NODE=URL",
+        help="also POST the events of NODE's approvals to URL (its team's channel); repeatable"
+        " (default: $ATFGRAPH_NOTIFY_NODES, space- or comma-separated NODE=URL pairs)",
+    )
+    parser.add_argument(
         "--trusted-proxy",
         action="append",
         default=[],
@@ -254,6 +264,7 @@ def main(argv: list[str] | None = None) -> None:
         metrics_bind=args.metrics_bind,
         public_url=args.public_url,
         notify=args.notify,
+        notify_nodes=args.notify_node,
         trusted_proxies=args.trusted_proxy,
         retention=args.retention,
         audit_retention=args.audit_retention,

@@ -14,6 +14,7 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 import jsonschema
@@ -29,7 +30,17 @@ from ._assign import Assignees, Escalation, assignees_of, write_assignment
 from ._graph_rows import Lease, StepRecord
 from ._hub import Hub, node_key, traverser_key
 from ._identity import AuditEntry, Identity, Principal, Role, write_audit
-from ._links import DEFAULT_LINK_SECONDS, MAX_LINK_SECONDS, Link, LinkKind, LinkState, WaitLinks, check_label
+from ._links import (
+    DEFAULT_LINK_SECONDS,
+    MAX_LINK_SECONDS,
+    Link,
+    LinkKind,
+    LinkState,
+    WaitLinks,
+    check_label,
+    new_secret,
+    write_link,
+)
 from ._refusals import Conflict, Forbidden, Invalid, NotFound, Refusal
 from ._store import GraphStore
 
@@ -37,6 +48,8 @@ log = logging.getLogger("atfgraph.server")
 
 #: The wait kinds a person may resume through the server (approvals are decided instead).
 HOOK_KINDS = (WaitKind.HOOK, WaitKind.STEP_HOOK)
+#: A wait's deadline (primary key): a link made with its approval never outlives it.
+SQL_WAIT_EXPIRY = "SELECT expires_at FROM waits WHERE id = ?"
 #: The idempotency keys of a handler's child steps: ``child:<parent traverser id>:<step>``.
 CHILD_KEY_PREFIX = "child:"
 
@@ -171,12 +184,15 @@ class Service:
         response_schema: bytes | None = None,
         assign_to: Assignees | None = None,
         escalate: Escalation | None = None,
-    ) -> tuple[dict[str, Any], bool]:
+        decision_link: LinkRequest | None = None,
+    ) -> tuple[dict[str, Any], bool, tuple[Link, str] | None]:
         """Find or create the approval (traverser, operation_key); with ``pause`` (under the lease
-        ``epoch``) a pending one also parks the traverser. Returns it and whether it paused.
-        ``response_schema``, a JSON Schema, is what an approving response must match. A new
-        approval is assigned to ``assign_to`` (only they may decide) and, with ``escalate``,
-        re-assigned once when it falls due instead of expiring (``_assign``)."""
+        ``epoch``) a pending one also parks the traverser. Returns it, whether it paused, and the
+        decision link minted with it (and its secret) when ``decision_link`` asked for one and
+        the approval was created by this call (never for one that existed: its secret was handed
+        out once). ``response_schema``, a JSON Schema, is what an approving response must match.
+        A new approval is assigned to ``assign_to`` (only they may decide) and, with
+        ``escalate``, re-assigned once when it falls due instead of expiring (``_assign``)."""
         if response_schema is not None:
             check_response_schema(loads(response_schema))
         audit = AuditEntry(
@@ -186,15 +202,26 @@ class Service:
             "allowed",
             {"traverser_id": traverser_id, "operation_key": operation_key},
         )
-        also = None
-        if assign_to is not None or escalate is not None:
-            if escalate is not None and expires_in_seconds is None:
+        if escalate is not None and expires_in_seconds is None:
+            raise Invalid("an escalation needs expires_in_seconds (when it escalates)", "validation_error")
+        link_seconds = link_label = None
+        if decision_link is not None:
+            if assign_to is not None or escalate is not None:
                 raise Invalid(
-                    "an escalation needs expires_in_seconds (when it escalates)", "validation_error"
+                    "a decision link lets whoever holds it decide, which an assignment forbids: "
+                    "drop decision_link, or have an assignee mint one (POST /approvals/{id}/links)",
+                    "validation_error",
                 )
+            link_seconds, link_label = _link_terms(decision_link.expires_in, decision_link.label)
+        minted: list[tuple[Link, str]] = []
+        also = None
+        if assign_to is not None or escalate is not None or link_seconds is not None:
 
             def also(conn: Any, approval_id: str) -> None:
-                write_assignment(conn, approval_id, assign_to, escalate)
+                if assign_to is not None or escalate is not None:
+                    write_assignment(conn, approval_id, assign_to, escalate)
+                if link_seconds is not None:
+                    minted.append(_link_with(conn, who, approval_id, link_seconds, link_label))
 
         approval, paused = await self.store.request_approval(
             traverser_id, epoch, operation_key, prompt, checkpoint, expires_in_seconds, pause, steps, audit,
@@ -210,7 +237,7 @@ class Service:
                 approval["id"],
                 extra={"run_id": traverser_id, "wait_id": approval["id"], "attempt": epoch},
             )
-        return approval, paused
+        return approval, paused, (minted[-1] if minted else None)
 
     async def decide(
         self,
@@ -310,13 +337,7 @@ class Service:
         """A decision link on a pending approval (``page``) or a webhook on a pending approval or
         hook (``webhook``), minted by ``who``; returns it and its secret (shown once)."""
         action = f"{'approval.link' if kind is LinkKind.PAGE else 'wait.webhook'}.create"
-        try:
-            label = check_label(label)
-        except ValueError as exc:
-            raise Invalid(str(exc), "validation_error") from None
-        seconds = DEFAULT_LINK_SECONDS if expires_in is None else expires_in
-        if not 0 < seconds <= MAX_LINK_SECONDS:
-            raise Invalid(f"expires_in_seconds must be in (0, {MAX_LINK_SECONDS:.0f}]", "validation_error")
+        seconds, label = _link_terms(expires_in, label)
         wait = await self.store.pyworkflow.get_wait(wait_id)
         kinds = (WaitKind.APPROVAL,) if kind is LinkKind.PAGE else (WaitKind.APPROVAL, *HOOK_KINDS)
         if wait is None or wait.kind not in kinds:
@@ -400,6 +421,45 @@ class Service:
         await self.identity.audit(who, action, target=target, outcome="refused", detail=detail)
 
 
+def _link_with(
+    conn: Any, who: Principal, approval_id: str, seconds: float, label: str | None
+) -> tuple[Link, str]:
+    """The decision link asked for with an approval, written in its transaction: it never
+    outlives the approval's deadline. Returns it and its secret."""
+    now = time.time()
+    expires_at = now + seconds
+    row = conn.execute(SQL_WAIT_EXPIRY, (approval_id,)).fetchone()
+    if row is not None and row[0] is not None:  # a link outlives its wait for nothing
+        expires_at = min(expires_at, float(row[0]))
+    link_id, secret = new_secret()
+    detail: dict[str, Any] = {"with_approval": True, **({"label": label} if label else {})}
+    entry = AuditEntry(who, "approval.link.create", approval_id, "allowed", detail)
+    link = write_link(
+        conn, LinkKind.PAGE, link_id, secret, approval_id, who.name, now, expires_at, label, entry
+    )
+    return link, secret
+
+
+@dataclass(frozen=True, slots=True)
+class LinkRequest:
+    """A decision link asked for with the approval it decides (``decision_link`` at creation)."""
+
+    expires_in: float | None = None
+    label: str | None = None
+
+
+def _link_terms(expires_in: float | None, label: str | None) -> tuple[float, str | None]:
+    """A link's lifetime (the default when None) and label, checked; ``Invalid`` otherwise."""
+    try:
+        label = check_label(label)
+    except ValueError as exc:
+        raise Invalid(str(exc), "validation_error") from None
+    seconds = DEFAULT_LINK_SECONDS if expires_in is None else expires_in
+    if not 0 < seconds <= MAX_LINK_SECONDS:
+        raise Invalid(f"expires_in_seconds must be in (0, {MAX_LINK_SECONDS:.0f}]", "validation_error")
+    return seconds, label
+
+
 def check_response_schema(schema: Any) -> None:
     """A response schema must be a JSON Schema object that its own metaschema accepts."""
     if not isinstance(schema, dict):
@@ -437,4 +497,11 @@ def _same_payload(wait: WaitRecord, payload: Any) -> bool:
         return False
 
 
-__all__ = ["CHILD_KEY_PREFIX", "HOOK_KINDS", "Service", "check_response", "check_response_schema"]
+__all__ = [
+    "CHILD_KEY_PREFIX",
+    "HOOK_KINDS",
+    "LinkRequest",
+    "Service",
+    "check_response",
+    "check_response_schema",
+]

@@ -77,6 +77,34 @@ async def drifting_prompt() -> dict[str, Any]:
 
 
 @app.skill()
+async def linked(prompt: Any, outbox: str) -> dict[str, Any]:
+    """Pause on an approval that carries a decision link, handing its URL to ``outbox`` (a file:
+    the test's stand-in for an e-mail); return the decision."""
+
+    def send(minted: dict[str, Any]) -> None:
+        with open(outbox, "a") as f:
+            f.write(minted["url"] + "\n")
+
+    decision = await app.request_approval(
+        prompt, operation_key="linked", decision_link={"label": "duty manager"}, on_decision_link=send
+    )
+    return {"decision": decision}
+
+
+@app.skill()
+async def revising(question: str, revisions: int = 3) -> dict[str, Any]:
+    """Save the checkpoint ``plan`` ``revisions`` times (each revision changes, adds and removes a
+    field), then pause on an approval asking ``question``; return the decision."""
+    stored = await app.load_checkpoint("plan")
+    if stored is None:
+        for n in range(1, revisions + 1):
+            value: dict[str, Any] = {"step": n, "lines": list(range(n % 3)), f"note_{n}": f"revision {n}"}
+            await app.save_checkpoint("plan", value, expected_revision=n - 1)
+    decision = await app.request_approval(question, operation_key="plan")
+    return {"decision": decision}
+
+
+@app.skill()
 async def not_pausing() -> dict[str, Any]:
     approval = await app.request_approval("fyi", operation_key="fyi", pause=False, expires_in_seconds=60)
     return {

@@ -13,7 +13,7 @@ import httpx
 import pytest
 from atfg_harness import REPO, ServerProcess
 from axe_playwright_python.async_playwright import Axe
-from playwright.async_api import Browser, Page, async_playwright
+from playwright.async_api import Browser, Locator, Page, async_playwright
 
 CHROMIUM = Path("/usr/bin/chromium")
 ARGS = [
@@ -81,9 +81,19 @@ async def sign_in(page: Page, server: ServerProcess, token: str) -> int:
     return response.status
 
 
-async def shot(page: Page, name: str) -> None:
+async def shot(page: Page, name: str, around: Locator | None = None, height: float = 1100) -> None:
+    """The whole page, or (``around``) the part of it from that element down, at most
+    ``height`` pixels: for the docs, where a page of 50 rows or 20 revisions is too tall."""
     ARTIFACTS.mkdir(parents=True, exist_ok=True)
-    await page.screenshot(path=str(ARTIFACTS / f"{name}.png"), full_page=True)
+    path = str(ARTIFACTS / f"{name}.png")
+    box = None if around is None else await around.bounding_box()
+    if box is None:
+        await page.screenshot(path=path, full_page=True)
+        return
+    size = page.viewport_size or {"width": 1280, "height": 900}
+    top = max(box["y"] + await page.evaluate("window.scrollY") - 16, 0)
+    clip = {"x": 0, "y": top, "width": size["width"], "height": min(box["height"] + 32, height)}
+    await page.screenshot(path=path, full_page=True, clip=clip)  # type: ignore[arg-type]
 
 
 async def axe_violations(page: Page) -> list[str]:

@@ -105,3 +105,41 @@ async def test_the_readme_by_hand_commands_leave_work_for_a_person(
     assert (await client.handle(started).result(timeout=60))["response"] == {"note": "ok"}
     still_waiting = [t.id for t in await client.list_traversers("waiting")]
     assert len(still_waiting) == 1 and still_waiting[0] in no_decide  # still waits for a person
+
+
+async def test_the_decision_link_made_with_its_approval_snippet(
+    server: ServerProcess, spawn_worker: Callable[..., WorkerProcess], tmp_path: Path, client: Client
+) -> None:
+    """docs/reviewers.md, "A link made with its approval": served as a module, the handler hands
+    the link's URL on once (here: printed to the worker's log); the link decides; the handler
+    running again makes no second link."""
+    import re
+
+    import httpx
+    from atfg_harness import wait_until
+
+    folder = tmp_path / "linked"
+    folder.mkdir()
+    (folder / "linked_desk.py").write_text(
+        code_blocks("docs/reviewers.md", "A link made with its approval", "python")[0]
+    )
+    worker = spawn_worker("linked_desk:app", env={"PYTHONPATH": f"{folder}:{server.env['PYTHONPATH']}"})
+    handle, info = await client.submit_and_wait(
+        "refunds.request_refund", {"ticket": "QF-4417", "amount_aud": 480.0}, statuses="waiting,terminal"
+    )
+    assert info.status == "waiting", info
+
+    def sent() -> list[str]:
+        return re.findall(r"decide refund: (\S+) \(link ", worker.log.read_text())
+
+    wait_until(lambda: len(sent()) == 1, 20, f"the handler handed on no URL; see {worker.log}")
+    (url,) = sent()
+    async with httpx.AsyncClient(timeout=30) as anonymous:
+        page = await anonymous.get(url)
+        assert page.status_code == 200 and "<strong>480.0 AUD</strong>" in page.text
+        assert (await anonymous.post(url, data={"decision": "approved"})).status_code == 200
+    result = await handle.result(timeout=60)
+    assert result["status"] == "approved" and result["decided_by"].startswith("link:")
+    assert len(sent()) == 1
+    links = await client.list_links(str(info.waiting_on))
+    assert [(x["label"], x["state"]) for x in links] == [("duty manager", "used")]

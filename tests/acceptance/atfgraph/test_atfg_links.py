@@ -419,3 +419,79 @@ async def test_atfg_mints_lists_and_revokes_links_on_the_configured_public_url(t
         assert page.status_code == 410 and "revoked" in page.text
     finally:
         server.close()
+
+
+# -- a decision link asked for with its approval ----------------------------------------------
+
+
+async def test_a_decision_link_made_with_its_approval_is_handed_out_once(
+    server: ServerProcess, http: httpx.AsyncClient, client: Client
+) -> None:
+    trav = (await http.post("/api/v2/traversers", json={"target": "nobody.skill"})).json()["id"]
+    body = {"traverser_id": trav, "operation_key": "k", "prompt": "Refund 480 AUD?", "pause": False,
+            "decision_link": {"label": "ops@example.com", "expires_in_seconds": 600}}  # fmt: skip
+    r = await http.post("/api/v2/approvals", json=body)
+    assert r.status_code == 200, r.text
+    answer = r.json()
+    approval_id, minted = answer["approval"]["id"], answer["decision_link"]
+    link = minted["link"]
+    assert minted["url"].startswith(server.url + "/d/")
+    assert (link["wait_id"], link["state"], link["label"], link["kind"]) == (
+        approval_id, "live", "ops@example.com", "page"
+    )  # fmt: skip
+    assert 590 < link["expires_at"] - link["created_at"] <= 600
+    # Asked again (a handler running again): the same approval, and no second link or URL.
+    again = (await http.post("/api/v2/approvals", json=body)).json()
+    assert again["approval"]["id"] == approval_id and "decision_link" not in again
+    links = (await http.get(f"/api/v2/approvals/{approval_id}/links")).json()["items"]
+    assert [x["id"] for x in links] == [link["id"]]
+    trail = (await http.get("/api/v2/audit", params={"target": approval_id})).json()["items"]
+    made = [e for e in trail if e["action"] == "approval.link.create"]
+    assert (
+        len(made) == 1 and made[0]["detail"]["link_id"] == link["id"] and made[0]["detail"]["with_approval"]
+    )
+    assert minted["url"].rsplit("/", 1)[1] not in database_dump(server)  # only its digest is stored
+    async with httpx.AsyncClient(timeout=30) as anonymous:
+        done = await anonymous.post(minted["url"], data={"decision": "rejected", "response": "no receipt"})
+        assert done.status_code == 200 and "Thank you: rejected" in message(done.text)
+    decided = await client.get_approval(approval_id)
+    assert (decided["status"], decided["decided_by"]) == ("rejected", f"link:{link['id']}")
+
+    # The Client asks the same way; the record of the created approval carries the link.
+    other = await client.request_approval(trav, "And this?", operation_key="k2", decision_link=True)
+    assert other["decision_link"]["link"]["wait_id"] == other["id"]
+    assert other["decision_link"]["link"]["expires_at"] - other["decision_link"]["link"]["created_at"] > 86000
+
+
+async def test_a_bad_decision_link_request_is_refused_and_creates_nothing(
+    server: ServerProcess, http: httpx.AsyncClient
+) -> None:
+    trav = (await http.post("/api/v2/traversers", json={"target": "nobody.skill"})).json()["id"]
+    base = {"traverser_id": trav, "operation_key": "k", "prompt": "ok?", "pause": False}
+    for bad in ("yes", 1, {"expires_in_seconds": -5}, {"expires_in_seconds": "soon"}, {"label": 7},
+                {"label": "x" * 300}, {"colour": "red"}, {"expires_in_seconds": 10**9}):  # fmt: skip
+        r = await http.post("/api/v2/approvals", json={**base, "decision_link": bad})
+        assert_error(r, 422, "validation_error")
+    assigned = {**base, "decision_link": True, "assign_to": {"roles": ["reviewer"]}}
+    r = await http.post("/api/v2/approvals", json=assigned)
+    assert_error(r, 422, "validation_error")
+    assert "assignment" in r.json()["error"]["message"]
+    assert (await http.get("/api/v2/approvals", params={"traverser_id": trav})).json()["items"] == []
+
+
+async def test_a_paused_handler_hands_its_decision_link_on_and_the_link_continues_it(
+    server: ServerProcess, spawn_worker: Callable[..., WorkerProcess], client: Client, tmp_path: Path
+) -> None:
+    outbox = tmp_path / "outbox.txt"
+    spawn_worker()
+    handle = await client.submit(
+        "tester.linked", {"prompt": {"question": "Refund 480 AUD?"}, "outbox": str(outbox)}
+    )
+    await reach(client, handle.id, "waiting")
+    wait_until(lambda: outbox.exists() and outbox.read_text().strip() != "", 20, "no link was handed on")
+    (url,) = outbox.read_text().split()
+    async with httpx.AsyncClient(timeout=30) as anonymous:
+        assert (await anonymous.post(url, data={"decision": "approved"})).status_code == 200
+    result = await handle.result(timeout=30)
+    assert result["decision"]["status"] == "approved" and result["decision"]["decided_by"].startswith("link:")
+    assert outbox.read_text().split() == [url]  # the continuation asked again and got no second link

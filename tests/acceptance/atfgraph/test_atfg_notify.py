@@ -195,3 +195,67 @@ def test_a_bad_notify_endpoint_stops_the_server_at_start(tmp_path: Path) -> None
     )
     assert done.returncode == 2 and "http:// or https://" in done.stderr
     server.close()
+
+
+def test_a_nodes_endpoints_hear_its_own_approvals_and_the_servers_hear_every_wait(
+    tmp_path: Path, receivers: list[Receiver]
+) -> None:
+    server_port, refunds_port, billing_port = free_port(), free_port(), free_port()
+    for port in (server_port, refunds_port, billing_port):
+        receivers.append(Receiver(port))
+    everyone, refunds_team, billing_team = receivers
+    server = ServerProcess(tmp_path)
+    server.env.update(
+        ATFGRAPH_NOTIFY=f"http://127.0.0.1:{server_port}/all",
+        ATFGRAPH_NOTIFY_NODES=f"refunds=http://127.0.0.1:{refunds_port}/r,"
+        f"billing=http://127.0.0.1:{billing_port}/b",
+        ATFGRAPH_NOTIFY_POLL_SECONDS="0.05",
+    )
+    server.start()
+    try:
+
+        def approval_on(target: str, question: str) -> str:
+            trav = api(server, "POST", "/traversers", json={"target": target}).json()["id"]
+            body = {
+                "traverser_id": trav,
+                "operation_key": "k",
+                "prompt": {"question": question},
+                "pause": False,
+            }
+            approval_id: str = api(server, "POST", "/approvals", json=body).json()["approval"]["id"]
+            return approval_id
+
+        refund = approval_on("refunds.request_refund", "Refund 480 AUD?")
+        invoice = approval_on("billing.void_invoice", "Void invoice 77?")
+        other = approval_on("shipping.reroute", "Reroute parcel 9?")
+        wait_until(lambda: len(everyone.bodies) == 3, 20, "the server's endpoint missed an event")
+        wait_until(
+            lambda: len(refunds_team.bodies) == 1 and len(billing_team.bodies) == 1, 20, "a node missed"
+        )
+        assert [b["wait"]["id"] for b in refunds_team.bodies] == [refund]
+        assert [b["wait"]["id"] for b in billing_team.bodies] == [invoice]
+        assert {b["wait"]["id"] for b in everyone.bodies} == {refund, invoice, other}
+        assert refunds_team.bodies[0]["wait"]["node_id"] == "refunds"
+        delivered = deliveries(server, "delivered")
+        assert sorted(d["endpoint"].rsplit("/", 1)[1] for d in delivered) == ["all", "all", "all", "b", "r"]
+        # The console's Notifications page says which node goes where.
+        page = httpx.get(server.url + "/notifications?status=delivered", headers=server.headers())
+        assert f"<code>refunds</code> → <code>http://127.0.0.1:{refunds_port}/r</code>" in page.text
+    finally:
+        server.close()
+
+
+def test_a_bad_node_endpoint_stops_the_server_at_start(tmp_path: Path) -> None:
+    import subprocess
+    import sys
+
+    server = ServerProcess(tmp_path)
+    for bad in ("refunds", "=http://x", "refunds=ftp://x"):
+        done = subprocess.run(
+            [sys.executable, "-m", "atfgraph.server", "--port", str(server.port), "--db", server.db,
+             "--notify-node", bad],
+            env=server.env, capture_output=True, text=True, timeout=60,
+        )  # fmt: skip
+        assert done.returncode == 2, done.stderr
+        assert "NODE=URL" in done.stderr or "http:// or https://" in done.stderr, done.stderr
+    server.close()

@@ -80,7 +80,7 @@ async def test_reviewer_signs_in_sees_the_refund_approves_it_and_the_traverser_s
     # Run detail: succeeded, the path with its one refunds.assess step, the checkpoint, the note.
     await page.locator(f"a[href='/runs/{handle.id}']").first.click()
     await expect(page.locator("#run-status")).to_have_text("succeeded", timeout=10_000)
-    await expect(page.locator("ol.path")).to_contain_text("refunds.assess")
+    await expect(page.locator("table.steps")).to_contain_text("refunds.assess")
     await expect(page.locator(".approval-decided .response")).to_contain_text(f'"note": "{NOTE}"')
     await expect(page.locator(".approval-decided .decided-by")).to_have_text("rita")
     await expect(page.locator("table.timeline")).to_contain_text("approval approved")

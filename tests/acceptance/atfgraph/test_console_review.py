@@ -93,8 +93,9 @@ async def test_a_schema_form_types_its_fields_and_rejects_a_wrong_type_inline(
     assert await sign_in(page, server, create_token(server, "rita", "reviewer")) == 200
     await page.goto(server.url + "/inbox?kind=approval")
     card = page.locator(f"article[data-approval-id='{approval['id']}']")
-    # A string prompt is the question, shown as text.
-    await expect(card.locator(".question")).to_have_text("Refund **QF-9** <b>in full</b>?")
+    # A string prompt is the question, its Markdown rendered and its HTML shown as typed.
+    await expect(card.locator(".question")).to_have_text("Refund QF-9 <b>in full</b>?")
+    await expect(card.locator(".question strong")).to_have_text("QF-9")
     assert await card.locator(".question b").count() == 0
 
     # A number field holding words: refused beside the field, everything typed kept.

@@ -69,6 +69,7 @@ async def test_tables_are_prefixed_and_hot_queries_use_indexes(store: GraphStore
     assert sorted(n for n in names if n.startswith("atfg_")) == [
         "atfg_assignments",
         "atfg_audit",
+        "atfg_checkpoint_revisions",
         "atfg_console_sessions",
         "atfg_deliveries",
         "atfg_memory",

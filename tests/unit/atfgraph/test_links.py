@@ -45,7 +45,7 @@ async def service(location: str) -> AsyncIterator[Service]:
 
 async def pending(service: Service, expires_in: float | None = None) -> dict[str, Any]:
     trav, _ = await service.submit(OWNER, "desk.refund", dumps({"amount": 480}), 3)
-    approval, _ = await service.request_approval(
+    approval, _, _ = await service.request_approval(
         OWNER, trav["id"], None, "refund", b'{"question":"ok?"}', None, expires_in, False
     )
     return approval

@@ -55,7 +55,7 @@ def events(service: Service) -> list[str]:
 
 async def test_the_outbox_is_written_with_the_wait_and_only_for_waits_people_answer(service: Service) -> None:
     trav, _ = await service.submit(OWNER, "desk.refund", dumps({"amount": 480}), 3)
-    approval, _ = await service.request_approval(OWNER, trav["id"], None, "k", b'"ok?"', None, None, False)
+    approval, _, _ = await service.request_approval(OWNER, trav["id"], None, "k", b'"ok?"', None, None, False)
     assert events(service) == [approval["id"]]
 
     class Boom(Exception):
@@ -86,7 +86,7 @@ async def test_the_outbox_is_written_with_the_wait_and_only_for_waits_people_ans
 
 async def test_events_become_one_delivery_per_endpoint_or_are_drained(service: Service) -> None:
     trav, _ = await service.submit(OWNER, "desk.refund", dumps({}), 3)
-    approval, _ = await service.request_approval(
+    approval, _, _ = await service.request_approval(
         OWNER, trav["id"], None, "k", b'{"question": "ok?"}', None, None, False
     )
     # Endpoints nobody listens on: a pass records one failed attempt each, with the back-off.

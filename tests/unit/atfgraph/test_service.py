@@ -50,7 +50,7 @@ async def paused(service: Service) -> tuple[dict[str, Any], dict[str, Any]]:
     trav, _ = await service.submit(OWNER, "desk.refund", dumps({"amount": 480}), 3)
     worker = (await store.register_worker("desk", "1", 1))["id"]
     task = (await store.claim(worker, 1))[0]
-    approval, was_paused = await service.request_approval(
+    approval, was_paused, _ = await service.request_approval(
         WORKER, trav["id"], task["epoch"], "refund", b'{"question":"ok?"}', None, None, True
     )
     assert was_paused and approval["status"] == "pending"

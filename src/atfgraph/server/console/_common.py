@@ -23,6 +23,7 @@ from .._identity import Identity, Permission, Principal, Role
 from .._service import Service
 from .._store import GraphStore
 from ._answers import MAX_FIELDS, headline
+from ._markdown import question_html
 from ._session import SESSION_COOKIE, Session, Sessions, same_secret
 
 STATIC = {
@@ -103,7 +104,7 @@ def assignments(store: GraphStore, approval_ids: list[str]) -> dict[str, dict[st
     return store.db.read(lambda conn: {i: read_assignment(conn, i) for i in approval_ids})
 
 
-_env.globals.update(headline=headline, may_decide=may_decide)
+_env.globals.update(headline=headline, may_decide=may_decide, question_html=question_html)
 
 
 @dataclass(frozen=True, slots=True)

@@ -39,7 +39,7 @@ from ._common import (
     render,
 )
 from ._pages import inbox_context
-from ._run_pages import ACTIONS, run_page
+from ._run_pages import ACTIONS, WORKFLOW_RUNTIME, run_page
 
 router = APIRouter(include_in_schema=False)
 
@@ -130,7 +130,7 @@ async def resume(request: Request, hook_id: str) -> Response:
 
 @router.post("/runs/{run_id}/{action}")
 async def run_action(request: Request, run_id: str, action: str) -> Response:
-    """Cancel or retry a traverser from its page, after the page's confirmation step."""
+    """Cancel or retry a run of either kind from its page, after the page's confirmation step."""
     if action not in ACTIONS:
         return error_page(request, 404, "Not found", f"There is no run action {action[:40]!r}.")
     form = await _form(request)
@@ -141,7 +141,7 @@ async def run_action(request: Request, run_id: str, action: str) -> Response:
     service = _service(request)
     try:
         if action == "cancel":
-            view = await service.cancel(auth.principal, run_id)
+            view = await service.cancel_run(auth.principal, run_id, None)
         else:
             view = await service.retry(auth.principal, run_id)
     except Refusal as exc:
@@ -150,7 +150,10 @@ async def run_action(request: Request, run_id: str, action: str) -> Response:
         )
         return _redirect(here)
     done = "cancelled" if action == "cancel" else "queued again"
-    await _flash(request, auth, "ok", f"Run {run_id} {done} by {auth.principal.name} (now {view['status']}).")
+    text = f"Run {run_id} {done} by {auth.principal.name} (now {view['status']})."
+    if view.get("kind") == "workflow" and action == "retry":
+        text += " " + WORKFLOW_RUNTIME
+    await _flash(request, auth, "ok", text)
     return _redirect(here)
 
 

@@ -30,6 +30,7 @@ async def notifications(request: Request, status: str = "dead") -> Response:
         listed=status,
         statuses=DELIVERY_STATUSES,
         endpoints=notifier.settings.endpoints,
+        node_endpoints=notifier.settings.node_endpoints,
     )
 
 

@@ -5,6 +5,7 @@ things are ``_forms``.
 
 from __future__ import annotations
 
+import math
 import secrets
 import time
 from datetime import UTC, datetime
@@ -16,7 +17,7 @@ from fastapi import APIRouter, Request, Response
 from ..._models import TraverserStatus
 from .._graph_sql import ENGINE_STATUS
 from .._identity import Permission
-from .._runs_reads import RUN_STATUSES
+from .._runs_reads import RUN_STATUSES, engine_status
 from .._store import GraphStore
 from ._answers import schema_fields
 from ._common import (
@@ -120,17 +121,20 @@ _KIND_SETS = {"all": ("approval", "hook", "step_hook"), "approval": ("approval",
 INBOX_PAGE = 50
 
 
-def _cursor(value: str, errors: list[str]) -> tuple[float, str] | None:
-    """The inbox cursor "CREATED_AT~ID" of the page's last item (None: the first page)."""
+def _cursor(
+    value: str, errors: list[str], listing: str = "inbox", name: str = "after"
+) -> tuple[float, str] | None:
+    """A listing's cursor "CREATED_AT~ID", a row's place (None: the first page): the inbox's and
+    the Runs page's, written the same way."""
     if not value:
         return None
     at, sep, ident = value.partition("~")
     try:
-        if not sep or not ident or len(value) > 300:
+        if not sep or not ident or len(value) > 300 or not math.isfinite(float(at)):
             raise ValueError
         return float(at), ident
     except ValueError:
-        errors.append(f"after: {value[:50]!r} is not a page of this inbox; showing the first page")
+        errors.append(f"{name}: {value[:50]!r} is not a page of this {listing}; showing the first page")
         return None
 
 
@@ -276,13 +280,15 @@ def _parse_time(value: str, errors: list[str], label: str) -> float | None:
 
 
 _KINDS = {"all": "all", "workflow": "workflows", "traverser": "traversers"}
-#: The Runs page shows at most this many (newest first) and says so when there may be more.
-RUNS_SHOWN = 200
+#: Runs on one page of the Runs page; the others are behind its "older" and "newer" links.
+RUNS_PAGE = 50
 
 
-@router.get("/runs")
-async def runs(request: Request) -> Response:
-    auth = await _reader(request)
+def runs_context(request: Request) -> dict[str, Any]:
+    """The Runs page's values for the query string of ``request``: the filters (kind, status,
+    node, created since and until), the search, the cursor (``after``: older than a run,
+    ``before``: newer than one, written as the inbox's "CREATED_AT~ID"), the page and the counts
+    by status under the same filters."""
     q = request.query_params
     errors: list[str] = []
     kind = q.get("kind", "") or "all"
@@ -294,28 +300,66 @@ async def runs(request: Request) -> Response:
         errors.append(f"status: {status[:50]!r} is not one of {', '.join(_STATUSES)}")
         status = ""
     node = q.get("node", "").strip()[:200]
+    search = q.get("q", "").strip()[:200]
     since = _parse_time(q.get("since", ""), errors, "since")
     until = _parse_time(q.get("until", ""), errors, "until")
-    items = _store(request).console_runs(kind, status or None, node or None, since, until, RUNS_SHOWN)
+    after = _cursor(q.get("after", ""), errors, "list of runs")
+    before = None if after is not None else _cursor(q.get("before", ""), errors, "list of runs", "before")
+    store = _store(request)
+    page = store.console_runs(
+        kind, status or None, node or None, since, until, RUNS_PAGE, search or None, after, before
+    )
+    counts = store.console_run_counts(kind, node or None, since, until, search or None)
     filters = {
         "kind": kind,
         "status": status,
         "node": node,
+        "q": search,
         "since": q.get("since", ""),
         "until": q.get("until", ""),
     }
-    return render(
-        request,
-        "runs.html",
-        auth,
-        nav="runs",
-        items=items,
-        kinds=_KINDS,
-        statuses=[(s, ENGINE_STATUS[s]) for s in _STATUSES],
-        filters=filters,
-        errors=errors,
-        shown=RUNS_SHOWN,
-    )
+    base = {k: v for k, v in filters.items() if v and not (k == "kind" and v == "all")}
+    here = {**base, **({"after": q["after"]} if after else {"before": q["before"]} if before else {})}
+
+    def at(cursor: tuple[float, str] | None, name: str) -> str | None:
+        return None if cursor is None else "/runs?" + urlencode({**base, name: f"{cursor[0]!r}~{cursor[1]}"})
+
+    matching = counts.get(engine_status(status), 0) if status else sum(counts.values())
+
+    def status_url(value: str) -> str:
+        """This listing with the status filter ``value`` (empty: any), from its first page."""
+        chosen = {k: v for k, v in base.items() if k != "status"} | ({"status": value} if value else {})
+        return "/runs?" + urlencode(chosen)
+
+    return {
+        "items": page.items,
+        "kinds": _KINDS,
+        "statuses": [(s, ENGINE_STATUS[s]) for s in _STATUSES],
+        "counts": {api: counts.get(engine, 0) for api, engine in ((s, ENGINE_STATUS[s]) for s in _STATUSES)},
+        "matching": matching,
+        "filters": filters,
+        "errors": errors,
+        "page_size": RUNS_PAGE,
+        "next_url": at(page.next, "after"),
+        "previous_url": at(page.previous, "before"),
+        "first_url": ("/runs?" + urlencode(base)) if (after or before) else None,
+        "status_url": status_url,
+        "nav": "runs",
+        "live_url": "/runs/live" + (("?" + urlencode(here)) if here else ""),
+    }
+
+
+@router.get("/runs")
+async def runs(request: Request) -> Response:
+    auth = await _reader(request)
+    return render(request, "runs.html", auth, **runs_context(request))
+
+
+@router.get("/runs/live")
+async def runs_live(request: Request) -> Response:
+    """The Runs page's live regions (the counts and the rows of this page), polled by console.js."""
+    auth = await _reader(request, live=True)
+    return render(request, "runs.html", auth, **runs_context(request))
 
 
 @router.get("/workers")
@@ -344,4 +388,4 @@ async def static(name: str) -> Response:
     return Response(body, media_type=media, headers={"cache-control": "max-age=300"})
 
 
-__all__ = ["INBOX_KINDS", "inbox_context", "router"]
+__all__ = ["INBOX_KINDS", "RUNS_PAGE", "inbox_context", "router", "runs_context"]

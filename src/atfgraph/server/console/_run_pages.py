@@ -1,5 +1,10 @@
 """One run's page, for a traverser or a pyworkflow run, and its live regions.
 
+One page for a run of either kind: its summary, cancel or retry (confirmed first), its steps
+with their results, its approvals (a traverser's) or waits and events (a pyworkflow run's), its
+checkpoints with their kept revisions and the diff between each and the one before, and the
+timeline with durations (``_history``).
+
 The page is rendered once; console.js then polls ``/runs/{id}/live`` (the same page, of which
 it takes the ``data-live`` regions) while the run is in progress, and leaves alone a region the
 reviewer is typing in. No full-page refresh ever replaces a form.
@@ -14,70 +19,82 @@ from fastapi import APIRouter, Request, Response
 
 from pyworkflow.store import RunStatus
 
-from ..._models import TraverserStatus
+from .._console_reads import CHECKPOINT_HISTORY
 from .._identity import Permission
 from .._refusals import NotFound
 from .._store import GraphStore
 from ._answers import schema_fields
 from ._common import Auth, Draft, _identity, _reader, _store, assignments, error_page, render
+from ._history import revisions, timeline
 
 router = APIRouter(include_in_schema=False)
 
 #: What the run page's buttons do, each confirmed on the page first (``?confirm=ACTION``).
 ACTIONS = {
-    "cancel": "Cancel this run? It stops at once: its lease ends and its pending approvals leave the inbox.",
+    "cancel": "Cancel this run? It stops at once: its lease ends and its pending waits and approvals "
+    "leave the inbox.",
     "retry": "Retry this failed run? A new attempt starts from its checkpoints, steps and decisions.",
 }
+#: What a retried or cancelled pyworkflow run's page says about who continues it.
+WORKFLOW_RUNTIME = (
+    "A pyworkflow runtime serving this database (local or Celery) takes its next turn; the console "
+    "cannot see one."
+)
 
 
 async def run_page(request: Request, auth: Auth, run_id: str, draft: Draft | None = None) -> Response:
-    """The page of run ``run_id`` (a traverser's or a pyworkflow run's), with ``draft`` (a
-    refused answer) shown in its card."""
+    """The page of run ``run_id``, a traverser's or a pyworkflow run's (one page: a traverser
+    adds its approvals, a pyworkflow run its waits and events), with ``draft`` (a refused
+    answer) shown in its card."""
     store = _store(request)
     here = f"/runs/{quote(run_id, safe='')}"
     try:
-        run = store.console_run(run_id)
+        record = GraphStore._decoded(await store.get_run(run_id))
     except NotFound:
-        try:
-            record = GraphStore._decoded(await store.get_run(run_id))
-        except NotFound:
-            return error_page(request, 404, "Not found", f"There is no run {run_id!r}.", auth)
-        terminal = RunStatus(record["run"]["status"]).is_terminal
-        return render(
-            request,
-            "workflow_run.html",
-            auth,
-            status=422 if draft else 200,
-            r=record["run"],
-            record=record,
-            terminal=terminal,
-            here=here,
-            nav="runs",
-            live_url=None if terminal else here + "/live",
-        )
+        return error_page(request, 404, "Not found", f"There is no run {run_id!r}.", auth)
+    r = record["run"]
+    traverser = r["kind"] == "traverser"
     identity = _identity(request)
     audit = await identity.list_audit(target=run_id, limit=100)
-    assigned = assignments(store, [a["id"] for a in run["approvals"]])
-    for approval in run["approvals"]:
-        approval["fields"] = schema_fields(approval["response_schema"])
-        approval["assigned"] = assigned[approval["id"]]
-        audit += await identity.list_audit(target=approval["id"], limit=100)
-    terminal = TraverserStatus(run["traverser"]["status"]).is_terminal
+    approvals: list[dict[str, Any]] = []
+    if traverser:
+        approvals = store.console_run(run_id)["approvals"]
+        assigned = assignments(store, [a["id"] for a in approvals])
+        for approval in approvals:
+            approval["fields"] = schema_fields(approval["response_schema"])
+            approval["assigned"] = assigned[approval["id"]]
+            audit += await identity.list_audit(target=approval["id"], limit=100)
+    history, history_cut = store.console_checkpoint_history(run_id)
+    checkpoints = [
+        dict(c, revisions=revisions(history.get((c["scope"], c["name"]), []))) for c in record["checkpoints"]
+    ]
+    terminal = RunStatus(r["status"]).is_terminal
+    action = "retry" if r["status"] == RunStatus.FAILED.value else None if terminal else "cancel"
     confirm = request.query_params.get("confirm", "")
     return render(
         request,
         "run.html",
         auth,
         status=422 if draft else 200,
-        run=run,
-        t=run["traverser"],
-        timeline=_timeline(run, audit),
+        r=r,
+        status_name=r.get("traverser_status", r["status"]),
+        traverser=traverser,
+        record=record,
+        steps=record["steps"],
+        waits=[w for w in record["waits"] if w["kind"] != "approval"],
+        approvals=approvals,
+        checkpoints=checkpoints,
+        history_cut=history_cut,
+        kept=CHECKPOINT_HISTORY,
+        timeline=timeline(record, approvals, history, audit),
         terminal=terminal,
         here=here,
         draft=draft,
-        confirm=confirm if confirm in ACTIONS else "",
+        action=action,
+        confirm=confirm if confirm == action else "",
         can_submit=auth.principal.can(Permission.SUBMIT),
         actions=ACTIONS,
+        runtime_note=None if traverser else WORKFLOW_RUNTIME,
         nav="runs",
         live_url=None if terminal else here + "/live",
     )
@@ -94,35 +111,4 @@ async def run_live(request: Request, run_id: str) -> Response:
     return await run_page(request, await _reader(request, live=True), run_id)
 
 
-def _timeline(run: dict[str, Any], audit: list[dict[str, Any]]) -> list[tuple[float, str, str, float | None]]:
-    """What the store recorded about one run, in time order: (when, what, detail, seconds since
-    the previous entry)."""
-    t = run["traverser"]
-    events: list[tuple[float, str, str]] = [(t["created_at"], "submitted", t["target"])]
-    for step in run["steps"]:
-        events.append(
-            (step["created_at"], f"step {step['status']}", f"{step['target']} (attempt {step['attempt']})")
-        )
-    for cp in run["checkpoints"]:
-        events.append((cp["updated_at"], "checkpoint saved", f"{cp['name']} (revision {cp['revision']})"))
-    for a in run["approvals"]:
-        events.append((a["created_at"], "approval requested", a["operation_key"]))
-        if a["decided_at"] is not None:
-            events.append((a["decided_at"], f"approval {a['status']}", f"by {a['decided_by']}"))
-    for entry in audit:
-        detail = f"{entry['principal']} ({entry['role']}): {entry['outcome']}"
-        events.append((entry["at"], f"audit {entry['action']}", detail))
-    if t["finished_at"] is not None:
-        events.append((t["finished_at"], t["status"], f"after attempt {t['attempt']}"))
-    else:
-        events.append(
-            (t["updated_at"], f"now {t['status']}", f"attempt {t['attempt']} of {t['max_attempts']}")
-        )
-    events.sort(key=lambda e: e[0])
-    return [
-        (at, what, detail, None if i == 0 else at - events[i - 1][0])
-        for i, (at, what, detail) in enumerate(events)
-    ]
-
-
-__all__ = ["ACTIONS", "router", "run_page"]
+__all__ = ["ACTIONS", "WORKFLOW_RUNTIME", "router", "run_page"]

@@ -53,6 +53,16 @@
     }
   }
 
+  // A <details data-key="..."> the reader opened stays open when its region is replaced.
+  function keepOpen(current, node) {
+    var opened = current.querySelectorAll("details[data-key][open]");
+    for (var i = 0; i < opened.length; i++) {
+      var key = opened[i].getAttribute("data-key");
+      var twin = node.querySelector('details[data-key="' + CSS.escape(key) + '"]');
+      if (twin) twin.open = true;
+    }
+  }
+
   function startLive(main) {
     var url = main.getAttribute("data-live-url");
     var timer = null;
@@ -71,6 +81,7 @@
         if (!current || isDirty(current)) continue;
         if (current.innerHTML === fresh[i].innerHTML) continue;
         var node = document.importNode(fresh[i], true);
+        keepOpen(current, node);
         current.replaceWith(node);
         localTimes(node);
       }

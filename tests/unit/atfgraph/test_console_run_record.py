@@ -1,0 +1,209 @@
+"""What the console's run page and Runs page rest on, on a temporary SQLite file or (with
+``PYWORKFLOW_TEST_STORE=postgresql``) a new PostgreSQL database: the kept checkpoint revisions
+(the last 20, written by the migration's triggers whoever writes, gone with their checkpoint),
+the diff between two revisions, the safe Markdown of a question, the Runs page's cursors, and
+the per-node notification endpoints and the decision link request (each refusal changes
+nothing)."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import AsyncIterator
+from html.parser import HTMLParser
+from pathlib import Path
+
+import pytest
+
+from atfgraph._json import dumps
+from atfgraph.server._console_reads import CHECKPOINT_HISTORY
+from atfgraph.server._hub import Hub
+from atfgraph.server._identity import Identity, Principal, Role
+from atfgraph.server._notify import NotifySettings, check_node_endpoint, endpoints_for
+from atfgraph.server._refusals import Invalid
+from atfgraph.server._routes import parse_link_request
+from atfgraph.server._service import LinkRequest, Service
+from atfgraph.server._store import GraphStore
+from atfgraph.server.console._history import json_diff, revisions
+from atfgraph.server.console._markdown import question_html
+from pyworkflow.store import write_checkpoint
+
+ON_POSTGRES = os.environ.get("PYWORKFLOW_TEST_STORE", "sqlite") in ("postgresql", "postgres")
+OWNER = Principal("t-owner", "olga", Role.OWNER)
+
+
+@pytest.fixture
+def location(tmp_path: Path, request: pytest.FixtureRequest) -> str:
+    if ON_POSTGRES:
+        return str(request.getfixturevalue("pg_database"))
+    return str(tmp_path / "g.db")
+
+
+@pytest.fixture
+async def service(location: str) -> AsyncIterator[Service]:
+    store = GraphStore(location, lease_seconds=30)
+    yield Service(store, Identity(store.db), Hub())
+    store.close()
+
+
+async def _traverser_with_checkpoint(service: Service, writes: int) -> str:
+    store = service.store
+    worker = (await store.register_worker("n", "1.0", 1))["id"]
+    trav, _ = await store.submit("n.skill", b"{}", max_attempts=1)
+    (task,) = await store.claim(worker, 1)
+    for n in range(1, writes + 1):
+        value = dumps({"n": n, "items": list(range(n % 4))})
+        assert await store.save_checkpoint(trav["id"], task["epoch"], "plan", value, n - 1, []) == n
+    return str(trav["id"])
+
+
+async def test_the_last_20_revisions_of_each_checkpoint_are_kept_and_go_with_it(service: Service) -> None:
+    run_id = await _traverser_with_checkpoint(service, 25)
+    history, cut = service.store.console_checkpoint_history(run_id)
+    assert not cut and list(history) == [("", "plan")]
+    kept = history[("", "plan")]
+    assert [r["revision"] for r in kept] == list(range(25, 5, -1)) and len(kept) == CHECKPOINT_HISTORY
+    assert kept[0]["value"] == {"n": 25, "items": [0]}
+    # A bounded read says it was cut.
+    assert service.store.console_checkpoint_history(run_id, limit=5)[1] is True
+    # Written by another store (pyworkflow's rule on the same database): kept the same way.
+    await service.store.db.write(
+        lambda c: write_checkpoint(c, run_id, "step#1", "draft", b'{"v": 1}', 0, 1.0)
+    )
+    history, _ = service.store.console_checkpoint_history(run_id)
+    assert [r["revision"] for r in history[("step#1", "draft")]] == [1]
+    # Deleted with its checkpoint.
+    await service.store.db.write(
+        lambda c: c.execute("DELETE FROM checkpoints WHERE run_id = ? AND scope = 'step#1'", (run_id,))
+    )
+    assert ("step#1", "draft") not in service.store.console_checkpoint_history(run_id)[0]
+
+
+def test_the_diff_between_two_revisions() -> None:
+    before = {"a": 1, "b": {"c": [1, 2, 3], "d": "x"}, "gone": True, "t": 1}
+    after = {"a": 1, "b": {"c": [1, 5], "d": "x", "e": None}, "new/key": [], "t": 1.0}
+    changes, more = json_diff(before, after)
+    assert not more
+    assert [(c.path, c.what, c.before, c.after) for c in changes] == [
+        ("/b/c/1", "changed", 2, 5),
+        ("/b/c/2", "removed", 3, None),
+        ("/b/e", "added", None, None),
+        ("/gone", "removed", True, None),
+        ("/t", "changed", 1, 1.0),  # 1 and 1.0 are different JSON
+        ("/new~1key", "added", None, []),
+    ]
+    assert json_diff("x", 1)[0][0].path == "" and json_diff([1], [1]) == ([], False)
+    many, cut = json_diff({str(i): 0 for i in range(300)}, {str(i): 1 for i in range(300)})
+    assert len(many) == 200 and cut
+    views = revisions([{"revision": 3, "value": {"n": 3}, "saved_at": 30.0},
+                       {"revision": 2, "value": {"n": 2}, "saved_at": 20.0}])  # fmt: skip
+    assert (views[0]["previous"], views[0]["since"], len(views[0]["changes"])) == (2, 10.0, 1)
+    assert views[1]["changes"] is None
+
+
+@pytest.mark.parametrize(
+    "hostile",
+    [
+        "<script>alert(1)</script>",
+        '<img src=x onerror="alert(1)">',
+        "[x](javascript:alert(1))",
+        "[x](JaVaScRiPt:alert(1))",
+        "[x](data:text/html;base64,PHNjcmlwdD4=)",
+        "[x](vbscript:msgbox(1))",
+        "[x](/relative/path)",
+        "<javascript:alert(1)>",
+        '[x](https://a.example/" onmouseover="alert(1))',
+        '[x](https://a.example "t\\" onclick=\\"alert(1)")',
+        "![i](https://a.example/i.png)",
+        "<a href='https://a.example'>raw</a>",
+    ],
+)
+def test_a_hostile_question_renders_to_nothing_active(hostile: str) -> None:
+    heading, body = question_html(f"Refund?\n\n{hostile}")
+    found = _Elements()
+    found.feed(str(heading) + str(body))
+    for tag, attrs in found.elements:
+        assert tag in ALLOWED_TAGS, (tag, hostile)
+        assert set(attrs) <= ALLOWED_ATTRIBUTES.get(tag, set()), (tag, attrs, hostile)
+        if tag == "a":
+            assert (attrs["href"] or "").startswith(("http://", "https://")), attrs
+            assert attrs["rel"] == "nofollow noopener noreferrer"
+
+
+ALLOWED_TAGS = {"p", "strong", "em", "code", "pre", "ul", "ol", "li", "a", "br"}
+ALLOWED_ATTRIBUTES = {"a": {"href", "rel", "title"}, "ol": {"start"}}
+
+
+class _Elements(HTMLParser):
+    """Every element of a fragment with its attributes, as a browser's parser would see them."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.elements: list[tuple[str, dict[str, str | None]]] = []
+
+    def handle_starttag(self, tag: str, attrs: list[tuple[str, str | None]]) -> None:
+        self.elements.append((tag, dict(attrs)))
+
+
+def test_the_markdown_subset() -> None:
+    heading, body = question_html("Refund **480** on `QF-1`?\n\n- a *b*\n- [c](https://c.example/?q=1&r=2)")
+    assert str(heading) == "Refund <strong>480</strong> on <code>QF-1</code>?"
+    assert '<a href="https://c.example/?q=1&amp;r=2" rel="nofollow noopener noreferrer">c</a>' in str(body)
+    assert "<ul>" in str(body) and "<em>b</em>" in str(body)
+    assert question_html("just text") == ("just text", "")
+
+
+async def test_the_runs_pages_cursors_reach_every_run_once(service: Service) -> None:
+    store = service.store
+    ids = [(await store.submit("n.skill", dumps({"i": i}), max_attempts=1))[0]["id"] for i in range(7)]
+    newest = ids[::-1]
+    first = store.console_runs("all", None, None, None, None, 3)
+    assert [r["id"] for r in first.items] == newest[:3] and first.previous is None and first.next
+    second = store.console_runs("all", None, None, None, None, 3, after=first.next)
+    third = store.console_runs("all", None, None, None, None, 3, after=second.next)
+    assert [r["id"] for r in second.items + third.items] == newest[3:] and third.next is None
+    back = store.console_runs("all", None, None, None, None, 3, before=second.previous)
+    assert [r["id"] for r in back.items] == newest[:3] and back.previous is None
+    found = store.console_runs("all", None, None, None, None, 3, search='"i":4')
+    assert [r["id"] for r in found.items] == [ids[4]]
+    assert store.console_run_counts("all", None, None, None, None) == {"pending": 7}
+
+
+def test_node_endpoints() -> None:
+    settings = NotifySettings(
+        endpoints=("https://all.example",),
+        node_endpoints=(("refunds", "https://r.example"), ("refunds", "https://all.example")),
+    )
+    assert endpoints_for(settings, "refunds") == ("https://all.example", "https://r.example")
+    assert endpoints_for(settings, "billing") == endpoints_for(settings, None) == ("https://all.example",)
+    assert check_node_endpoint(" refunds = https://r.example ") == ("refunds", "https://r.example")
+    for bad in ("refunds", "=https://x", "refunds=ftp://x", "refunds=", "a\nb=https://x"):
+        with pytest.raises(ValueError):
+            check_node_endpoint(bad)
+
+
+async def test_a_decision_link_request(service: Service) -> None:
+    assert parse_link_request(None) is None and parse_link_request(False) is None
+    assert parse_link_request(True) == LinkRequest()
+    assert parse_link_request({"expires_in_seconds": 60, "label": "x"}) == LinkRequest(60.0, "x")
+    for bad in ("yes", 1, [], {"expires_in_seconds": True}, {"label": 3}, {"other": 1}):
+        with pytest.raises(Invalid):
+            parse_link_request(bad)
+    trav, _ = await service.submit(OWNER, "n.skill", b"{}", 1)
+    approval, paused, minted = await service.request_approval(
+        OWNER, trav["id"], None, "k", b'"ok?"', None, 120.0, False, decision_link=LinkRequest(3600.0, "ops")
+    )
+    assert minted is not None and not paused
+    link, secret = minted
+    assert (link.wait_id, link.label, link.created_by) == (approval["id"], "ops", "olga")
+    assert link.expires_at <= approval["expires_at"]  # never after the approval itself
+    assert secret.startswith(link.id + "_")
+    again = await service.request_approval(
+        OWNER, trav["id"], None, "k", b'"ok?"', None, 120.0, False, decision_link=LinkRequest()
+    )
+    assert again[2] is None and len(await service.links_of(approval["id"])) == 1
+    with pytest.raises(Invalid):
+        await service.request_approval(
+            OWNER, trav["id"], None, "k2", b'"ok?"', None, None, False, decision_link=LinkRequest(-1.0)
+        )
+    assert service.store.console_approvals(True, 10)[0]["id"] == approval["id"]
+    assert len(service.store.console_approvals(True, 10)) == 1  # the refused one created nothing
