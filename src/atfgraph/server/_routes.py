@@ -4,13 +4,14 @@ JSON shape; responses embed stored JSON bytes as they are (orjson fragments)."""
 from __future__ import annotations
 
 import time
-from typing import Annotated, Any
+from typing import Annotated, Any, Literal, get_args
 
 import orjson
 from fastapi import APIRouter, Depends, Query, Request, Response
 
 from .._json import MAX_BODY_BYTES, MAX_DEPTH, dumps_read
 from .._models import DECISIONS, ApprovalStatus, TraverserStatus
+from . import _schemas as S
 from ._assign import parse_assignees, parse_escalation, read_assignment
 from ._auth import Principal, caller, under_lease
 from ._body import MAX_INT, MAX_KEY, MAX_MESSAGE, MAX_STEPS, Fields, error_info, read_json
@@ -30,6 +31,9 @@ MAX_ATTEMPTS = 1000
 MAX_CLAIM = 100
 MAX_EXPIRY_SECONDS = 10 * 365 * 86400
 MAX_LEASES = 10_000
+#: The approval inbox's status filter: a status, or every one.
+ApprovalFilter = Literal["pending", "approved", "rejected", "expired", "all"]
+assert set(get_args(ApprovalFilter)) == {s.value for s in ApprovalStatus} | {"all"}
 _WAIT_FOR_DOC = "statuses to wait for, comma-separated, or 'terminal'"
 
 
@@ -112,6 +116,7 @@ def service_of(request: Request) -> Service:
 @router.post(
     "/traversers",
     status_code=201,
+    response_model=S.Traverser,
     openapi_extra=_doc(
         {
             "target": _STR,
@@ -154,7 +159,7 @@ async def submit(request: Request, who: Annotated[Principal, Depends(caller)]) -
     return await _follow(request, view["id"], wanted, wait, code)
 
 
-@router.get("/traversers")
+@router.get("/traversers", response_model=S.TraverserList)
 async def list_traversers(
     request: Request,
     status: Annotated[TraverserStatus, Query()] = TraverserStatus.WAITING,
@@ -164,7 +169,7 @@ async def list_traversers(
     return ok({"items": store_of(request).list_traversers(status.value, limit)})
 
 
-@router.get("/traversers/{traverser_id}")
+@router.get("/traversers/{traverser_id}", response_model=S.Traverser)
 async def get_traverser(
     request: Request,
     traverser_id: str,
@@ -211,13 +216,13 @@ def _parse_statuses(raw: str | None) -> set[str]:
     return wanted
 
 
-@router.get("/traversers/{traverser_id}/path")
+@router.get("/traversers/{traverser_id}/path", response_model=S.TraverserPath)
 async def get_path(request: Request, traverser_id: str) -> Response:
     """The traverser and its child steps, in order."""
     return ok(store_of(request).path(traverser_id))
 
 
-@router.post("/traversers/{traverser_id}/cancel")
+@router.post("/traversers/{traverser_id}/cancel", response_model=S.Traverser)
 async def cancel(request: Request, traverser_id: str, who: Annotated[Principal, Depends(caller)]) -> Response:
     return ok(await service_of(request).cancel(who, traverser_id))
 
@@ -233,6 +238,7 @@ _NEXT_CLAIM = {
 
 @router.post(
     "/traversers/{traverser_id}/complete",
+    response_model=S.Reported,
     openapi_extra=_doc({**_LEASED, "result": _ANY, "claim": _NEXT_CLAIM}, ["epoch"]),
 )
 async def complete(request: Request, traverser_id: str) -> Response:
@@ -248,6 +254,7 @@ async def complete(request: Request, traverser_id: str) -> Response:
 
 @router.post(
     "/traversers/{traverser_id}/fail",
+    response_model=S.Reported,
     openapi_extra=_doc({**_LEASED, "error": _ERROR, "retryable": {"type": "boolean"}}, ["epoch", "error"]),
 )
 async def fail(request: Request, traverser_id: str) -> Response:
@@ -263,7 +270,9 @@ async def fail(request: Request, traverser_id: str) -> Response:
     return ok({"status": status})
 
 
-@router.post("/traversers/{traverser_id}/release", openapi_extra=_doc(_LEASED, ["epoch"]))
+@router.post(
+    "/traversers/{traverser_id}/release", response_model=S.Reported, openapi_extra=_doc(_LEASED, ["epoch"])
+)
 async def release(request: Request, traverser_id: str) -> Response:
     """A stopping worker gives a lease back; the attempt is not charged."""
     f = Fields(await read_json(request))
@@ -281,7 +290,7 @@ def _after_change(request: Request, traverser_id: str, status: str) -> None:
         hub.notify(node_key(node))
 
 
-@router.get("/traversers/{traverser_id}/checkpoints/{name}")
+@router.get("/traversers/{traverser_id}/checkpoints/{name}", response_model=S.Checkpoint)
 async def get_checkpoint(
     request: Request,
     traverser_id: str,
@@ -296,6 +305,7 @@ async def get_checkpoint(
 
 @router.put(
     "/traversers/{traverser_id}/checkpoints/{name}",
+    response_model=S.CheckpointSaved,
     openapi_extra=_doc({**_LEASED, "value": _ANY, "expected_revision": _INT}, ["epoch", "value"]),
 )
 async def put_checkpoint(request: Request, traverser_id: str, name: str) -> Response:
@@ -320,6 +330,7 @@ async def put_checkpoint(request: Request, traverser_id: str, name: str) -> Resp
 
 @router.post(
     "/approvals",
+    response_model=S.ApprovalRequested,
     openapi_extra=_doc(
         {
             **_LEASED,
@@ -365,21 +376,19 @@ async def request_approval(request: Request, who: Annotated[Principal, Depends(c
     return ok({"approval": approval, "paused": paused, "tasks": tasks})
 
 
-@router.get("/approvals")
+@router.get("/approvals", response_model=S.ApprovalList)
 async def list_approvals(
     request: Request,
-    status: Annotated[str, Query(description="pending, approved, rejected, expired or all")] = "pending",
+    status: Annotated[ApprovalFilter, Query(description="an approval status, or all")] = "pending",
     traverser_id: Annotated[str | None, Query(max_length=200)] = None,
     limit: Annotated[int, Query(ge=1, le=1000)] = 100,
 ) -> Response:
     """The approval inbox: pending approvals, oldest first, unless ``status`` says otherwise."""
-    if status != "all" and status not in ApprovalStatus.__members__.values():
-        raise bad_request(f"status must be one of pending, approved, rejected, expired, all; not {status!r}")
     items = store_of(request).list_approvals(None if status == "all" else status, traverser_id, limit)
     return ok({"items": items})
 
 
-@router.get("/approvals/{approval_id}")
+@router.get("/approvals/{approval_id}", response_model=S.Approval)
 async def get_approval(request: Request, approval_id: str) -> Response:
     """One approval, with ``assignment`` (who may decide it, and its escalation) when it has one."""
     store = store_of(request)
@@ -390,6 +399,7 @@ async def get_approval(request: Request, approval_id: str) -> Response:
 
 @router.post(
     "/approvals/{approval_id}/decide",
+    response_model=S.Approval,
     openapi_extra=_doc({"decision": {"enum": sorted(DECISIONS)}, "response": _ANY}, ["decision"]),
 )
 async def decide(request: Request, approval_id: str, who: Annotated[Principal, Depends(caller)]) -> Response:
@@ -408,6 +418,7 @@ async def decide(request: Request, approval_id: str, who: Annotated[Principal, D
 @router.post(
     "/workers",
     status_code=201,
+    response_model=S.WorkerRegistered,
     openapi_extra=_doc(
         {"node_id": _STR, "version": _STR, "capacity": _integer(1)}, ["node_id", "version", "capacity"]
     ),
@@ -423,18 +434,19 @@ async def register_worker(request: Request) -> Response:
     return ok({**view, "lease_seconds": store.lease_seconds}, 201)
 
 
-@router.get("/workers")
+@router.get("/workers", response_model=S.WorkerList)
 async def list_workers(request: Request, limit: Annotated[int, Query(ge=1, le=1000)] = 100) -> Response:
     return ok({"items": store_of(request).list_workers(limit)})
 
 
-@router.get("/workers/{worker_id}")
+@router.get("/workers/{worker_id}", response_model=S.Worker)
 async def get_worker(request: Request, worker_id: str) -> Response:
     return ok(store_of(request).get_worker(worker_id))
 
 
 @router.post(
     "/workers/{worker_id}/claim",
+    response_model=S.Claimed,
     openapi_extra=_doc({"max": _integer(1, MAX_CLAIM), "wait_seconds": _number(_MAX_CLAIM_WAIT)}, ["max"]),
 )
 async def claim(request: Request, worker_id: str) -> Response:
@@ -506,7 +518,7 @@ def _announce(hub: Hub, tasks: list[dict[str, Any]]) -> None:
         hub.notify(traverser_key(task["traverser"]["id"]))
 
 
-@router.post("/workers/{worker_id}/release")
+@router.post("/workers/{worker_id}/release", response_model=S.WorkerReleased)
 async def release_worker(request: Request, worker_id: str) -> Response:
     """A stopping worker gives back whatever it still holds (attempts not charged)."""
     store = store_of(request)
@@ -519,6 +531,7 @@ async def release_worker(request: Request, worker_id: str) -> Response:
 
 @router.post(
     "/workers/{worker_id}/heartbeat",
+    response_model=S.Heartbeat,
     openapi_extra=_doc(
         {"leases": {"type": "array", "maxItems": MAX_LEASES}, "stats": {"type": "object"}}, []
     ),
@@ -547,7 +560,7 @@ async def heartbeat(request: Request, worker_id: str) -> Response:
 # -- scoped memory ----------------------------------------------------------------------------
 
 
-@router.get("/memory/{scope}/{key}")
+@router.get("/memory/{scope}/{key}", response_model=S.Memory)
 async def get_memory(
     request: Request,
     scope: str,
@@ -563,6 +576,7 @@ async def get_memory(
 
 @router.put(
     "/memory/{scope}/{key}",
+    response_model=S.MemorySaved,
     openapi_extra=_doc(
         {"value": _ANY, "expected_revision": _INT, "traverser_id": _STR, "epoch": _INT, "worker_id": _STR},
         ["value"],
@@ -585,7 +599,7 @@ async def put_memory(request: Request, scope: str, key: str) -> Response:
 # -- server ----------------------------------------------------------------------------------
 
 
-@router.get("/stats")
+@router.get("/stats", response_model=S.Stats)
 async def stats(request: Request) -> Response:
     """Request counts since start (the benchmark divides them by cycles), store commits of write
     functions, and the statement groups and statements the writer sent (PostgreSQL's pipelined

@@ -3,12 +3,13 @@ inbox shows them beside approvals). Permissions are enforced by ``_auth.RULES``.
 
 from __future__ import annotations
 
-from typing import Annotated, Any
+from typing import Annotated, Any, Literal, get_args
 
 from fastapi import APIRouter, Depends, Query, Request, Response
 
 from pyworkflow.store import WaitStatus
 
+from . import _schemas as S
 from ._auth import Principal, caller
 from ._body import Fields, read_json
 from ._errors import ApiError, bad_request
@@ -20,6 +21,10 @@ from ._routes import _doc, ok, service_of, store_of
 from ._service import HOOK_KINDS
 
 router = APIRouter(prefix="/api/v2")
+
+#: The deliveries' status filter, declared as an enum.
+DeliveryFilter = Literal["dead", "pending", "delivered"]
+assert set(get_args(DeliveryFilter)) == set(DELIVERY_STATUSES)
 
 
 def identity_of(request: Request) -> Identity:
@@ -33,6 +38,7 @@ def identity_of(request: Request) -> Identity:
 @router.post(
     "/tokens",
     status_code=201,
+    response_model=S.TokenCreated,
     openapi_extra=_doc(
         {"name": {"type": "string", "minLength": 1, "maxLength": MAX_NAME}, "role": _KEY}, ["name", "role"]
     ),
@@ -53,12 +59,12 @@ async def create_token(request: Request, who: Annotated[Principal, Depends(calle
     return ok({"token": raw, "info": info.as_json()}, 201)
 
 
-@router.get("/tokens")
+@router.get("/tokens", response_model=S.TokenList)
 async def list_tokens(request: Request) -> Response:
     return ok({"items": [t.as_json() for t in await identity_of(request).list_tokens()]})
 
 
-@router.post("/tokens/{token_id}/revoke")
+@router.post("/tokens/{token_id}/revoke", response_model=S.TokenRevoked)
 async def revoke_token(
     request: Request, token_id: str, who: Annotated[Principal, Depends(caller)]
 ) -> Response:
@@ -71,7 +77,7 @@ async def revoke_token(
     return ok({"revoked": revoked, "info": info.as_json()})
 
 
-@router.get("/audit")
+@router.get("/audit", response_model=S.AuditList)
 async def list_audit(
     request: Request,
     target: Annotated[str | None, Query(max_length=500)] = None,
@@ -84,16 +90,16 @@ async def list_audit(
 # -- notifications ------------------------------------------------------------------------------
 
 
-@router.get("/notifications")
+@router.get("/notifications", response_model=S.DeliveryList)
 async def list_notifications(
     request: Request,
-    status: Annotated[str, Query(description="dead (the dead-letter list), pending or delivered")] = "dead",
+    status: Annotated[
+        DeliveryFilter, Query(description="dead (the dead-letter list), pending or delivered")
+    ] = "dead",
     limit: Annotated[int, Query(ge=1, le=1000)] = 100,
 ) -> Response:
     """Deliveries of created-wait events to the configured endpoints, newest first: each with its
     attempts, next attempt and last error. ``dead`` ones exhausted their attempts."""
-    if status not in DELIVERY_STATUSES:
-        raise bad_request(f"status must be one of {', '.join(DELIVERY_STATUSES)}; not {status!r}")
     notifier: Notifier = request.app.state.notifier
     return ok({"items": notifier.list(status, limit)})
 
@@ -113,7 +119,7 @@ def _hook_view(wait: Any) -> dict[str, Any]:
     }
 
 
-@router.get("/hooks")
+@router.get("/hooks", response_model=S.HookList)
 async def list_hooks(request: Request, limit: Annotated[int, Query(ge=1, le=1000)] = 100) -> Response:
     """Pending pyworkflow hooks and step hooks in this server's database, oldest first."""
     waits = await store_of(request).pyworkflow.list_waits(
@@ -125,7 +131,9 @@ async def list_hooks(request: Request, limit: Annotated[int, Query(ge=1, le=1000
 _PAYLOAD = {"description": "any JSON value the hook's payload_schema accepts (as the body: 1 MiB, 64 levels)"}
 
 
-@router.post("/hooks/{hook_id}/resume", openapi_extra=_doc({"payload": _PAYLOAD}, []))
+@router.post(
+    "/hooks/{hook_id}/resume", response_model=S.HookResumed, openapi_extra=_doc({"payload": _PAYLOAD}, [])
+)
 async def resume_hook(request: Request, hook_id: str, who: Annotated[Principal, Depends(caller)]) -> Response:
     """Deliver ``payload`` to a pending hook (an operator's answer, authorized by role instead of
     the hook's token). The run continues on whatever pyworkflow runtime serves this database."""

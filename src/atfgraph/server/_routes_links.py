@@ -9,6 +9,7 @@ from typing import Annotated, Any
 
 from fastapi import APIRouter, Depends, Request, Response
 
+from . import _schemas as S
 from ._auth import Principal, caller
 from ._body import Fields, parse_object, read_raw
 from ._errors import ApiError
@@ -51,7 +52,9 @@ async def _mint(request: Request, who: Principal, kind: LinkKind, wait_id: str) 
     return {"link": link.as_json(), "url": link_url(request, link, secret), "secret": secret}
 
 
-@router.post("/approvals/{approval_id}/links", status_code=201, openapi_extra=_MINT)
+@router.post(
+    "/approvals/{approval_id}/links", status_code=201, response_model=S.LinkCreated, openapi_extra=_MINT
+)
 async def create_link(
     request: Request, approval_id: str, who: Annotated[Principal, Depends(caller)]
 ) -> Response:
@@ -63,20 +66,22 @@ async def create_link(
     return ok(minted, 201)
 
 
-@router.get("/approvals/{approval_id}/links")
+@router.get("/approvals/{approval_id}/links", response_model=S.LinkList)
 async def list_links(request: Request, approval_id: str) -> Response:
     """The decision links and webhooks of one wait (never their secrets)."""
     now = time.time()
     return ok({"items": [link.as_json(now) for link in await service_of(request).links_of(approval_id)]})
 
 
-@router.post("/links/{link_id}/revoke")
+@router.post("/links/{link_id}/revoke", response_model=S.LinkRevoked)
 async def revoke_link(request: Request, link_id: str, who: Annotated[Principal, Depends(caller)]) -> Response:
     """Revoke a decision link or a webhook: it no longer decides or resumes anything."""
     return ok({"link": (await service_of(request).revoke_link(who, link_id)).as_json()})
 
 
-@router.post("/waits/{wait_id}/webhooks", status_code=201, openapi_extra=_MINT)
+@router.post(
+    "/waits/{wait_id}/webhooks", status_code=201, response_model=S.WebhookCreated, openapi_extra=_MINT
+)
 async def create_webhook(
     request: Request, wait_id: str, who: Annotated[Principal, Depends(caller)]
 ) -> Response:
@@ -85,7 +90,7 @@ async def create_webhook(
     return ok(await _mint(request, who, LinkKind.WEBHOOK, wait_id), 201)
 
 
-@router.get("/waits/{wait_id}/webhooks")
+@router.get("/waits/{wait_id}/webhooks", response_model=S.LinkList)
 async def list_webhooks(request: Request, wait_id: str) -> Response:
     now = time.time()
     links = await service_of(request).links_of(wait_id, LinkKind.WEBHOOK)
@@ -94,6 +99,7 @@ async def list_webhooks(request: Request, wait_id: str) -> Response:
 
 @router.post(
     "/webhooks/{link_id}",
+    response_model=S.WebhookDelivered,
     openapi_extra=_doc({"decision": {"enum": ["approved", "rejected"]}, "response": {}, "payload": {}}, []),
 )
 async def deliver_webhook(request: Request, link_id: str) -> Response:

@@ -9,10 +9,11 @@ new attempt of a failed traverser (``Service.retry``); permissions in ``_auth.RU
 from __future__ import annotations
 
 from enum import StrEnum
-from typing import Annotated, Any
+from typing import Annotated
 
 from fastapi import APIRouter, Depends, Query, Request, Response
 
+from . import _schemas as S
 from ._auth import Principal, caller
 from ._routes import ok, service_of, store_of
 from ._runs_reads import RUN_PART_LIMIT, RUN_STATUSES
@@ -45,27 +46,8 @@ class RunStatusFilter(StrEnum):
 assert {s.value for s in RunStatusFilter} == set(RUN_STATUSES)
 assert RUN_PART_LIMIT == 1000  # as get_run's description says
 
-_ERROR = {
-    "description": "the one error shape",
-    "content": {
-        "application/json": {
-            "schema": {
-                "type": "object",
-                "properties": {
-                    "error": {
-                        "type": "object",
-                        "properties": {"code": {"type": "string"}, "message": {"type": "string"}},
-                    }
-                },
-            }
-        }
-    },
-}
-_LISTED: dict[int | str, dict[str, Any]] = {422: _ERROR}
-_ONE: dict[int | str, dict[str, Any]] = {404: _ERROR, 422: _ERROR}
 
-
-@router.get("/runs", responses=_LISTED)
+@router.get("/runs", response_model=S.RunList)
 async def list_runs(
     request: Request,
     kind: Annotated[
@@ -84,7 +66,7 @@ async def list_runs(
     return ok({"items": items})
 
 
-@router.get("/runs/{run_id}", responses=_ONE)
+@router.get("/runs/{run_id}", response_model=S.RunRecord)
 async def get_run(request: Request, run_id: str) -> Response:
     """One run of either kind: the run (with ``input``, ``result``, ``error``), its ``steps``,
     its ``waits`` (hooks, step hooks, timers, retries, approvals), its ``checkpoints`` (every
@@ -93,7 +75,7 @@ async def get_run(request: Request, run_id: str) -> Response:
     return ok(await store_of(request).get_run(run_id))
 
 
-@router.get("/inbox", responses=_LISTED)
+@router.get("/inbox", response_model=S.Inbox)
 async def inbox(request: Request, limit: Annotated[int, Query(ge=1, le=1000)] = 100) -> Response:
     """What people answer, in one list: pending approvals, pyworkflow hooks and step hooks,
     oldest first, each with its run's summary (``run``). An approval carries its ``prompt`` and
@@ -102,7 +84,7 @@ async def inbox(request: Request, limit: Annotated[int, Query(ge=1, le=1000)] = 
     return ok({"items": store_of(request).inbox(limit)})
 
 
-@router.post("/runs/{run_id}/retry")
+@router.post("/runs/{run_id}/retry", response_model=S.Traverser)
 async def retry(request: Request, run_id: str, who: Annotated[Principal, Depends(caller)]) -> Response:
     """A new attempt of a failed traverser, from its checkpoints (``409 invalid_state`` unless it
     failed; ``409 not_a_traverser`` for a pyworkflow run)."""
