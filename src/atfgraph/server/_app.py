@@ -31,7 +31,7 @@ from ._hub import Hub, node_key, traverser_key
 from ._identity import Identity
 from ._notify import Notifier, NotifySettings, check_endpoint
 from ._observe import HttpMetrics
-from ._openapi import install_limits
+from ._openapi import allowed_methods, install_limits
 from ._refusals import Refusal
 from ._routes import error_response, router, unavailable_response
 from ._routes_admin import router as admin_router
@@ -388,7 +388,11 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     async def httperror_response(request: Request, exc: StarletteHTTPException) -> Response:
         codes = {404: "not_found", 405: "method_not_allowed"}
         response = error_response(exc.status_code, codes.get(exc.status_code, "http_error"), str(exc.detail))
-        response.headers.update(exc.headers or {})  # a 405's Allow: the methods the path has
+        response.headers.update(exc.headers or {})
+        if exc.status_code == 405:  # Starlette names one route's methods; the path may have more
+            methods = allowed_methods(request.app, request.url.path)
+            if methods:
+                response.headers["Allow"] = ", ".join(methods)
         return response
 
     @app.exception_handler(Exception)

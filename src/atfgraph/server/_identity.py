@@ -34,6 +34,7 @@ import orjson
 from pyworkflow.store import GroupCommitWriter, Migration, load_migrations
 
 from .._credentials import CREDENTIALS_FILE
+from ._body import is_text
 
 log = logging.getLogger("atfgraph.server.identity")
 
@@ -265,8 +266,8 @@ class Identity:
         with it (its target becomes the new token's id)."""
         if not isinstance(name, str) or not name.strip() or len(name) > MAX_NAME:
             raise IdentityError(f"a token name is 1 to {MAX_NAME} characters")
-        if not name.isprintable():
-            raise IdentityError("a token name must not contain control characters")
+        if not is_text(name, blank=False):
+            raise IdentityError("a token name must not contain control or invisible characters")
         try:
             role_ = Role(role)
         except ValueError:

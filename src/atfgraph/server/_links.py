@@ -26,6 +26,7 @@ from typing import Any
 
 from pyworkflow.store import GroupCommitWriter
 
+from ._body import is_text
 from ._graph_rows import Conn, Row, _row, _rows
 from ._identity import AuditEntry, write_audit
 from ._refusals import Conflict, NotFound
@@ -152,8 +153,10 @@ def check_label(label: str | None) -> str | None:
     """A link's label (whom it was sent to, say), or ValueError."""
     if label is None:
         return None
-    if not isinstance(label, str) or len(label) > MAX_LABEL or not label.isprintable():
-        raise ValueError(f"a link's label is at most {MAX_LABEL} printable characters")
+    if not isinstance(label, str) or len(label) > MAX_LABEL or not is_text(label):
+        raise ValueError(
+            f"a link's label is at most {MAX_LABEL} characters, none of them control or invisible"
+        )
     return label.strip() or None
 
 

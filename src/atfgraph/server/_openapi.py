@@ -25,6 +25,7 @@ from fastapi.openapi.utils import get_openapi
 from .._json import MAX_BODY_BYTES, MAX_DEPTH
 from ._auth import PUBLIC, rule_for
 from ._body import MAX_INT, MAX_KEY, MAX_STEPS
+from ._body_schema import JSON_SCHEMAS
 from ._identity import ROLE_PERMISSIONS, Permission
 from ._schemas import ErrorBody
 
@@ -89,6 +90,7 @@ def install_limits(app: FastAPI, *, max_path_segment: int) -> None:
             error = ErrorBody.model_json_schema(ref_template="#/components/schemas/{model}")
             schemas.update(error.pop("$defs", {}))
             schemas["ErrorBody"] = error
+            schemas.update(JSON_SCHEMAS)
             components["securitySchemes"] = {
                 "bearerAuth": {
                     "type": "http",
@@ -106,6 +108,20 @@ def install_limits(app: FastAPI, *, max_path_segment: int) -> None:
         return app.openapi_schema
 
     app.openapi = openapi  # type: ignore[method-assign]
+
+
+def allowed_methods(app: FastAPI, path: str) -> list[str]:
+    """The methods the document lists for ``path`` (a 405's ``Allow`` header; empty for a path
+    it does not list). Starlette names the methods of one route only, and a path may be served
+    by several (GET and POST /api/v2/tokens)."""
+    table: list[tuple[re.Pattern[str], list[str]]] | None = getattr(app.state, "allow_table", None)
+    if table is None:
+        table = [
+            (re.compile(_TEMPLATE.sub("[^/]+", template)), [m.upper() for m in item])
+            for template, item in app.openapi().get("paths", {}).items()
+        ]
+        app.state.allow_table = table
+    return sorted({m for pattern, methods in table if pattern.fullmatch(path) for m in methods})
 
 
 def _bound_path_parameters(operation: dict[str, Any], max_path_segment: int) -> None:
@@ -133,6 +149,8 @@ def _declare_errors_and_security(path: str, method: str, operation: dict[str, An
         statuses.add(422)
     if any(p.get("in") == "path" for p in parameters):
         statuses.add(404)
+    if any(p.get("name") == "epoch" for p in parameters):
+        statuses.add(409)  # a read under a task lease: lease_lost
     if "requestBody" in operation:
         statuses |= {404, 413, 422}
     if method in ("post", "put"):
@@ -156,6 +174,7 @@ def _declare_errors_and_security(path: str, method: str, operation: dict[str, An
         if status in _HEADERS:
             answer["headers"] = _HEADERS[status]
         responses[str(status)] = answer
+    operation["responses"] = dict(sorted(responses.items()))
 
 
 def _needs(rule: Any) -> str:
@@ -167,4 +186,4 @@ def _needs(rule: Any) -> str:
     return f"**Authorization** ({rule.action}): bearerAuth with " + "; or ".join(parts) + "."
 
 
-__all__ = ["ERROR_STATUSES", "install_limits", "limits_text"]
+__all__ = ["ERROR_STATUSES", "allowed_methods", "install_limits", "limits_text"]

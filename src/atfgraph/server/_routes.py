@@ -9,12 +9,13 @@ from typing import Annotated, Any, Literal, get_args
 import orjson
 from fastapi import APIRouter, Depends, Query, Request, Response
 
-from .._json import MAX_BODY_BYTES, MAX_DEPTH, dumps_read
+from .._json import dumps_read
 from .._models import DECISIONS, ApprovalStatus, TraverserStatus
+from . import _body_schema as B
 from . import _schemas as S
-from ._assign import parse_assignees, parse_escalation, read_assignment
+from ._assign import ASSIGN_SCHEMA, ESCALATE_SCHEMA, parse_assignees, parse_escalation, read_assignment
 from ._auth import Principal, caller, under_lease
-from ._body import MAX_INT, MAX_KEY, MAX_MESSAGE, MAX_STEPS, Fields, error_info, read_json
+from ._body import Fields, error_info, read_json
 from ._errors import RETRY_AFTER_SECONDS, ApiError, bad_request
 from ._hub import Hub, node_key, traverser_key
 from ._refusals import Refusal
@@ -35,6 +36,9 @@ MAX_LEASES = 10_000
 ApprovalFilter = Literal["pending", "approved", "rejected", "expired", "all"]
 assert set(get_args(ApprovalFilter)) == {s.value for s in ApprovalStatus} | {"all"}
 _WAIT_FOR_DOC = "statuses to wait for, comma-separated, or 'terminal'"
+_WAIT_FOR_WORD = "(" + "|".join([*(s.value for s in TraverserStatus), "terminal"]) + ")"
+#: What ``_parse_statuses`` reads: statuses (or terminal), comma-separated, spaces around each.
+WAIT_FOR_PATTERN = f"^( *{_WAIT_FOR_WORD} *(, *{_WAIT_FOR_WORD} *)*)?$"
 
 
 def ok(value: Any, status: int = 200) -> Response:
@@ -54,45 +58,17 @@ def unavailable_response(exc: ApiError) -> Response:
     return response
 
 
-#: What every request body is held to (``_body.read_json``), said in each body's description.
-BODY_LIMITS = (
-    f"A JSON object of at most {MAX_BODY_BYTES} bytes (1 MiB; more is 413 payload_too_large), "
-    f"nested at most {MAX_DEPTH} levels deep (deeper is 400 json_too_deep). Integers in any value "
-    "are kept exactly from -2**63 to 2**64-1 and numbers must fit a 64-bit float (else 422 "
-    "validation_error); integer fields are at most 2147483647."
-)
-
-
-def _doc(properties: dict[str, Any], required: list[str]) -> dict[str, Any]:
-    """An OpenAPI request body for a hand-read JSON object, with the limits it is read under."""
-    schema = {"type": "object", "properties": properties, "required": required}
-    return {
-        "requestBody": {
-            "required": True,
-            "description": BODY_LIMITS,
-            "content": {"application/json": {"schema": schema}},
-        }
-    }
-
-
-def _number(maximum: float) -> dict[str, Any]:
-    return {"type": "number", "minimum": 0, "maximum": maximum}
-
-
-def _integer(minimum: int = 0, maximum: int = MAX_INT) -> dict[str, Any]:
-    return {"type": "integer", "minimum": minimum, "maximum": maximum}
-
-
-_ANY: dict[str, Any] = {}
-#: An identifier field (``Fields.key``): non-empty, at most MAX_KEY characters, no NUL.
-_STR = {"type": "string", "minLength": 1, "maxLength": MAX_KEY}
-_INT = _integer()
-_STEPS = {"type": "array", "maxItems": MAX_STEPS, "items": {"type": "object"}}
-_ERROR = {
-    "type": "object",
-    "properties": {"code": _STR, "message": {"type": "string", "maxLength": MAX_MESSAGE}},
-    "required": ["code", "message"],
-}
+# The body schemas' building blocks (``_body_schema``), under the names the routes use.
+_doc = B.body
+_number = B.number
+_integer = B.integer
+_ANY = B.JSON
+_STR = B.KEY
+_INT = B.INT
+_STEPS = B.STEPS
+_ERROR = B.ERROR
+#: The lease rules of a write on the traverser its path names.
+_PATH_LEASE = B.lease_rules(None)
 
 
 def store_of(request: Request) -> GraphStore:
@@ -119,10 +95,10 @@ def service_of(request: Request) -> Service:
     response_model=S.Traverser,
     openapi_extra=_doc(
         {
-            "target": _STR,
-            "input": {"type": "object"},
+            "target": {**_STR, "pattern": "^[^.\\u0000]+\\.[^\\u0000]+$", "description": "node.skill"},
+            "input": {"type": "object", "additionalProperties": _ANY},
             "max_attempts": _integer(1, MAX_ATTEMPTS),
-            "wait_for": _STR,
+            "wait_for": {**_STR, "pattern": WAIT_FOR_PATTERN},
             "wait_seconds": _number(MAX_CLIENT_WAIT),
             "idempotency_key": _STR,
             "parent_id": _STR,
@@ -130,6 +106,7 @@ def service_of(request: Request) -> Service:
             "worker_id": _STR,
         },
         ["target"],
+        B.lease_rules("parent_id"),
     ),
 )
 async def submit(request: Request, who: Annotated[Principal, Depends(caller)]) -> Response:
@@ -173,7 +150,9 @@ async def list_traversers(
 async def get_traverser(
     request: Request,
     traverser_id: str,
-    wait_for: Annotated[str | None, Query(max_length=200, description=_WAIT_FOR_DOC)] = None,
+    wait_for: Annotated[
+        str | None, Query(max_length=200, pattern=WAIT_FOR_PATTERN, description=_WAIT_FOR_DOC)
+    ] = None,
     timeout: Annotated[float, Query(ge=0.0, le=MAX_CLIENT_WAIT)] = 0.0,
 ) -> Response:
     """One traverser. With ``wait_for``, a long poll: answers as soon as the status is one of
@@ -206,7 +185,7 @@ def _parse_statuses(raw: str | None) -> set[str]:
         return set()
     wanted: set[str] = set()
     for part in raw.split(","):
-        part = part.strip()
+        part = part.strip(" ")
         if part == "terminal":
             wanted |= {s.value for s in TraverserStatus if s.is_terminal}
         elif part in TraverserStatus.__members__.values():
@@ -239,7 +218,7 @@ _NEXT_CLAIM = {
 @router.post(
     "/traversers/{traverser_id}/complete",
     response_model=S.Reported,
-    openapi_extra=_doc({**_LEASED, "result": _ANY, "claim": _NEXT_CLAIM}, ["epoch"]),
+    openapi_extra=_doc({**_LEASED, "result": _ANY, "claim": _NEXT_CLAIM}, ["epoch"], _PATH_LEASE),
 )
 async def complete(request: Request, traverser_id: str) -> Response:
     """A worker reports the handler's result (under its lease)."""
@@ -255,7 +234,9 @@ async def complete(request: Request, traverser_id: str) -> Response:
 @router.post(
     "/traversers/{traverser_id}/fail",
     response_model=S.Reported,
-    openapi_extra=_doc({**_LEASED, "error": _ERROR, "retryable": {"type": "boolean"}}, ["epoch", "error"]),
+    openapi_extra=_doc(
+        {**_LEASED, "error": _ERROR, "retryable": {"type": "boolean"}}, ["epoch", "error"], _PATH_LEASE
+    ),
 )
 async def fail(request: Request, traverser_id: str) -> Response:
     """A worker reports the handler's error; retried while attempts remain if ``retryable``."""
@@ -271,7 +252,9 @@ async def fail(request: Request, traverser_id: str) -> Response:
 
 
 @router.post(
-    "/traversers/{traverser_id}/release", response_model=S.Reported, openapi_extra=_doc(_LEASED, ["epoch"])
+    "/traversers/{traverser_id}/release",
+    response_model=S.Reported,
+    openapi_extra=_doc(_LEASED, ["epoch"], _PATH_LEASE),
 )
 async def release(request: Request, traverser_id: str) -> Response:
     """A stopping worker gives a lease back; the attempt is not charged."""
@@ -306,7 +289,9 @@ async def get_checkpoint(
 @router.put(
     "/traversers/{traverser_id}/checkpoints/{name}",
     response_model=S.CheckpointSaved,
-    openapi_extra=_doc({**_LEASED, "value": _ANY, "expected_revision": _INT}, ["epoch", "value"]),
+    openapi_extra=_doc(
+        {**_LEASED, "value": B.PRESENT, "expected_revision": _INT}, ["epoch", "value"], _PATH_LEASE
+    ),
 )
 async def put_checkpoint(request: Request, traverser_id: str, name: str) -> Response:
     """Save a checkpoint under the task lease; ``expected_revision`` 0 creates only if absent."""
@@ -336,16 +321,20 @@ async def put_checkpoint(request: Request, traverser_id: str, name: str) -> Resp
             **_LEASED,
             "traverser_id": _STR,
             "operation_key": _STR,
-            "prompt": _ANY,
+            "prompt": B.PRESENT,
             "checkpoint": _ANY,
             "expires_in_seconds": _number(MAX_EXPIRY_SECONDS),
             "pause": {"type": "boolean"},
             "claim": _NEXT_CLAIM,
-            "response_schema": {"type": "object"},
-            "assign_to": {"type": "object"},
-            "escalate": {"type": "object"},
+            "response_schema": {
+                "type": "object",
+                "description": "a JSON Schema (Draft 2020-12) an approving response must match",
+            },
+            "assign_to": ASSIGN_SCHEMA,
+            "escalate": ESCALATE_SCHEMA,
         },
         ["traverser_id", "operation_key", "prompt"],
+        B.lease_rules("traverser_id", paired=False),
     ),
 )
 async def request_approval(request: Request, who: Annotated[Principal, Depends(caller)]) -> Response:
@@ -533,7 +522,15 @@ async def release_worker(request: Request, worker_id: str) -> Response:
     "/workers/{worker_id}/heartbeat",
     response_model=S.Heartbeat,
     openapi_extra=_doc(
-        {"leases": {"type": "array", "maxItems": MAX_LEASES}, "stats": {"type": "object"}}, []
+        {
+            "leases": {
+                "type": "array",
+                "maxItems": MAX_LEASES,
+                "items": B.obj({"id": _STR, "epoch": _INT}, ["id", "epoch"]),
+            },
+            "stats": {"type": "object", "additionalProperties": _ANY},
+        },
+        [],
     ),
 )
 async def heartbeat(request: Request, worker_id: str) -> Response:
@@ -578,8 +575,15 @@ async def get_memory(
     "/memory/{scope}/{key}",
     response_model=S.MemorySaved,
     openapi_extra=_doc(
-        {"value": _ANY, "expected_revision": _INT, "traverser_id": _STR, "epoch": _INT, "worker_id": _STR},
+        {
+            "value": B.PRESENT,
+            "expected_revision": _INT,
+            "traverser_id": _STR,
+            "epoch": _INT,
+            "worker_id": _STR,
+        },
         ["value"],
+        B.lease_rules("traverser_id"),
     ),
 )
 async def put_memory(request: Request, scope: str, key: str) -> Response:

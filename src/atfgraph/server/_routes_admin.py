@@ -11,12 +11,12 @@ from pyworkflow.store import WaitStatus
 
 from . import _schemas as S
 from ._auth import Principal, caller
-from ._body import Fields, read_json
+from ._body import NAME_PATTERN, Fields, read_json
+from ._body_schema import JSON, text
 from ._errors import ApiError, bad_request
-from ._identity import MAX_NAME, AuditEntry, Identity, IdentityError
+from ._identity import MAX_NAME, AuditEntry, Identity, IdentityError, Role
 from ._notify import DELIVERY_STATUSES, Notifier
 from ._refusals import NotFound
-from ._routes import _STR as _KEY
 from ._routes import _doc, ok, service_of, store_of
 from ._service import HOOK_KINDS
 
@@ -40,7 +40,8 @@ def identity_of(request: Request) -> Identity:
     status_code=201,
     response_model=S.TokenCreated,
     openapi_extra=_doc(
-        {"name": {"type": "string", "minLength": 1, "maxLength": MAX_NAME}, "role": _KEY}, ["name", "role"]
+        {"name": {**text(MAX_NAME, 1), "pattern": NAME_PATTERN}, "role": {"enum": [r.value for r in Role]}},
+        ["name", "role"],
     ),
 )
 async def create_token(request: Request, who: Annotated[Principal, Depends(caller)]) -> Response:
@@ -128,7 +129,10 @@ async def list_hooks(request: Request, limit: Annotated[int, Query(ge=1, le=1000
     return ok({"items": [_hook_view(w) for w in waits]})
 
 
-_PAYLOAD = {"description": "any JSON value the hook's payload_schema accepts (as the body: 1 MiB, 64 levels)"}
+_PAYLOAD = {
+    **JSON,
+    "description": "any JSON value the hook's payload_schema accepts (as the body: 1 MiB, 64 levels)",
+}
 
 
 @router.post(

@@ -12,9 +12,10 @@ from fastapi import APIRouter, Depends, Request, Response
 from . import _schemas as S
 from ._auth import Principal, caller
 from ._body import Fields, parse_object, read_raw
+from ._body_schema import JSON, number, text
 from ._errors import ApiError
 from ._identity import Identity
-from ._links import Link, LinkKind
+from ._links import MAX_LABEL, MAX_LINK_SECONDS, Link, LinkKind
 from ._routes import _doc, ok, service_of
 
 router = APIRouter(prefix="/api/v2")
@@ -23,7 +24,7 @@ router = APIRouter(prefix="/api/v2")
 TIMESTAMP_HEADER = "x-atfg-timestamp"
 SIGNATURE_HEADER = "x-atfg-signature"
 
-_MINT = _doc({"expires_in_seconds": {"type": "number"}, "label": {"type": "string"}}, [])
+_MINT = _doc({"expires_in_seconds": number(MAX_LINK_SECONDS, positive=True), "label": text(MAX_LABEL)}, [])
 
 
 def public_url(request: Request) -> str:
@@ -100,7 +101,9 @@ async def list_webhooks(request: Request, wait_id: str) -> Response:
 @router.post(
     "/webhooks/{link_id}",
     response_model=S.WebhookDelivered,
-    openapi_extra=_doc({"decision": {"enum": ["approved", "rejected"]}, "response": {}, "payload": {}}, []),
+    openapi_extra=_doc(
+        {"decision": {"enum": ["approved", "rejected"]}, "response": JSON, "payload": JSON}, []
+    ),
 )
 async def deliver_webhook(request: Request, link_id: str) -> Response:
     """Resume the webhook's wait. Signed, not bearer-authenticated: ``X-Atfg-Timestamp`` (Unix
