@@ -15,9 +15,10 @@ from . import _body_schema as B
 from . import _schemas as S
 from ._assign import ASSIGN_SCHEMA, ESCALATE_SCHEMA, parse_assignees, parse_escalation, read_assignment
 from ._auth import Principal, caller, under_lease
-from ._body import Fields, error_info, read_json
+from ._body import MAX_KEY, Fields, error_info, read_json
 from ._errors import RETRY_AFTER_SECONDS, ApiError, bad_request
 from ._hub import Hub, node_key, traverser_key
+from ._paging import After, Limit, decode, page
 from ._refusals import Refusal
 from ._service import Service
 from ._store import GraphStore
@@ -35,6 +36,9 @@ MAX_LEASES = 10_000
 #: The approval inbox's status filter: a status, or every one.
 ApprovalFilter = Literal["pending", "approved", "rejected", "expired", "all"]
 assert set(get_args(ApprovalFilter)) == {s.value for s in ApprovalStatus} | {"all"}
+#: The time range of a listing (Unix seconds, UTC).
+CreatedAfter = Annotated[float | None, Query(ge=0, description="created at or after (Unix seconds)")]
+CreatedBefore = Annotated[float | None, Query(ge=0, description="created before (Unix seconds)")]
 _WAIT_FOR_DOC = "statuses to wait for, comma-separated, or 'terminal'"
 _WAIT_FOR_WORD = "(" + "|".join([*(s.value for s in TraverserStatus), "terminal"]) + ")"
 #: What ``_parse_statuses`` reads: statuses (or terminal), comma-separated, spaces around each.
@@ -140,10 +144,13 @@ async def submit(request: Request, who: Annotated[Principal, Depends(caller)]) -
 async def list_traversers(
     request: Request,
     status: Annotated[TraverserStatus, Query()] = TraverserStatus.WAITING,
-    limit: Annotated[int, Query(ge=1, le=1000)] = 100,
+    limit: Limit = 100,
+    after: After = None,
 ) -> Response:
-    """Traversers in one status, newest first (``atfg ps`` shows ``waiting`` ones)."""
-    return ok({"items": store_of(request).list_traversers(status.value, limit)})
+    """Traversers in one status, newest first (``atfg ps`` shows ``waiting`` ones), a page at a
+    time (``next_cursor``)."""
+    items = store_of(request).list_traversers(status.value, limit + 1, decode("traversers", after))
+    return ok(page("traversers", items, limit))
 
 
 @router.get("/traversers/{traverser_id}", response_model=S.Traverser)
@@ -370,11 +377,24 @@ async def list_approvals(
     request: Request,
     status: Annotated[ApprovalFilter, Query(description="an approval status, or all")] = "pending",
     traverser_id: Annotated[str | None, Query(max_length=200)] = None,
-    limit: Annotated[int, Query(ge=1, le=1000)] = 100,
+    operation_key: Annotated[str | None, Query(max_length=MAX_KEY)] = None,
+    created_after: CreatedAfter = None,
+    created_before: CreatedBefore = None,
+    limit: Limit = 100,
+    after: After = None,
 ) -> Response:
-    """The approval inbox: pending approvals, oldest first, unless ``status`` says otherwise."""
-    items = store_of(request).list_approvals(None if status == "all" else status, traverser_id, limit)
-    return ok({"items": items})
+    """The approval inbox: pending approvals, oldest first, unless ``status`` says otherwise; of
+    one traverser and operation key, and created in a time range, when asked; a page at a time."""
+    items = store_of(request).list_approvals(
+        None if status == "all" else status,
+        traverser_id,
+        limit + 1,
+        operation_key=operation_key,
+        created_after=created_after,
+        created_before=created_before,
+        after=decode("approvals", after),
+    )
+    return ok(page("approvals", items, limit))
 
 
 @router.get("/approvals/{approval_id}", response_model=S.Approval)
@@ -424,8 +444,10 @@ async def register_worker(request: Request) -> Response:
 
 
 @router.get("/workers", response_model=S.WorkerList)
-async def list_workers(request: Request, limit: Annotated[int, Query(ge=1, le=1000)] = 100) -> Response:
-    return ok({"items": store_of(request).list_workers(limit)})
+async def list_workers(request: Request, limit: Limit = 100, after: After = None) -> Response:
+    """Registered workers, newest first, a page at a time."""
+    items = store_of(request).list_workers(limit + 1, decode("workers", after))
+    return ok(page("workers", items, limit, ("registered_at", "id")))
 
 
 @router.get("/workers/{worker_id}", response_model=S.Worker)

@@ -15,7 +15,9 @@ from fastapi import APIRouter, Depends, Query, Request, Response
 
 from . import _schemas as S
 from ._auth import Principal, caller
-from ._routes import ok, service_of, store_of
+from ._body import MAX_KEY
+from ._paging import After, Limit, decode, page
+from ._routes import CreatedAfter, CreatedBefore, ok, service_of, store_of
 from ._runs_reads import RUN_PART_LIMIT, RUN_STATUSES
 
 router = APIRouter(prefix="/api/v2")
@@ -54,16 +56,36 @@ async def list_runs(
         RunKind, Query(description="all, workflow (pyworkflow's own) or traverser")
     ] = RunKind.ALL,
     status: Annotated[
-        RunStatusFilter | None,
-        Query(description="the engine's status, or a traverser's API name (queued, waiting, succeeded)"),
+        list[RunStatusFilter] | None,
+        Query(
+            description="the engine's status, or a traverser's API name (queued, waiting, succeeded); "
+            "repeat it for several",
+            max_length=len(RunStatusFilter),
+        ),
     ] = None,
-    limit: Annotated[int, Query(ge=1, le=1000)] = 100,
+    target: Annotated[str | None, Query(max_length=MAX_KEY, description="a workflow, or node.skill")] = None,
+    id_prefix: Annotated[
+        str | None, Query(min_length=1, max_length=200, description="ids starting so")
+    ] = None,
+    created_after: CreatedAfter = None,
+    created_before: CreatedBefore = None,
+    limit: Limit = 100,
+    after: After = None,
 ) -> Response:
     """Every run in this database, newest first: pyworkflow's own runs (``kind: workflow``) and
     traversers (``kind: traverser``, with ``target``, ``node_id``, ``attempt``, ``max_attempts`` and
     ``traverser_status``, the API's name of its status). ``status`` is the engine's status."""
-    items = store_of(request).list_runs(kind.value, None if status is None else status.value, limit)
-    return ok({"items": items})
+    items = store_of(request).list_runs(
+        kind.value,
+        [s.value for s in status or ()],
+        limit + 1,
+        target=target,
+        id_prefix=id_prefix,
+        created_after=created_after,
+        created_before=created_before,
+        after=decode("runs", after),
+    )
+    return ok(page("runs", items, limit))
 
 
 @router.get("/runs/{run_id}", response_model=S.RunRecord)
@@ -76,12 +98,12 @@ async def get_run(request: Request, run_id: str) -> Response:
 
 
 @router.get("/inbox", response_model=S.Inbox)
-async def inbox(request: Request, limit: Annotated[int, Query(ge=1, le=1000)] = 100) -> Response:
+async def inbox(request: Request, limit: Limit = 100, after: After = None) -> Response:
     """What people answer, in one list: pending approvals, pyworkflow hooks and step hooks,
     oldest first, each with its run's summary (``run``). An approval carries its ``prompt`` and
     ``checkpoint``; a hook its ``payload_schema``. Decide with ``POST /approvals/{id}/decide``,
     resume with ``POST /hooks/{id}/resume``."""
-    return ok({"items": store_of(request).inbox(limit)})
+    return ok(page("inbox", store_of(request).inbox(limit + 1, after=decode("inbox", after)), limit))
 
 
 @router.post("/runs/{run_id}/retry", response_model=S.Traverser)

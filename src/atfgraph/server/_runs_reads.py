@@ -11,7 +11,7 @@ Statements are read-only and live here, apart from the graph store's transitions
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any, TypeVar
 
 from pyworkflow.store import RunStatus, WaitKind
@@ -19,6 +19,7 @@ from pyworkflow.store import RunStatus, WaitKind
 from .._json import fragment
 from ._graph_rows import Conn, Row, _row, _rows
 from ._graph_sql import ENGINE_STATUS
+from ._paging import Key, keyset
 from ._refusals import NotFound
 
 T = TypeVar("T")
@@ -40,10 +41,11 @@ _RUN_SUMMARY = """
 SELECT r.id, r.workflow, r.node_id, r.version, r.status, r.attempt, r.max_attempts, r.waiting_on,
        r.error, r.created_at, r.updated_at, r.finished_at
 """
-#: Every run newest first, under the conditions given (``{where}``: kind, status). With a status:
-#: runs_by_status (status, created_at) walked backwards; without: runs_by_created. The kind is a
-#: condition on the row (node_id), so LIMIT counts only matching runs.
-SQL_RUNS = _RUN_SUMMARY + "FROM runs r WHERE 1 = 1{where} ORDER BY r.created_at DESC LIMIT ?"
+#: Every run newest first (then by id, the cursor's tie-break), under the conditions given
+#: (``{where}``: kind, status, target, id prefix, time, the cursor; ``{order}``). With a status:
+#: runs_by_status (status, created_at) walked backwards; without: runs_by_created. The other
+#: conditions are on the row, so LIMIT counts only matching runs.
+SQL_RUNS = _RUN_SUMMARY + "FROM runs r WHERE 1 = 1{where}{order} LIMIT ?"
 #: The kind conditions of a listing.
 KIND_WHERE = {"all": "", "workflow": " AND r.node_id IS NULL", "traverser": " AND r.node_id IS NOT NULL"}
 #: One run of either kind, with its input, result and error (primary key).
@@ -65,7 +67,9 @@ SQL_RUN_CHECKPOINTS = """
 SELECT scope, name, value, revision, updated_at FROM checkpoints
 WHERE run_id = ? ORDER BY scope, name LIMIT ?
 """
-#: The inbox: pending approvals, hooks and step hooks oldest first, each with its run's summary.
+#: The inbox: pending approvals, hooks and step hooks oldest first (then by id, the cursor's
+#: tie-break; ``{where}`` is the cursor's condition and ``{kinds}`` narrows it to hooks for
+#: GET /hooks), each with its run's summary.
 #: waits_inbox (created_at, partial on exactly these conditions) walked in order and bounded by
 #: LIMIT; each run is a primary key lookup. The kinds are written as every kind but the two a
 #: deadline ends (timer, retry; INBOX_KINDS are the rest, a unit test keeps them so): an IN list
@@ -75,9 +79,10 @@ SELECT w.id, w.run_id, w.wait_key, w.kind, w.name, w.step_key, w.created_at, w.e
        w.payload_schema, w.prompt, w.checkpoint,
        r.workflow, r.node_id, r.status AS run_status, r.attempt, r.max_attempts
 FROM waits w JOIN runs r ON r.id = w.run_id
-WHERE w.status = 'pending' AND w.kind NOT IN ('timer', 'retry')
-ORDER BY w.created_at LIMIT ?
+WHERE w.status = 'pending' AND w.kind NOT IN ('timer', 'retry'){kinds}{where}{order} LIMIT ?
 """
+#: The hook kinds, as a condition of SQL_INBOX.
+HOOKS_ONLY = " AND w.kind IN ('hook', 'step_hook')"
 
 
 def engine_status(status: str) -> str:
@@ -215,16 +220,45 @@ class RunsReads:
     def _read1(self, fn: Callable[[Conn], T]) -> T:
         raise NotImplementedError
 
-    def list_runs(self, kind: str, status: str | None, limit: int) -> list[dict[str, Any]]:
-        """Runs of ``kind`` (all, workflow, traverser), in ``status`` (the engine's or the API's
-        name; None: any), newest first."""
+    def list_runs(
+        self,
+        kind: str,
+        status: str | Sequence[str] | None,
+        limit: int,
+        *,
+        target: str | None = None,
+        id_prefix: str | None = None,
+        created_after: float | None = None,
+        created_before: float | None = None,
+        after: Key | None = None,
+    ) -> list[dict[str, Any]]:
+        """Runs of ``kind`` (all, workflow, traverser), in ``status`` (one or several, the
+        engine's or the API's names; None: any), of ``target`` (a workflow's name or a
+        traverser's node.skill), whose id starts with ``id_prefix``, created in the time range
+        given, newest first, after the cursor's ``(created_at, id)``."""
         where = KIND_WHERE[kind]
         params: list[Any] = []
-        if status is not None:
-            where += " AND r.status = ?"
-            params.append(engine_status(status))
-        sql = SQL_RUNS.format(where=where)
-        return [run_summary(r) for r in self._read1(lambda c: _rows(c, sql, [*params, limit]))]
+        statuses = list(
+            dict.fromkeys(engine_status(s) for s in ([status] if isinstance(status, str) else status or ()))
+        )
+        if statuses:
+            where += " AND r.status IN (" + ", ".join("?" * len(statuses)) + ")"
+            params += statuses
+        if target is not None:
+            where += " AND r.workflow = ?"
+            params.append(target)
+        if id_prefix is not None:
+            where += " AND r.id LIKE ? ESCAPE '!'"
+            params.append(id_prefix.replace("!", "!!").replace("%", "!%").replace("_", "!_") + "%")
+        if created_after is not None:
+            where += " AND r.created_at >= ?"
+            params.append(created_after)
+        if created_before is not None:
+            where += " AND r.created_at < ?"
+            params.append(created_before)
+        cond, more, order = keyset(("r.created_at", "r.id"), True, after)
+        sql = SQL_RUNS.format(where=where + cond, order=order)
+        return [run_summary(r) for r in self._read1(lambda c: _rows(c, sql, [*params, *more, limit]))]
 
     async def get_run(self, run_id: str) -> dict[str, Any]:
         """One run of either kind with its steps, waits, checkpoints (one snapshot) and event log
@@ -263,6 +297,11 @@ class RunsReads:
             record["truncated"].append("events")
         return record
 
-    def inbox(self, limit: int) -> list[dict[str, Any]]:
-        """Pending approvals, hooks and step hooks together, oldest first, with their runs."""
-        return [inbox_item(r) for r in self._read1(lambda c: _rows(c, SQL_INBOX, (limit,)))]
+    def inbox(
+        self, limit: int, *, after: Key | None = None, hooks_only: bool = False
+    ) -> list[dict[str, Any]]:
+        """Pending approvals, hooks and step hooks together (``hooks_only``: hooks and step
+        hooks), oldest first, with their runs, after the cursor's ``(created_at, id)``."""
+        cond, params, order = keyset(("w.created_at", "w.id"), False, after)
+        sql = SQL_INBOX.format(kinds=HOOKS_ONLY if hooks_only else "", where=cond, order=order)
+        return [inbox_item(r) for r in self._read1(lambda c: _rows(c, sql, (*params, limit)))]
