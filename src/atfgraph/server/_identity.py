@@ -35,6 +35,7 @@ from pyworkflow.store import GroupCommitWriter, Migration, load_migrations
 
 from .._credentials import CREDENTIALS_FILE
 from ._body import is_text
+from ._stamps import iso, stamped
 
 log = logging.getLogger("atfgraph.server.identity")
 
@@ -97,7 +98,7 @@ class TokenInfo:
     revoked_at: float | None
 
     def as_json(self) -> dict[str, Any]:
-        return {
+        view = {
             "id": self.id,
             "name": self.name,
             "role": self.role.value,
@@ -106,6 +107,7 @@ class TokenInfo:
             "last_used_at": self.last_used_at,
             "revoked_at": self.revoked_at,
         }
+        return stamped(view, "created_at", "last_used_at", "revoked_at")
 
 
 class IdentityError(ValueError):
@@ -428,6 +430,7 @@ class Identity:
             {
                 "id": r[0],
                 "at": r[1],
+                "at_iso": iso(r[1]),
                 "principal": r[2],
                 "role": r[3],
                 "action": r[4],

@@ -30,6 +30,7 @@ from ._body import is_text
 from ._graph_rows import Conn, Row, _row, _rows
 from ._identity import AuditEntry, write_audit
 from ._refusals import Conflict, NotFound
+from ._stamps import stamped
 
 
 class LinkKind(StrEnum):
@@ -127,7 +128,7 @@ class Link:
         return f"{'link' if self.kind is LinkKind.PAGE else 'webhook'}:{self.id}"
 
     def as_json(self, now: float | None = None) -> dict[str, Any]:
-        return {
+        view = {
             "id": self.id,
             "kind": self.kind.value,
             "wait_id": self.wait_id,
@@ -140,6 +141,7 @@ class Link:
             "decision": self.decision,
             "revoked_at": self.revoked_at,
         }
+        return stamped(view, "created_at", "expires_at", "used_at", "revoked_at")
 
 
 def _link(row: Row) -> Link:

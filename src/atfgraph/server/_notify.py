@@ -34,6 +34,7 @@ from pyworkflow.store import GroupCommitWriter
 from ._errors import database_unavailable
 from ._graph_rows import Conn, _row, _rows
 from ._paging import Key, keyset
+from ._stamps import stamped
 
 log = logging.getLogger("atfgraph.server")
 
@@ -96,7 +97,8 @@ def check_endpoint(url: str) -> str:
 
 
 def delivery_view(row: Any) -> dict[str, Any]:
-    return {name: row[name] for name in _DELIVERY_COLUMNS.split(", ")}
+    view = {name: row[name] for name in _DELIVERY_COLUMNS.split(", ")}
+    return stamped(view, "next_at", "created_at", "delivered_at")
 
 
 def backoff(settings: NotifySettings, attempts: int) -> float:

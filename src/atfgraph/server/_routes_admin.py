@@ -136,7 +136,9 @@ def _hook_view(item: dict[str, Any]) -> dict[str, Any]:
         "name": item["name"],
         "step_key": item["step_key"],
         "created_at": item["created_at"],
+        "created_at_iso": item["created_at_iso"],
         "expires_at": item["expires_at"],
+        "expires_at_iso": item["expires_at_iso"],
     }
 
 

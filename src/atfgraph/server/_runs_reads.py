@@ -21,6 +21,7 @@ from ._graph_rows import Conn, Row, _row, _rows
 from ._graph_sql import ENGINE_STATUS
 from ._paging import Key, keyset
 from ._refusals import NotFound
+from ._stamps import iso, stamped
 
 T = TypeVar("T")
 
@@ -103,6 +104,7 @@ def run_summary(row: Row) -> dict[str, Any]:
         "updated_at": row["updated_at"],
         "finished_at": row["finished_at"],
     }
+    stamped(view, "created_at", "updated_at", "finished_at")
     if kind == "traverser":
         view.update(
             target=row["workflow"],
@@ -117,7 +119,7 @@ def run_summary(row: Row) -> dict[str, Any]:
 
 
 def _step(row: Row) -> dict[str, Any]:
-    return {
+    view = {
         "key": row["step_key"],
         "status": row["status"],
         "attempt": row["attempt"],
@@ -128,6 +130,7 @@ def _step(row: Row) -> dict[str, Any]:
         "delivered": row["delivered"],
         "updated_at": row["updated_at"],
     }
+    return stamped(view, "updated_at")
 
 
 def _wait(row: Row) -> dict[str, Any]:
@@ -143,6 +146,7 @@ def _wait(row: Row) -> dict[str, Any]:
         "resolved_at": row["resolved_at"],
         "payload": fragment(row["payload"]),
     }
+    stamped(view, "created_at", "expires_at", "resolved_at")
     if row["kind"] == WaitKind.APPROVAL.value:
         view.update(
             prompt=fragment(row["prompt"]),
@@ -156,13 +160,14 @@ def _wait(row: Row) -> dict[str, Any]:
 
 
 def _checkpoint(row: Row) -> dict[str, Any]:
-    return {
+    view = {
         "scope": row["scope"],
         "name": row["name"],
         "value": fragment(row["value"]),
         "revision": row["revision"],
         "updated_at": row["updated_at"],
     }
+    return stamped(view, "updated_at")
 
 
 def inbox_item(row: Row) -> dict[str, Any]:
@@ -192,6 +197,7 @@ def inbox_item(row: Row) -> dict[str, Any]:
         "expires_at": row["expires_at"],
         "run": run,
     }
+    stamped(item, "created_at", "expires_at")
     if row["kind"] == WaitKind.APPROVAL.value:
         item.update(
             prompt=fragment(row["prompt"]),
@@ -290,7 +296,14 @@ class RunsReads:
         record = self._read(fn)
         events = await self.pyworkflow.get_events(run_id, limit=n)
         record["events"] = [
-            {"seq": e.seq, "at": e.at, "type": e.type, "key": e.key, "data": fragment(e.data)}
+            {
+                "seq": e.seq,
+                "at": e.at,
+                "at_iso": iso(e.at),
+                "type": e.type,
+                "key": e.key,
+                "data": fragment(e.data),
+            }
             for e in events[:RUN_PART_LIMIT]
         ]
         if len(events) > RUN_PART_LIMIT:

@@ -6,9 +6,9 @@ re-serializing anything: the hot routes cost what they did. That the answers mat
 checked against a live server (tests/acceptance/atfgraph/test_atfg_api_contract.py, Schemathesis'
 response-schema conformance, and a test that validates real answers with these models).
 
-Timestamps are Unix seconds (UTC) as JSON numbers, the one format of every ``*_at`` field (see
-docs/atfgraph.md, "Timestamps"). A JSON value a user stored (an input, a result, a checkpoint, a
-prompt) is any JSON value.
+Timestamps are Unix seconds (UTC) as JSON numbers, each with the same instant in ISO 8601 UTC
+beside it (``created_at`` and ``created_at_iso``: ``_stamps``; docs/atfgraph.md, "Timestamps").
+A JSON value a user stored (an input, a result, a checkpoint, a prompt) is any JSON value.
 """
 
 from __future__ import annotations
@@ -21,6 +21,8 @@ from .._models import ApprovalStatus, TraverserStatus
 
 #: Unix seconds, UTC, as a JSON number (fractions of a second kept).
 Timestamp = Annotated[float, Field(description="Unix seconds (UTC)")]
+#: The same instant in ISO 8601 UTC (``_stamps``), beside each timestamp.
+Iso = Annotated[str | None, Field(description="the instant beside it in ISO 8601 UTC (null when it is)")]
 #: A list's next page: pass it as ``after`` (null: this page is the last).
 Cursor = Annotated[
     str | None, Field(description="the opaque cursor of the next page (pass it as `after`); null: no more")
@@ -61,8 +63,11 @@ class Traverser(_Model):
     error: Any = Field(description="{code, message, ...} once it failed, else null")
     waiting_on: str | None = Field(description="the approval it waits on")
     created_at: Timestamp
+    created_at_iso: Iso
     updated_at: Timestamp
+    updated_at_iso: Iso
     finished_at: Timestamp | None
+    finished_at_iso: Iso
 
 
 class TraverserList(_Model):
@@ -95,8 +100,11 @@ class Approval(_Model):
     decided_by: str | None
     response: Any
     created_at: Timestamp
+    created_at_iso: Iso
     expires_at: Timestamp | None
+    expires_at_iso: Iso
     decided_at: Timestamp | None
+    decided_at_iso: Iso
     response_schema: Any = Field(description="the JSON Schema an approving response must match")
     assignment: dict[str, Any] | None = Field(
         None, description="who may decide it and its escalation (GET /approvals/{id} only, when assigned)"
@@ -114,6 +122,7 @@ class Task(_Model):
     traverser: Traverser
     epoch: int = Field(description="the lease's fence: every write of the attempt carries it")
     lease_expires_at: Timestamp
+    lease_expires_at_iso: Iso
     checkpoints: dict[str, CheckpointValue]
     steps: list[Step]
     approvals: list[Approval]
@@ -163,7 +172,9 @@ class Worker(_Model):
     capacity: int
     stats: Any = Field(description="the counters of its last heartbeat")
     registered_at: Timestamp
+    registered_at_iso: Iso
     last_seen: Timestamp
+    last_seen_iso: Iso
 
 
 class WorkerRegistered(Worker):
@@ -223,9 +234,12 @@ class Token(_Model):
     name: str
     role: Literal["owner", "administrator", "reviewer", "worker"]
     created_at: Timestamp
+    created_at_iso: Iso
     created_by: str | None
     last_used_at: Timestamp | None
+    last_used_at_iso: Iso
     revoked_at: Timestamp | None
+    revoked_at_iso: Iso
 
 
 class TokenCreated(_Model):
@@ -246,6 +260,7 @@ class TokenRevoked(_Model):
 class AuditRecord(_Model):
     id: int
     at: Timestamp
+    at_iso: Iso
     principal: str | None
     role: str | None
     action: str
@@ -266,9 +281,12 @@ class Delivery(_Model):
     status: Literal["pending", "delivered", "dead"]
     attempts: int
     next_at: Timestamp | None
+    next_at_iso: Iso
     last_error: str | None
     created_at: Timestamp
+    created_at_iso: Iso
     delivered_at: Timestamp | None
+    delivered_at_iso: Iso
 
 
 class DeliveryList(_Model):
@@ -286,7 +304,9 @@ class Hook(_Model):
     name: str | None
     step_key: str | None
     created_at: Timestamp
+    created_at_iso: Iso
     expires_at: Timestamp | None
+    expires_at_iso: Iso
 
 
 class HookList(_Model):
@@ -313,8 +333,11 @@ class RunSummary(_Model):
     status: str = Field(description="the engine's status")
     error: Any
     created_at: Timestamp
+    created_at_iso: Iso
     updated_at: Timestamp
+    updated_at_iso: Iso
     finished_at: Timestamp | None
+    finished_at_iso: Iso
     target: str | None = Field(None, description="traverser")
     node_id: str | None = Field(None, description="traverser")
     version: str | None = Field(None, description="traverser")
@@ -344,6 +367,7 @@ class RunStep(_Model):
     error: Any
     delivered: Any
     updated_at: Timestamp | None
+    updated_at_iso: Iso
 
 
 class RunWait(_Model):
@@ -354,8 +378,11 @@ class RunWait(_Model):
     step_key: str | None
     status: str
     created_at: Timestamp
+    created_at_iso: Iso
     expires_at: Timestamp | None
+    expires_at_iso: Iso
     resolved_at: Timestamp | None
+    resolved_at_iso: Iso
     payload: Any
     prompt: Any = Field(None, description="approval")
     checkpoint: Any = Field(None, description="approval")
@@ -370,11 +397,13 @@ class RunCheckpoint(_Model):
     value: Any
     revision: int
     updated_at: Timestamp | None
+    updated_at_iso: Iso
 
 
 class RunEvent(_Model):
     seq: int
     at: Timestamp
+    at_iso: Iso
     type: str
     key: str | None
     data: Any
@@ -408,7 +437,9 @@ class InboxItem(_Model):
     name: str | None
     step_key: str | None
     created_at: Timestamp
+    created_at_iso: Iso
     expires_at: Timestamp | None
+    expires_at_iso: Iso
     run: InboxRun
     prompt: Any = Field(None, description="approval")
     checkpoint: Any = Field(None, description="approval")
@@ -431,11 +462,15 @@ class Link(_Model):
     label: str | None
     state: Literal["live", "used", "revoked", "expired"]
     created_at: Timestamp
+    created_at_iso: Iso
     created_by: str | None
     expires_at: Timestamp | None
+    expires_at_iso: Iso
     used_at: Timestamp | None
+    used_at_iso: Iso
     decision: str | None
     revoked_at: Timestamp | None
+    revoked_at_iso: Iso
 
 
 class LinkCreated(_Model):

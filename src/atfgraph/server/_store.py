@@ -102,6 +102,7 @@ from ._lease_rules import leased, live_row, record_steps
 from ._observe import AttemptClock, reaped
 from ._paging import Key, keyset
 from ._refusals import Conflict, Forbidden, NotFound
+from ._stamps import iso
 
 T = TypeVar("T")
 
@@ -431,6 +432,7 @@ class GraphStore(ApprovalTransitions, ConsoleReads):
                         "traverser": traverser_view(row),
                         "epoch": row["epoch"],
                         "lease_expires_at": expires,
+                        "lease_expires_at_iso": iso(expires),
                         "checkpoints": {
                             c["name"]: {"value": fragment(c["value"]), "revision": c["revision"]}
                             for c in _rows(conn, SQL_CHECKPOINTS, (ident,))

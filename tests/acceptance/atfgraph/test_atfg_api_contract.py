@@ -16,11 +16,19 @@ import os
 import shutil
 import subprocess
 import sys
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import httpx
 import pytest
-from atfg_harness import REPO, ServerProcess
+from atfg_harness import REPO, ServerProcess, WorkerProcess
+from atfg_waits import only_approval, reach
+from pydantic import BaseModel
+
+from atfgraph import Client
+from atfgraph.server import _schemas as S
+from atfgraph.server._stamps import iso
 
 HERE = Path(__file__).parent / "schemathesis"
 _BASE = ["--checks", "all", "--max-examples", "8", "--seed", "1", "--workers", "1", "--no-color"]
@@ -63,3 +71,47 @@ def test_schemathesis_finds_nothing_against_the_live_document(server: ServerProc
     # The owner token survived both runs, and the server never failed a request.
     assert httpx.get(server.url + "/api/v2/stats", headers=server.headers(), timeout=10).status_code == 200
     assert "unhandled error" not in server.log.read_text()
+
+
+def _check(model: type[BaseModel], answer: Any) -> None:
+    """``answer`` matches the model its route declares, and each timestamp's ISO twin agrees."""
+    model.model_validate(answer, strict=False)
+
+    def walk(value: Any) -> None:
+        if isinstance(value, dict):
+            for key, item in value.items():
+                if key.endswith("_iso") and key[: -len("_iso")] in value:
+                    assert item == iso(value[key[: -len("_iso")]]), (key, value)
+                walk(item)
+        elif isinstance(value, list):
+            for item in value:
+                walk(item)
+
+    walk(answer)
+
+
+async def test_real_answers_match_their_models(
+    server: ServerProcess, spawn_worker: Callable[..., WorkerProcess], client: Client
+) -> None:
+    spawn_worker()
+    handle = await client.submit("tester.pausing", {"key": "contract"})
+    await reach(client, handle.id, "waiting")
+    approval = await only_approval(client, handle.id)
+    get = server.get
+    _check(S.Traverser, get(f"/traversers/{handle.id}"))
+    _check(S.TraverserList, get("/traversers", status="waiting"))
+    _check(S.ApprovalList, get("/approvals"))
+    _check(S.Approval, get(f"/approvals/{approval['id']}"))
+    _check(S.Inbox, get("/inbox"))
+    _check(S.RunList, get("/runs"))
+    _check(S.RunRecord, get(f"/runs/{handle.id}"))
+    _check(S.WorkerList, get("/workers"))
+    _check(S.TokenList, get("/tokens"))
+    _check(S.Stats, get("/stats"))
+    decided = await client.decide_approval(str(approval["id"]), "approved", {"note": "ok"})
+    _check(S.Approval, decided)
+    await reach(client, handle.id, "succeeded")
+    _check(S.TraverserPath, get(f"/traversers/{handle.id}/path"))
+    _check(S.AuditList, get("/audit"))
+    _check(S.RunRecord, get(f"/runs/{handle.id}"))
+    assert get(f"/traversers/{handle.id}")["finished_at_iso"].endswith("Z")
