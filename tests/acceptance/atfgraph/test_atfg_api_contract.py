@@ -4,7 +4,7 @@ unsupported methods and Allow, auth that is not ignored, use after free, ...) ag
 the server serves, authorized with an owner token so that every operation runs past
 authentication; and the models of _schemas validate real answers of a worked cycle.
 
-Settings: ``--checks all --max-examples 8 --seed 1 --workers 1`` over the phases examples,
+Settings: ``--checks all --max-examples 5 --seed 1 --workers 1`` over the phases examples,
 coverage, fuzzing and stateful; long polls shortened to 0.2 s (schemathesis/st_hooks.py); the
 exceptions the document cannot state are in schemathesis/schemathesis.toml. Revoking a token is
 run on its own without the stateful phase (which would find and revoke the owner token the run
@@ -31,7 +31,7 @@ from atfgraph.server import _schemas as S
 from atfgraph.server._stamps import iso
 
 HERE = Path(__file__).parent / "schemathesis"
-_BASE = ["--checks", "all", "--max-examples", "8", "--seed", "1", "--workers", "1", "--no-color"]
+_BASE = ["--checks", "all", "--max-examples", "5", "--seed", "1", "--workers", "1", "--no-color"]
 _REVOKE = "revoke_token_api_v2_tokens__token_id__revoke_post"
 
 
