@@ -125,8 +125,21 @@ def allowed_methods(app: FastAPI, path: str) -> list[str]:
     return sorted({m for pattern, methods in table if pattern.fullmatch(path) for m in methods})
 
 
+#: No query parameter may hold a NUL (``EdgeGuard``: 400 invalid_request).
+_NO_NUL = "^[^\\u0000]*$"
+
+
+def _no_nul(schema: dict[str, Any]) -> None:
+    for variant in schema.get("anyOf", [schema]):
+        if variant.get("type") == "string" and "pattern" not in variant and "enum" not in variant:
+            variant["pattern"] = _NO_NUL
+
+
 def _bound_path_parameters(operation: dict[str, Any], max_path_segment: int) -> None:
     for parameter in operation.get("parameters", []):
+        if parameter.get("in") == "query":
+            schema = parameter.get("schema", {})
+            _no_nul(schema.get("items", schema) if schema.get("type") == "array" else schema)
         if parameter.get("in") == "path":
             parameter.setdefault("schema", {}).update(minLength=1, maxLength=max_path_segment)
             parameter.setdefault(

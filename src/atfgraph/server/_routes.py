@@ -97,6 +97,7 @@ def service_of(request: Request) -> Service:
     "/traversers",
     status_code=201,
     response_model=S.Traverser,
+    responses={200: {"model": S.Traverser, "description": "a repeated idempotency_key: the first traverser"}},
     openapi_extra=_doc(
         {
             "target": {**_STR, "pattern": "^[^.\\u0000]+\\.[^\\u0000]+$", "description": "node.skill"},
@@ -215,11 +216,7 @@ async def cancel(request: Request, traverser_id: str, who: Annotated[Principal, 
 
 _LEASED = {"epoch": _INT, "worker_id": _STR, "steps": _STEPS}
 #: The next tasks a report that frees a permit may ask for (see next_claim).
-_NEXT_CLAIM = {
-    "type": "object",
-    "properties": {"worker_id": _STR, "max": _integer(1, MAX_CLAIM)},
-    "required": ["worker_id", "max"],
-}
+_NEXT_CLAIM = B.obj({"worker_id": _STR, "max": _integer(1, MAX_CLAIM)}, ["worker_id", "max"])
 
 
 @router.post(
@@ -335,6 +332,7 @@ async def put_checkpoint(request: Request, traverser_id: str, name: str) -> Resp
             "claim": _NEXT_CLAIM,
             "response_schema": {
                 "type": "object",
+                "additionalProperties": _ANY,
                 "description": "a JSON Schema (Draft 2020-12) an approving response must match",
             },
             "assign_to": ASSIGN_SCHEMA,
