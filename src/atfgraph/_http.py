@@ -87,7 +87,7 @@ class HttpPool:
             raise RuntimeError("the connection pool is closed")
         target = self.prefix + path
         if params:
-            target += "?" + urlencode({k: v for k, v in params.items() if v is not None})
+            target += "?" + urlencode({k: v for k, v in params.items() if v is not None}, doseq=True)
         head = (
             f"{method} {target} HTTP/1.1\r\nHost: ".encode("ascii")
             + self.host_header

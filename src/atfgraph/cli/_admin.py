@@ -15,6 +15,7 @@ from ._base import (
 )
 from ._db import mint_offline
 from ._output import compact, emit_list, emit_record, field, progress, when
+from ._paging import fetch, paging_options
 
 ROLES = ["owner", "administrator", "reviewer", "worker"]
 
@@ -66,11 +67,12 @@ def tokens_create(ctx: click.Context, name: str, role: str, db_path: str | None)
 
 
 @tokens.command("list")
+@paging_options()
 @global_options
 @click.pass_context
-def tokens_list(ctx: click.Context) -> None:
-    """Every token, revoked ones too (never the secrets)."""
-    items = api(ctx).get("/tokens")["items"]
+def tokens_list(ctx: click.Context, limit: int, after: str | None, every: bool) -> None:
+    """Every token, revoked ones too (never the secrets), oldest first."""
+    items = fetch(api(ctx), "/tokens", {}, limit, after, every)
     emit_list(
         ctx,
         items,
@@ -110,15 +112,20 @@ def audit() -> None:
 
 @audit.command("list")
 @click.option("--target", default=None, help="Only entries about this object (an approval id, ...).")
-@click.option("--limit", default=100, show_default=True, type=click.IntRange(1, 1000))
+@click.option("--action", default=None, help="Only this action (approval.decide, token.create, ...).")
+@paging_options()
 @global_options
 @click.pass_context
-def audit_list(ctx: click.Context, target: str | None, limit: int) -> None:
-    """Audit entries, newest first."""
-    params: dict[str, Any] = {"limit": limit}
+def audit_list(
+    ctx: click.Context, target: str | None, action: str | None, limit: int, after: str | None, every: bool
+) -> None:
+    """Audit entries, newest first, a page at a time."""
+    params: dict[str, Any] = {}
     if target is not None:
         params["target"] = target
-    items = api(ctx).get("/audit", params)["items"]
+    if action is not None:
+        params["action"] = action
+    items = fetch(api(ctx), "/audit", params, limit, after, every)
     emit_list(
         ctx,
         items,

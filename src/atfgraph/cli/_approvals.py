@@ -16,6 +16,7 @@ from ._api import api
 from ._base import AliasGroup, CliError, global_options, json_argument
 from ._ids import resolve_id
 from ._output import compact, emit_list, emit_record, field, pretty, progress, when
+from ._paging import fetch, paging_options
 
 _APPROVAL_STATUSES = ["pending", "approved", "rejected", "expired", "all"]
 
@@ -32,15 +33,26 @@ def approvals() -> None:
 @approvals.command("list")
 @click.option("--status", default="pending", show_default=True, type=click.Choice(_APPROVAL_STATUSES))
 @click.option("--run", "run_id", default=None, metavar="ID", help="Only this run's approvals.")
-@click.option("--limit", default=100, show_default=True, type=click.IntRange(1, 1000))
+@click.option("--operation-key", default=None, metavar="KEY", help="Only approvals of this operation key.")
+@paging_options()
 @global_options
 @click.pass_context
-def approvals_list(ctx: click.Context, status: str, run_id: str | None, limit: int) -> None:
-    """Approvals, oldest first (pending ones by default)."""
-    params: dict[str, Any] = {"status": status, "limit": limit}
+def approvals_list(
+    ctx: click.Context,
+    status: str,
+    run_id: str | None,
+    operation_key: str | None,
+    limit: int,
+    after: str | None,
+    every: bool,
+) -> None:
+    """Approvals, oldest first (pending ones by default), a page at a time."""
+    params: dict[str, Any] = {"status": status}
     if run_id is not None:
         params["traverser_id"] = run_id
-    items = api(ctx).get("/approvals", params)["items"]
+    if operation_key is not None:
+        params["operation_key"] = operation_key
+    items = fetch(api(ctx), "/approvals", params, limit, after, every)
     emit_list(
         ctx,
         items,
@@ -122,12 +134,12 @@ def hooks() -> None:
 
 
 @hooks.command("list")
-@click.option("--limit", default=100, show_default=True, type=click.IntRange(1, 1000))
+@paging_options()
 @global_options
 @click.pass_context
-def hooks_list(ctx: click.Context, limit: int) -> None:
+def hooks_list(ctx: click.Context, limit: int, after: str | None, every: bool) -> None:
     """Pending hooks and step hooks, oldest first, with the run each one parks."""
-    items = api(ctx).get("/hooks", {"limit": limit})["items"]
+    items = fetch(api(ctx), "/hooks", {}, limit, after, every)
     emit_list(
         ctx,
         items,

@@ -28,6 +28,7 @@ from ._base import (
 )
 from ._ids import resolve_id
 from ._output import Column, compact, emit_list, emit_record, field, pretty, print_table, progress, when
+from ._paging import fetch, paging_options
 
 STATUSES = [s.value for s in TraverserStatus]
 #: What ``runs list --status`` takes: a traverser's status as the API names it, or the engine's
@@ -234,23 +235,30 @@ def _check_served(client: Api, target: str, node: str) -> None:
     type=click.Choice(RUN_STATUSES),
     help="Only these statuses (repeatable; a traverser's or the engine's name) [default: all].",
 )
-@click.option("--limit", default=50, show_default=True, type=click.IntRange(1, 1000))
+@click.option("--target", default=None, help="Only runs of this workflow or node.skill.")
+@click.option("--id", "id_prefix", default=None, metavar="PREFIX", help="Only runs whose id starts so.")
+@paging_options(default_limit=50)
 @global_options
 @click.pass_context
-def runs_list(ctx: click.Context, kind: str, statuses: tuple[str, ...], limit: int) -> None:
-    """Runs of either kind, newest first."""
-    client = api(ctx)
-    items: list[dict[str, Any]] = []
-    seen: set[str] = set()
-    for status in dict.fromkeys(statuses) or [None]:
-        params: dict[str, Any] = {"kind": kind, "limit": limit}
-        if status is not None:
-            params["status"] = status
-        for item in client.get("/runs", params)["items"]:
-            if item["id"] not in seen:  # 'waiting' and 'suspended' are one status
-                seen.add(item["id"])
-                items.append(item)
-    items.sort(key=lambda i: i.get("created_at") or 0.0, reverse=True)
+def runs_list(
+    ctx: click.Context,
+    kind: str,
+    statuses: tuple[str, ...],
+    target: str | None,
+    id_prefix: str | None,
+    limit: int,
+    after: str | None,
+    every: bool,
+) -> None:
+    """Runs of either kind, newest first, a page at a time."""
+    params: dict[str, Any] = {"kind": kind}
+    if statuses:
+        params["status"] = list(dict.fromkeys(statuses))
+    if target is not None:
+        params["target"] = target
+    if id_prefix is not None:
+        params["id_prefix"] = id_prefix
+    items = fetch(api(ctx), "/runs", params, limit, after, every)
     columns: list[Column] = [
         ("ID", field("id")),
         ("TARGET", field("workflow")),
@@ -261,7 +269,7 @@ def runs_list(ctx: click.Context, kind: str, statuses: tuple[str, ...], limit: i
         ("FINISHED", lambda i: when(i.get("finished_at"))),
         ("ERROR", _error_text),
     ]
-    emit_list(ctx, items[:limit], columns)
+    emit_list(ctx, items, columns)
 
 
 @runs.command("show")

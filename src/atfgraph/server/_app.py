@@ -25,12 +25,13 @@ from pyworkflow.store import WRITE_TIMEOUT, metrics
 from .._credentials import CREDENTIALS_FILE
 from ._auth import AuthMiddleware
 from ._errors import ApiError, api_error, database_refused, database_unavailable
+from ._explorer import install_explorer
 from ._fastpath import FastPath
 from ._hub import Hub, node_key, traverser_key
 from ._identity import Identity
 from ._notify import Notifier, NotifySettings, check_endpoint, check_node_endpoint
 from ._observe import HttpMetrics
-from ._openapi import install_limits
+from ._openapi import allowed_methods, install_limits
 from ._proxy import ForwardedHeaders, TrustedProxies
 from ._refusals import Refusal
 from ._retention import purge_forever, purge_seconds, retention_setting
@@ -38,6 +39,7 @@ from ._routes import error_response, router, unavailable_response
 from ._routes_admin import router as admin_router
 from ._routes_links import router as links_router
 from ._routes_runs import router as runs_router
+from ._schemas import Health
 from ._service import Service
 from ._store import GraphStore
 from ._tracing import TraceContext
@@ -373,10 +375,11 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         description="Traversers, approvals, checkpoints and worker leases.",
         lifespan=lifespan,
         openapi_url="/api/v2/openapi.json",
-        docs_url="/api/v2/docs",
+        docs_url=None,  # _explorer serves it, offline
         redoc_url=None,
     )
     install_limits(app, max_path_segment=MAX_PATH_SEGMENT)
+    install_explorer(app)
     app.state.settings = settings
     app.state.hub = Hub()
     app.state.serving = False
@@ -386,7 +389,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     app.include_router(links_router)
     install_console(app)
 
-    @app.get("/livez")
+    @app.get("/livez", response_model=Health)
     async def livez() -> Response:
         return Response(b'{"status":"ok"}', media_type="application/json")
 
@@ -397,7 +400,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         body = await asyncio.to_thread(metrics.metrics_text)  # reads the database
         return Response(body, media_type=metrics.CONTENT_TYPE)
 
-    @app.get("/readyz")
+    @app.get("/readyz", response_model=Health)
     async def readyz(request: Request) -> Response:
         """Ready when the server finished starting, the database answers a read and commits a
         write (an empty transaction through the writer: a write lock held elsewhere, a file
@@ -429,7 +432,13 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     @app.exception_handler(StarletteHTTPException)
     async def httperror_response(request: Request, exc: StarletteHTTPException) -> Response:
         codes = {404: "not_found", 405: "method_not_allowed"}
-        return error_response(exc.status_code, codes.get(exc.status_code, "http_error"), str(exc.detail))
+        response = error_response(exc.status_code, codes.get(exc.status_code, "http_error"), str(exc.detail))
+        response.headers.update(exc.headers or {})
+        if exc.status_code == 405:  # Starlette names one route's methods; the path may have more
+            methods = allowed_methods(request.app, request.url.path)
+            if methods:
+                response.headers["Allow"] = ", ".join(methods)
+        return response
 
     @app.exception_handler(Exception)
     async def internalerror_response(request: Request, exc: Exception) -> Response:

@@ -15,25 +15,23 @@ from pyworkflow.store import GroupCommitWriter, wake_run
 from .._json import loads
 from .._models import ApprovalStatus, TraverserStatus
 from ._graph_pg import PgTransitions
-from ._graph_rows import Conn, Row, StepRecord, _row, _rows, approval_view, new_id
+from ._graph_rows import Conn, StepRecord, _row, _rows, approval_view, new_id
 from ._graph_sql import (
     APPROVAL_STATUS_WHERE,
-    SQL_ALL_APPROVALS,
     SQL_APPROVAL_BY_KEY,
     SQL_APPROVAL_SCHEMA,
-    SQL_APPROVALS_IN_STATUS,
-    SQL_APPROVALS_OF,
     SQL_DECIDE,
     SQL_DROP_QUEUE_ROW,
     SQL_GET_APPROVAL,
     SQL_INSERT_APPROVAL,
+    SQL_LIST_APPROVALS,
     SQL_LOCK_APPROVAL,
     SQL_LOCK_TRAVERSER,
     SQL_PAUSE,
-    SQL_PENDING_APPROVALS,
 )
 from ._identity import AuditEntry, write_audit
 from ._lease_rules import leased, record_steps
+from ._paging import Key, keyset
 from ._refusals import Conflict, NotFound
 
 T = TypeVar("T")
@@ -143,20 +141,34 @@ class ApprovalTransitions:
         return approval_view(row)
 
     def list_approvals(
-        self, status: str | None, traverser_id: str | None, limit: int
+        self,
+        status: str | None,
+        traverser_id: str | None,
+        limit: int,
+        *,
+        operation_key: str | None = None,
+        created_after: float | None = None,
+        created_before: float | None = None,
+        after: Key | None = None,
     ) -> list[dict[str, Any]]:
-        def fn(conn: Conn) -> list[Row]:
-            if traverser_id is not None:
-                rows = _rows(conn, SQL_APPROVALS_OF, (traverser_id,))
-                return [r for r in rows if status is None or r["status"] == status][:limit]
-            if status == ApprovalStatus.PENDING:
-                return _rows(conn, SQL_PENDING_APPROVALS, (limit,))
-            if status is None:
-                return _rows(conn, SQL_ALL_APPROVALS, (limit,))
-            where, params = APPROVAL_STATUS_WHERE[status]
-            return _rows(conn, SQL_APPROVALS_IN_STATUS.format(where=where), (*params, limit))
-
-        return [approval_view(r) for r in self._read1(fn)]
+        """Approvals in ``status`` (None: any), of one traverser and operation key, created in
+        the time range given, oldest first, after the cursor's ``(created_at, id)``."""
+        where, params = "", list[Any]()
+        if status is not None:
+            condition, values = APPROVAL_STATUS_WHERE[status]
+            where, params = f" AND {condition}", list(values)
+        for condition, value in (
+            ("w.run_id = ?", traverser_id),
+            ("w.wait_key = ?", operation_key),
+            ("w.created_at >= ?", created_after),
+            ("w.created_at < ?", created_before),
+        ):
+            if value is not None:
+                where += f" AND {condition}"
+                params.append(value)
+        cond, more, order = keyset(("w.created_at", "w.id"), False, after)
+        sql = SQL_LIST_APPROVALS.format(where=where + cond, order=order)
+        return [approval_view(r) for r in self._read1(lambda c: _rows(c, sql, (*params, *more, limit)))]
 
     async def decide(
         self,

@@ -17,12 +17,16 @@ from typing import Any
 
 import orjson
 
+from ._body import is_text
+from ._body_schema import text
 from ._graph_rows import Conn, _row, _rows
 from ._identity import AuditEntry, Principal, Role, write_audit
 from ._refusals import Invalid
 
 MAX_ASSIGNEES = 50
-_NAME_MAX = 100
+#: The longest an escalation may wait (ten years, as an approval's expiry).
+MAX_ESCALATION_SECONDS = 10 * 365 * 86400
+NAME_MAX = 100
 
 # One approval's assignment (the primary key).
 SQL_ASSIGNMENT = (
@@ -65,6 +69,40 @@ class Escalation:
     expires_in_seconds: float
 
 
+_NAMES = {"type": "array", "maxItems": MAX_ASSIGNEES, "items": text(NAME_MAX, 1)}
+_ROLES = {
+    "type": "array",
+    "maxItems": MAX_ASSIGNEES,
+    "items": {"enum": ["owner", "administrator", "reviewer"]},
+}
+#: What :func:`parse_assignees` accepts, for the OpenAPI document: roles and/or principals,
+#: naming somebody.
+ASSIGN_SCHEMA = {
+    "type": "object",
+    "properties": {
+        "roles": {"anyOf": [_ROLES, {"type": "null"}]},
+        "principals": {"anyOf": [_NAMES, {"type": "null"}]},
+    },
+    "additionalProperties": False,
+    "anyOf": [
+        {"properties": {"roles": {"type": "array", "minItems": 1}}, "required": ["roles"]},
+        {"properties": {"principals": {"type": "array", "minItems": 1}}, "required": ["principals"]},
+    ],
+}
+#: What :func:`parse_escalation` accepts.
+ESCALATE_SCHEMA = {
+    "type": "object",
+    "properties": {
+        "roles": {"anyOf": [_ROLES, {"type": "null"}]},
+        "principals": {"anyOf": [_NAMES, {"type": "null"}]},
+        "expires_in_seconds": {"type": "number", "exclusiveMinimum": 0, "maximum": MAX_ESCALATION_SECONDS},
+    },
+    "required": ["expires_in_seconds"],
+    "additionalProperties": False,
+    "anyOf": ASSIGN_SCHEMA["anyOf"],
+}
+
+
 def parse_assignees(value: Any, where: str) -> Assignees | None:
     """``{"roles": [...], "principals": [...]}`` (either may be absent), or None; Invalid."""
     if value is None:
@@ -93,7 +131,7 @@ def parse_escalation(value: Any, where: str = "body.escalate") -> Escalation | N
     if (
         isinstance(seconds, bool)
         or not isinstance(seconds, int | float)
-        or not 0 < seconds <= 10 * 365 * 86400
+        or not 0 < seconds <= MAX_ESCALATION_SECONDS
     ):
         raise Invalid(f"{where}.expires_in_seconds must be a positive number of seconds", "validation_error")
     to = parse_assignees({k: v for k, v in value.items() if k != "expires_in_seconds"}, where)
@@ -107,8 +145,11 @@ def _names(value: Any, where: str) -> tuple[str, ...]:
     if not isinstance(value, list) or len(value) > MAX_ASSIGNEES:
         raise Invalid(f"{where} must be a list of at most {MAX_ASSIGNEES} names", "validation_error")
     for item in value:
-        if not isinstance(item, str) or not item or len(item) > _NAME_MAX or not item.isprintable():
-            raise Invalid(f"{where} holds names of 1 to {_NAME_MAX} printable characters", "validation_error")
+        if not isinstance(item, str) or not item or len(item) > NAME_MAX or not is_text(item):
+            raise Invalid(
+                f"{where} holds names of 1 to {NAME_MAX} characters, none of them control or invisible",
+                "validation_error",
+            )
     return tuple(dict.fromkeys(value))
 
 

@@ -6,6 +6,7 @@ never reaches the store."""
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 import orjson
@@ -25,6 +26,22 @@ MAX_INT = 2**31 - 1
 MAX_STEPS = 1000
 #: The longest error message a worker may report (``error.message``).
 MAX_MESSAGE = 10_000
+#: The characters a name or label people read may not hold: C0 and C1 controls, zero-width and
+#: bidirectional-override marks, line and paragraph separators, invisible operators and the BOM
+#: (what would garble or disguise it on a page or in a terminal). As a JSON Schema pattern too.
+_HIDDEN = "\\u0000-\\u001f\\u007f-\\u009f\\u200b-\\u200f\\u2028-\\u202e\\u2060-\\u206f\\ufeff"
+#: A name or label people read (a link's label, an assignee): none of those characters.
+TEXT_PATTERN = f"^[^{_HIDDEN}]*$"
+#: The same, and not blank (a token's name).
+NAME_PATTERN = f"^[^{_HIDDEN}]*[^\\s{_HIDDEN}][^{_HIDDEN}]*$"
+_TEXT = re.compile(TEXT_PATTERN)
+_NAME = re.compile(NAME_PATTERN)
+
+
+def is_text(value: object, *, blank: bool = True) -> bool:
+    """Whether ``value`` is a string :data:`TEXT_PATTERN` (or, not ``blank``,
+    :data:`NAME_PATTERN`) allows: one rule for the check and the OpenAPI document."""
+    return isinstance(value, str) and (_TEXT if blank else _NAME).fullmatch(value) is not None
 
 
 async def read_json(request: Request) -> dict[str, Any]:
@@ -106,6 +123,8 @@ class Fields:
         value = self._get(name, required)
         if value is None:
             return None
+        if isinstance(value, float) and value.is_integer():
+            value = int(value)  # 3.0 is the integer 3 (JSON Schema's "integer")
         if isinstance(value, bool) or not isinstance(value, int) or not minimum <= value <= maximum:
             raise bad_request(f"{self.where}.{name} must be an integer from {minimum} to {maximum}")
         return value

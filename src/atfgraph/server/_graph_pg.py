@@ -24,6 +24,7 @@ from .._json import fragment, loads
 from ._graph_rows import STEP_STATUS_IN, StepRecord, approval_view, step_view, traverser_view
 from ._identity import AuditEntry, audit_values
 from ._refusals import Conflict, LeaseLost, NotFound
+from ._stamps import iso
 
 _STEPS = "%s::text[], %s::int[], %s::text[], %s::text[], %s::bytea[], %s::bytea[]"
 # Lease up to N tasks for a worker; may lock several runs (SKIP LOCKED), so it runs alone.
@@ -162,6 +163,7 @@ class PgTransitions:
                     "traverser": traverser_view(traverser),
                     "epoch": traverser["epoch"],
                     "lease_expires_at": expires,
+                    "lease_expires_at_iso": iso(expires),
                     "checkpoints": {
                         c["name"]: {
                             "value": fragment(bytes.fromhex(c["value"][2:])),

@@ -13,6 +13,7 @@ from typing import Any, NamedTuple
 from pyworkflow.store import StepStatus
 
 from .._json import fragment
+from ._stamps import stamped
 
 #: A row of either dialect: ``sqlite3.Row`` or the PostgreSQL database's row (both index by
 #: position and by column name).
@@ -60,7 +61,7 @@ def new_id() -> str:
 
 
 def traverser_view(row: Row) -> dict[str, Any]:
-    return {
+    view = {
         "id": row["id"],
         "target": row["target"],
         "node_id": row["node_id"],
@@ -76,10 +77,11 @@ def traverser_view(row: Row) -> dict[str, Any]:
         "updated_at": row["updated_at"],
         "finished_at": row["finished_at"],
     }
+    return stamped(view, "created_at", "updated_at", "finished_at")
 
 
 def approval_view(row: Row) -> dict[str, Any]:
-    return {
+    view = {
         "id": row["id"],
         "traverser_id": row["traverser_id"],
         "operation_key": row["operation_key"],
@@ -93,6 +95,7 @@ def approval_view(row: Row) -> dict[str, Any]:
         "decided_at": row["decided_at"],
         "response_schema": fragment(row["response_schema"]),
     }
+    return stamped(view, "created_at", "expires_at", "decided_at")
 
 
 def step_view(row: Row) -> dict[str, Any]:
@@ -108,7 +111,7 @@ def step_view(row: Row) -> dict[str, Any]:
 
 
 def worker_view(row: Row) -> dict[str, Any]:
-    return {
+    view = {
         "id": row["id"],
         "node_id": row["node_id"],
         "version": row["version"],
@@ -117,6 +120,7 @@ def worker_view(row: Row) -> dict[str, Any]:
         "registered_at": row["registered_at"],
         "last_seen": row["last_seen"],
     }
+    return stamped(view, "registered_at", "last_seen")
 
 
 @dataclass(slots=True)

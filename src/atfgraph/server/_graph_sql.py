@@ -115,10 +115,9 @@ SELECT q.run_id, q.node_id, r.attempt, r.max_attempts FROM queue q JOIN runs r O
 WHERE q.lease_owner IS NOT NULL AND q.lease_expires_at < ? AND q.node_id IS NOT NULL
 ORDER BY q.lease_expires_at LIMIT ? /*FOR UPDATE OF r SKIP LOCKED*/
 """
-# Listing by status (as the engine records it), newest first (runs_by_status).
-SQL_LIST_TRAVERSERS = (
-    TRAVERSER_ROW + "WHERE r.status = ? AND r.node_id IS NOT NULL ORDER BY r.created_at DESC LIMIT ?"
-)
+# Listing by status (as the engine records it), newest first (runs_by_status), then by id;
+# ``{where}`` is the cursor's condition, ``{order}`` its order (``_paging.keyset``).
+SQL_LIST_TRAVERSERS = TRAVERSER_ROW + "WHERE r.status = ? AND r.node_id IS NOT NULL{where}{order} LIMIT ?"
 # Nodes with work due for their workers (after the sweeper continued traversers).
 SQL_NODES_WITH_WORK = """
 SELECT DISTINCT node_id FROM queue WHERE node_id IS NOT NULL AND lease_owner IS NULL AND available_at <= ?
@@ -192,6 +191,11 @@ SQL_LOCK_APPROVAL = (
 # Identity lookup (the UNIQUE (run_id, wait_key) index).
 SQL_APPROVAL_BY_KEY = APPROVAL_ROW + "WHERE w.run_id = ? AND w.wait_key = ? AND w.kind = 'approval'"
 SQL_APPROVALS_OF = APPROVAL_ROW + "WHERE w.run_id = ? AND w.kind = 'approval' ORDER BY w.created_at"
+# The approval list of GET /approvals, oldest first then by id, under the conditions given
+# (``{where}``: status, traverser, operation key, time, the cursor; ``{order}``). Pending ones
+# walk waits_pending; one traverser's the (run_id, wait_key) index; else waits_by_kind. Every
+# condition is on the row, so LIMIT counts only matching approvals.
+SQL_LIST_APPROVALS = APPROVAL_ROW + "WHERE w.kind = 'approval'{where}{order} LIMIT ?"
 # The single transition out of 'pending': the conditional update is the race's only winner.
 SQL_DECIDE = """
 UPDATE waits SET status = 'received', decision = ?, decided_by = ?, payload = ?, resolved_at = ?
@@ -201,13 +205,6 @@ WHERE id = ? AND status = 'pending'
 SQL_CANCEL_WAITS = (
     "UPDATE waits SET status = 'cancelled', resolved_at = ? WHERE run_id = ? AND status = 'pending'"
 )
-# The inbox, oldest first (waits_pending).
-SQL_PENDING_APPROVALS = (
-    APPROVAL_ROW + "WHERE w.status = 'pending' AND w.kind = 'approval' ORDER BY w.created_at LIMIT ?"
-)
-# Every approval, or those in one status, oldest first (waits_by_kind): the status is a
-# condition, so LIMIT counts only matching rows.
-SQL_ALL_APPROVALS = APPROVAL_ROW + "WHERE w.kind = 'approval' ORDER BY w.created_at LIMIT ?"
 #: The conditions (and parameters) of an API approval status on the waits table.
 APPROVAL_STATUS_WHERE: dict[str, tuple[str, tuple[str, ...]]] = {
     "pending": ("w.status = ?", ("pending",)),
@@ -215,7 +212,6 @@ APPROVAL_STATUS_WHERE: dict[str, tuple[str, tuple[str, ...]]] = {
     "rejected": ("w.status = ? AND w.decision = ?", ("received", "rejected")),
     "expired": ("w.status IN (?, ?)", ("expired", "cancelled")),
 }
-SQL_APPROVALS_IN_STATUS = APPROVAL_ROW + "WHERE w.kind = 'approval' AND {where} ORDER BY w.created_at LIMIT ?"
 
 # -- workers ----------------------------------------------------------------------------------
 
@@ -225,7 +221,8 @@ VALUES (?, ?, ?, ?, ?, ?, ?)
 """
 SQL_GET_WORKER = "SELECT * FROM atfg_workers WHERE id = ?"
 SQL_WORKER_SEEN = "UPDATE atfg_workers SET last_seen = ?, stats = COALESCE(?, stats) WHERE id = ?"
-SQL_WORKERS = "SELECT * FROM atfg_workers ORDER BY registered_at DESC LIMIT ?"
+# Newest registration first, then by id (``{where}``: the cursor's condition).
+SQL_WORKERS = "SELECT * FROM atfg_workers WHERE 1 = 1{where}{order} LIMIT ?"
 
 #: Rows the sweeper settles per pass (the rest wait for the next pass).
 SWEEP_BATCH = 500

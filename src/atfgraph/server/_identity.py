@@ -34,6 +34,8 @@ import orjson
 from pyworkflow.store import GroupCommitWriter, Migration, load_migrations
 
 from .._credentials import CREDENTIALS_FILE
+from ._body import is_text
+from ._stamps import iso, stamped
 
 log = logging.getLogger("atfgraph.server.identity")
 
@@ -96,7 +98,7 @@ class TokenInfo:
     revoked_at: float | None
 
     def as_json(self) -> dict[str, Any]:
-        return {
+        view = {
             "id": self.id,
             "name": self.name,
             "role": self.role.value,
@@ -105,6 +107,7 @@ class TokenInfo:
             "last_used_at": self.last_used_at,
             "revoked_at": self.revoked_at,
         }
+        return stamped(view, "created_at", "last_used_at", "revoked_at")
 
 
 class IdentityError(ValueError):
@@ -134,10 +137,12 @@ SQL_COUNT_TOKENS = "SELECT COUNT(*) FROM atfg_tokens"
 SQL_AUDIT = """
 INSERT INTO atfg_audit (at, principal, role, action, target, outcome, detail) VALUES (?, ?, ?, ?, ?, ?, ?)
 """
-SQL_LIST_AUDIT = "SELECT id, at, principal, role, action, target, outcome, detail FROM atfg_audit"
-# The trail of one target (atfg_audit_by_target), or everyone's, newest first.
-SQL_LIST_AUDIT_OF = SQL_LIST_AUDIT + " WHERE target = ? ORDER BY id DESC LIMIT ?"
-SQL_LIST_AUDIT_ALL = SQL_LIST_AUDIT + " ORDER BY id DESC LIMIT ?"
+# The trail of one target (atfg_audit_by_target), or everyone's, newest first, under the
+# conditions given (``{where}``: action, outcome, time, and the cursor's id, ``{order}``).
+SQL_LIST_AUDIT = (
+    "SELECT id, at, principal, role, action, target, outcome, detail FROM atfg_audit"
+    " WHERE 1 = 1{where}{order} LIMIT ?"
+)
 
 
 #: The bounds of one audit row (docs/operators.md, "Audit"): a target is cut to this many
@@ -265,8 +270,8 @@ class Identity:
         with it (its target becomes the new token's id)."""
         if not isinstance(name, str) or not name.strip() or len(name) > MAX_NAME:
             raise IdentityError(f"a token name is 1 to {MAX_NAME} characters")
-        if not name.isprintable():
-            raise IdentityError("a token name must not contain control characters")
+        if not is_text(name, blank=False):
+            raise IdentityError("a token name must not contain control or invisible characters")
         try:
             role_ = Role(role)
         except ValueError:
@@ -394,16 +399,38 @@ class Identity:
         entry = AuditEntry(principal, action, target, outcome, detail)
         await self.db.write(lambda conn: write_audit(conn, entry, time.time()))
 
-    async def list_audit(self, *, target: str | None = None, limit: int = 100) -> list[dict[str, Any]]:
-        reader = self.db.reader()
-        if target is None:
-            rows = reader.execute(SQL_LIST_AUDIT_ALL, (limit,)).fetchall()
-        else:
-            rows = reader.execute(SQL_LIST_AUDIT_OF, (target, limit)).fetchall()
+    async def list_audit(
+        self,
+        *,
+        target: str | None = None,
+        limit: int = 100,
+        action: str | None = None,
+        outcome: str | None = None,
+        since: float | None = None,
+        until: float | None = None,
+        after_id: int | None = None,
+    ) -> list[dict[str, Any]]:
+        """The audit trail newest first: of one ``target``, ``action`` and ``outcome``, in the
+        time range given, below the cursor's ``after_id``."""
+        where, params = "", list[Any]()
+        for condition, value in (
+            ("target = ?", target),
+            ("action = ?", action),
+            ("outcome = ?", outcome),
+            ("at >= ?", since),
+            ("at < ?", until),
+            ("id < ?", after_id),
+        ):
+            if value is not None:
+                where += f" AND {condition}"
+                params.append(value)
+        sql = SQL_LIST_AUDIT.format(where=where, order=" ORDER BY id DESC")
+        rows = self.db.reader().execute(sql, (*params, limit)).fetchall()
         return [
             {
                 "id": r[0],
                 "at": r[1],
+                "at_iso": iso(r[1]),
                 "principal": r[2],
                 "role": r[3],
                 "action": r[4],

@@ -26,9 +26,11 @@ from typing import Any
 
 from pyworkflow.store import GroupCommitWriter
 
+from ._body import is_text
 from ._graph_rows import Conn, Row, _row, _rows
 from ._identity import AuditEntry, write_audit
 from ._refusals import Conflict, NotFound
+from ._stamps import stamped
 
 
 class LinkKind(StrEnum):
@@ -126,7 +128,7 @@ class Link:
         return f"{'link' if self.kind is LinkKind.PAGE else 'webhook'}:{self.id}"
 
     def as_json(self, now: float | None = None) -> dict[str, Any]:
-        return {
+        view = {
             "id": self.id,
             "kind": self.kind.value,
             "wait_id": self.wait_id,
@@ -139,6 +141,7 @@ class Link:
             "decision": self.decision,
             "revoked_at": self.revoked_at,
         }
+        return stamped(view, "created_at", "expires_at", "used_at", "revoked_at")
 
 
 def _link(row: Row) -> Link:
@@ -152,8 +155,10 @@ def check_label(label: str | None) -> str | None:
     """A link's label (whom it was sent to, say), or ValueError."""
     if label is None:
         return None
-    if not isinstance(label, str) or len(label) > MAX_LABEL or not label.isprintable():
-        raise ValueError(f"a link's label is at most {MAX_LABEL} printable characters")
+    if not isinstance(label, str) or len(label) > MAX_LABEL or not is_text(label):
+        raise ValueError(
+            f"a link's label is at most {MAX_LABEL} characters, none of them control or invisible"
+        )
     return label.strip() or None
 
 

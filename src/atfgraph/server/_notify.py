@@ -35,6 +35,8 @@ from pyworkflow.store import GroupCommitWriter
 
 from ._errors import database_unavailable
 from ._graph_rows import Conn, _row, _rows
+from ._paging import Key, keyset
+from ._stamps import stamped
 
 log = logging.getLogger("atfgraph.server")
 
@@ -71,10 +73,10 @@ SQL_FAILED = (
     "UPDATE atfg_deliveries SET status = ?, attempts = attempts + 1, next_at = ?, last_error = ? WHERE id = ?"
 )
 _DELIVERY_COLUMNS = "id, wait_id, endpoint, status, attempts, next_at, last_error, created_at, delivered_at"
-# One status's deliveries, newest first (atfg_deliveries_by_status).
+# One status's deliveries, newest first, then by id (atfg_deliveries_by_status); ``{where}`` is
+# the cursor's condition, ``{order}`` its order (``_paging.keyset``).
 SQL_DELIVERIES = (
-    f"SELECT {_DELIVERY_COLUMNS} FROM atfg_deliveries"
-    " WHERE status = ? ORDER BY status, created_at DESC LIMIT ?"
+    f"SELECT {_DELIVERY_COLUMNS} FROM atfg_deliveries" + " WHERE status = ?{where}{order} LIMIT ?"
 )
 # The wait an event announces, with its run (primary keys).
 SQL_WAIT = """
@@ -123,7 +125,8 @@ def endpoints_for(settings: NotifySettings, node_id: str | None) -> tuple[str, .
 
 
 def delivery_view(row: Any) -> dict[str, Any]:
-    return {name: row[name] for name in _DELIVERY_COLUMNS.split(", ")}
+    view = {name: row[name] for name in _DELIVERY_COLUMNS.split(", ")}
+    return stamped(view, "next_at", "created_at", "delivered_at")
 
 
 def backoff(settings: NotifySettings, attempts: int) -> float:
@@ -177,8 +180,11 @@ class Notifier:
         self.public_url = public_url.rstrip("/")
         self._http: httpx.AsyncClient | None = None
 
-    def list(self, status: str, limit: int) -> list[dict[str, Any]]:
-        return [delivery_view(r) for r in _rows(self.db.reader(), SQL_DELIVERIES, (status, limit))]
+    def list(self, status: str, limit: int, after: Key | None = None) -> list[dict[str, Any]]:
+        """Deliveries in ``status``, newest first, after the cursor's ``(created_at, id)``."""
+        cond, params, order = keyset(("created_at", "id"), True, after)
+        sql = SQL_DELIVERIES.format(where=cond, order=order)
+        return [delivery_view(r) for r in _rows(self.db.reader(), sql, (status, *params, limit))]
 
     async def run_forever(self) -> None:
         async with httpx.AsyncClient(timeout=self.settings.timeout_seconds) as http:

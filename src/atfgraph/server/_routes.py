@@ -4,18 +4,22 @@ JSON shape; responses embed stored JSON bytes as they are (orjson fragments)."""
 from __future__ import annotations
 
 import time
-from typing import Annotated, Any
+from typing import Annotated, Any, Literal, get_args
 
 import orjson
 from fastapi import APIRouter, Depends, Query, Request, Response
 
-from .._json import MAX_BODY_BYTES, MAX_DEPTH, dumps_read
+from .._json import dumps_read
 from .._models import DECISIONS, ApprovalStatus, TraverserStatus
-from ._assign import parse_assignees, parse_escalation, read_assignment
+from . import _body_schema as B
+from . import _schemas as S
+from ._assign import ASSIGN_SCHEMA, ESCALATE_SCHEMA, parse_assignees, parse_escalation, read_assignment
 from ._auth import Principal, as_worker, caller, under_lease
-from ._body import MAX_INT, MAX_KEY, MAX_MESSAGE, MAX_STEPS, Fields, error_info, read_json
+from ._body import MAX_KEY, Fields, error_info, read_json
 from ._errors import RETRY_AFTER_SECONDS, ApiError, bad_request
 from ._hub import Hub, node_key, traverser_key
+from ._links import MAX_LABEL, MAX_LINK_SECONDS
+from ._paging import After, Limit, decode, page
 from ._refusals import Invalid, Refusal
 from ._service import LinkRequest, Service
 from ._store import GraphStore
@@ -31,7 +35,16 @@ MAX_ATTEMPTS = 1000
 MAX_CLAIM = 100
 MAX_EXPIRY_SECONDS = 10 * 365 * 86400
 MAX_LEASES = 10_000
+#: The approval inbox's status filter: a status, or every one.
+ApprovalFilter = Literal["pending", "approved", "rejected", "expired", "all"]
+assert set(get_args(ApprovalFilter)) == {s.value for s in ApprovalStatus} | {"all"}
+#: The time range of a listing (Unix seconds, UTC).
+CreatedAfter = Annotated[float | None, Query(ge=0, description="created at or after (Unix seconds)")]
+CreatedBefore = Annotated[float | None, Query(ge=0, description="created before (Unix seconds)")]
 _WAIT_FOR_DOC = "statuses to wait for, comma-separated, or 'terminal'"
+_WAIT_FOR_WORD = "(" + "|".join([*(s.value for s in TraverserStatus), "terminal"]) + ")"
+#: What ``_parse_statuses`` reads: statuses (or terminal), comma-separated, spaces around each.
+WAIT_FOR_PATTERN = f"^( *{_WAIT_FOR_WORD} *(, *{_WAIT_FOR_WORD} *)*)?$"
 
 
 def ok(value: Any, status: int = 200) -> Response:
@@ -51,45 +64,17 @@ def unavailable_response(exc: ApiError) -> Response:
     return response
 
 
-#: What every request body is held to (``_body.read_json``), said in each body's description.
-BODY_LIMITS = (
-    f"A JSON object of at most {MAX_BODY_BYTES} bytes (1 MiB; more is 413 payload_too_large), "
-    f"nested at most {MAX_DEPTH} levels deep (deeper is 400 json_too_deep). Integers in any value "
-    "are kept exactly from -2**63 to 2**64-1 and numbers must fit a 64-bit float (else 422 "
-    "validation_error); integer fields are at most 2147483647."
-)
-
-
-def _doc(properties: dict[str, Any], required: list[str]) -> dict[str, Any]:
-    """An OpenAPI request body for a hand-read JSON object, with the limits it is read under."""
-    schema = {"type": "object", "properties": properties, "required": required}
-    return {
-        "requestBody": {
-            "required": True,
-            "description": BODY_LIMITS,
-            "content": {"application/json": {"schema": schema}},
-        }
-    }
-
-
-def _number(maximum: float) -> dict[str, Any]:
-    return {"type": "number", "minimum": 0, "maximum": maximum}
-
-
-def _integer(minimum: int = 0, maximum: int = MAX_INT) -> dict[str, Any]:
-    return {"type": "integer", "minimum": minimum, "maximum": maximum}
-
-
-_ANY: dict[str, Any] = {}
-#: An identifier field (``Fields.key``): non-empty, at most MAX_KEY characters, no NUL.
-_STR = {"type": "string", "minLength": 1, "maxLength": MAX_KEY}
-_INT = _integer()
-_STEPS = {"type": "array", "maxItems": MAX_STEPS, "items": {"type": "object"}}
-_ERROR = {
-    "type": "object",
-    "properties": {"code": _STR, "message": {"type": "string", "maxLength": MAX_MESSAGE}},
-    "required": ["code", "message"],
-}
+# The body schemas' building blocks (``_body_schema``), under the names the routes use.
+_doc = B.body
+_number = B.number
+_integer = B.integer
+_ANY = B.JSON
+_STR = B.KEY
+_INT = B.INT
+_STEPS = B.STEPS
+_ERROR = B.ERROR
+#: The lease rules of a write on the traverser its path names.
+_PATH_LEASE = B.lease_rules(None)
 
 
 def store_of(request: Request) -> GraphStore:
@@ -113,12 +98,14 @@ def service_of(request: Request) -> Service:
 @router.post(
     "/traversers",
     status_code=201,
+    response_model=S.Traverser,
+    responses={200: {"model": S.Traverser, "description": "a repeated idempotency_key: the first traverser"}},
     openapi_extra=_doc(
         {
-            "target": _STR,
-            "input": {"type": "object"},
+            "target": {**_STR, "pattern": "^[^.\\u0000]+\\.[^\\u0000]+$", "description": "node.skill"},
+            "input": {"type": "object", "additionalProperties": _ANY},
             "max_attempts": _integer(1, MAX_ATTEMPTS),
-            "wait_for": _STR,
+            "wait_for": {**_STR, "pattern": WAIT_FOR_PATTERN},
             "wait_seconds": _number(MAX_CLIENT_WAIT),
             "idempotency_key": _STR,
             "parent_id": _STR,
@@ -126,6 +113,7 @@ def service_of(request: Request) -> Service:
             "worker_id": _STR,
         },
         ["target"],
+        B.lease_rules("parent_id"),
     ),
 )
 async def submit(request: Request, who: Annotated[Principal, Depends(caller)]) -> Response:
@@ -155,21 +143,26 @@ async def submit(request: Request, who: Annotated[Principal, Depends(caller)]) -
     return await _follow(request, view["id"], wanted, wait, code)
 
 
-@router.get("/traversers")
+@router.get("/traversers", response_model=S.TraverserList)
 async def list_traversers(
     request: Request,
     status: Annotated[TraverserStatus, Query()] = TraverserStatus.WAITING,
-    limit: Annotated[int, Query(ge=1, le=1000)] = 100,
+    limit: Limit = 100,
+    after: After = None,
 ) -> Response:
-    """Traversers in one status, newest first (``atfg ps`` shows ``waiting`` ones)."""
-    return ok({"items": store_of(request).list_traversers(status.value, limit)})
+    """Traversers in one status, newest first (``atfg ps`` shows ``waiting`` ones), a page at a
+    time (``next_cursor``)."""
+    items = store_of(request).list_traversers(status.value, limit + 1, decode("traversers", after))
+    return ok(page("traversers", items, limit))
 
 
-@router.get("/traversers/{traverser_id}")
+@router.get("/traversers/{traverser_id}", response_model=S.Traverser)
 async def get_traverser(
     request: Request,
     traverser_id: str,
-    wait_for: Annotated[str | None, Query(max_length=200, description=_WAIT_FOR_DOC)] = None,
+    wait_for: Annotated[
+        str | None, Query(max_length=200, pattern=WAIT_FOR_PATTERN, description=_WAIT_FOR_DOC)
+    ] = None,
     timeout: Annotated[float, Query(ge=0.0, le=MAX_CLIENT_WAIT)] = 0.0,
 ) -> Response:
     """One traverser. With ``wait_for``, a long poll: answers as soon as the status is one of
@@ -202,7 +195,7 @@ def _parse_statuses(raw: str | None) -> set[str]:
         return set()
     wanted: set[str] = set()
     for part in raw.split(","):
-        part = part.strip()
+        part = part.strip(" ")
         if part == "terminal":
             wanted |= {s.value for s in TraverserStatus if s.is_terminal}
         elif part in TraverserStatus.__members__.values():
@@ -212,29 +205,26 @@ def _parse_statuses(raw: str | None) -> set[str]:
     return wanted
 
 
-@router.get("/traversers/{traverser_id}/path")
+@router.get("/traversers/{traverser_id}/path", response_model=S.TraverserPath)
 async def get_path(request: Request, traverser_id: str) -> Response:
     """The traverser and its child steps, in order."""
     return ok(store_of(request).path(traverser_id))
 
 
-@router.post("/traversers/{traverser_id}/cancel")
+@router.post("/traversers/{traverser_id}/cancel", response_model=S.Traverser)
 async def cancel(request: Request, traverser_id: str, who: Annotated[Principal, Depends(caller)]) -> Response:
     return ok(await service_of(request).cancel(who, traverser_id))
 
 
 _LEASED = {"epoch": _INT, "worker_id": _STR, "steps": _STEPS}
 #: The next tasks a report that frees a permit may ask for (see next_claim).
-_NEXT_CLAIM = {
-    "type": "object",
-    "properties": {"worker_id": _STR, "max": _integer(1, MAX_CLAIM)},
-    "required": ["worker_id", "max"],
-}
+_NEXT_CLAIM = B.obj({"worker_id": _STR, "max": _integer(1, MAX_CLAIM)}, ["worker_id", "max"])
 
 
 @router.post(
     "/traversers/{traverser_id}/complete",
-    openapi_extra=_doc({**_LEASED, "result": _ANY, "claim": _NEXT_CLAIM}, ["epoch"]),
+    response_model=S.Reported,
+    openapi_extra=_doc({**_LEASED, "result": _ANY, "claim": _NEXT_CLAIM}, ["epoch"], _PATH_LEASE),
 )
 async def complete(request: Request, traverser_id: str) -> Response:
     """A worker reports the handler's result (under its lease)."""
@@ -249,7 +239,10 @@ async def complete(request: Request, traverser_id: str) -> Response:
 
 @router.post(
     "/traversers/{traverser_id}/fail",
-    openapi_extra=_doc({**_LEASED, "error": _ERROR, "retryable": {"type": "boolean"}}, ["epoch", "error"]),
+    response_model=S.Reported,
+    openapi_extra=_doc(
+        {**_LEASED, "error": _ERROR, "retryable": {"type": "boolean"}}, ["epoch", "error"], _PATH_LEASE
+    ),
 )
 async def fail(request: Request, traverser_id: str) -> Response:
     """A worker reports the handler's error; retried while attempts remain if ``retryable``."""
@@ -264,7 +257,11 @@ async def fail(request: Request, traverser_id: str) -> Response:
     return ok({"status": status})
 
 
-@router.post("/traversers/{traverser_id}/release", openapi_extra=_doc(_LEASED, ["epoch"]))
+@router.post(
+    "/traversers/{traverser_id}/release",
+    response_model=S.Reported,
+    openapi_extra=_doc(_LEASED, ["epoch"], _PATH_LEASE),
+)
 async def release(request: Request, traverser_id: str) -> Response:
     """A stopping worker gives a lease back; the attempt is not charged."""
     f = Fields(await read_json(request))
@@ -282,7 +279,7 @@ def _after_change(request: Request, traverser_id: str, status: str) -> None:
         hub.notify(node_key(node))
 
 
-@router.get("/traversers/{traverser_id}/checkpoints/{name}")
+@router.get("/traversers/{traverser_id}/checkpoints/{name}", response_model=S.Checkpoint)
 async def get_checkpoint(
     request: Request,
     traverser_id: str,
@@ -297,7 +294,10 @@ async def get_checkpoint(
 
 @router.put(
     "/traversers/{traverser_id}/checkpoints/{name}",
-    openapi_extra=_doc({**_LEASED, "value": _ANY, "expected_revision": _INT}, ["epoch", "value"]),
+    response_model=S.CheckpointSaved,
+    openapi_extra=_doc(
+        {**_LEASED, "value": B.PRESENT, "expected_revision": _INT}, ["epoch", "value"], _PATH_LEASE
+    ),
 )
 async def put_checkpoint(request: Request, traverser_id: str, name: str) -> Response:
     """Save a checkpoint under the task lease; ``expected_revision`` 0 creates only if absent."""
@@ -321,30 +321,41 @@ async def put_checkpoint(request: Request, traverser_id: str, name: str) -> Resp
 
 @router.post(
     "/approvals",
+    response_model=S.ApprovalRequested,
     openapi_extra=_doc(
         {
             **_LEASED,
             "traverser_id": _STR,
             "operation_key": _STR,
-            "prompt": _ANY,
+            "prompt": B.PRESENT,
             "checkpoint": _ANY,
             "expires_in_seconds": _number(MAX_EXPIRY_SECONDS),
             "pause": {"type": "boolean"},
             "claim": _NEXT_CLAIM,
-            "response_schema": {"type": "object"},
-            "assign_to": {"type": "object"},
-            "escalate": {"type": "object"},
+            "response_schema": {
+                "type": "object",
+                "additionalProperties": _ANY,
+                "description": "a JSON Schema (Draft 2020-12) an approving response must match",
+            },
+            "assign_to": ASSIGN_SCHEMA,
+            "escalate": ESCALATE_SCHEMA,
             "decision_link": {
+                "description": "mint a decision link with the approval: true, or its settings",
                 "oneOf": [
                     {"type": "boolean"},
                     {
                         "type": "object",
-                        "properties": {"expires_in_seconds": {"type": "number"}, "label": {"type": "string"}},
+                        "additionalProperties": False,
+                        "properties": {
+                            "expires_in_seconds": B.number(MAX_LINK_SECONDS, positive=True),
+                            "label": B.text(MAX_LABEL),
+                        },
                     },
-                ]
+                ],
             },
         },
         ["traverser_id", "operation_key", "prompt"],
+        B.lease_rules("traverser_id", paired=False),
     ),
 )
 async def request_approval(request: Request, who: Annotated[Principal, Depends(caller)]) -> Response:
@@ -403,21 +414,32 @@ def parse_link_request(value: Any, where: str = "body.decision_link") -> LinkReq
     return LinkRequest(None if seconds is None else float(seconds), label)
 
 
-@router.get("/approvals")
+@router.get("/approvals", response_model=S.ApprovalList)
 async def list_approvals(
     request: Request,
-    status: Annotated[str, Query(description="pending, approved, rejected, expired or all")] = "pending",
+    status: Annotated[ApprovalFilter, Query(description="an approval status, or all")] = "pending",
     traverser_id: Annotated[str | None, Query(max_length=200)] = None,
-    limit: Annotated[int, Query(ge=1, le=1000)] = 100,
+    operation_key: Annotated[str | None, Query(max_length=MAX_KEY)] = None,
+    created_after: CreatedAfter = None,
+    created_before: CreatedBefore = None,
+    limit: Limit = 100,
+    after: After = None,
 ) -> Response:
-    """The approval inbox: pending approvals, oldest first, unless ``status`` says otherwise."""
-    if status != "all" and status not in ApprovalStatus.__members__.values():
-        raise bad_request(f"status must be one of pending, approved, rejected, expired, all; not {status!r}")
-    items = store_of(request).list_approvals(None if status == "all" else status, traverser_id, limit)
-    return ok({"items": items})
+    """The approval inbox: pending approvals, oldest first, unless ``status`` says otherwise; of
+    one traverser and operation key, and created in a time range, when asked; a page at a time."""
+    items = store_of(request).list_approvals(
+        None if status == "all" else status,
+        traverser_id,
+        limit + 1,
+        operation_key=operation_key,
+        created_after=created_after,
+        created_before=created_before,
+        after=decode("approvals", after),
+    )
+    return ok(page("approvals", items, limit))
 
 
-@router.get("/approvals/{approval_id}")
+@router.get("/approvals/{approval_id}", response_model=S.Approval)
 async def get_approval(request: Request, approval_id: str) -> Response:
     """One approval, with ``assignment`` (who may decide it, and its escalation) when it has one."""
     store = store_of(request)
@@ -428,6 +450,7 @@ async def get_approval(request: Request, approval_id: str) -> Response:
 
 @router.post(
     "/approvals/{approval_id}/decide",
+    response_model=S.Approval,
     openapi_extra=_doc({"decision": {"enum": sorted(DECISIONS)}, "response": _ANY}, ["decision"]),
 )
 async def decide(request: Request, approval_id: str, who: Annotated[Principal, Depends(caller)]) -> Response:
@@ -446,6 +469,7 @@ async def decide(request: Request, approval_id: str, who: Annotated[Principal, D
 @router.post(
     "/workers",
     status_code=201,
+    response_model=S.WorkerRegistered,
     openapi_extra=_doc(
         {"node_id": _STR, "version": _STR, "capacity": _integer(1)}, ["node_id", "version", "capacity"]
     ),
@@ -462,18 +486,21 @@ async def register_worker(request: Request) -> Response:
     return ok({**view, "lease_seconds": store.lease_seconds}, 201)
 
 
-@router.get("/workers")
-async def list_workers(request: Request, limit: Annotated[int, Query(ge=1, le=1000)] = 100) -> Response:
-    return ok({"items": store_of(request).list_workers(limit)})
+@router.get("/workers", response_model=S.WorkerList)
+async def list_workers(request: Request, limit: Limit = 100, after: After = None) -> Response:
+    """Registered workers, newest first, a page at a time."""
+    items = store_of(request).list_workers(limit + 1, decode("workers", after))
+    return ok(page("workers", items, limit, ("registered_at", "id")))
 
 
-@router.get("/workers/{worker_id}")
+@router.get("/workers/{worker_id}", response_model=S.Worker)
 async def get_worker(request: Request, worker_id: str) -> Response:
     return ok(store_of(request).get_worker(worker_id))
 
 
 @router.post(
     "/workers/{worker_id}/claim",
+    response_model=S.Claimed,
     openapi_extra=_doc({"max": _integer(1, MAX_CLAIM), "wait_seconds": _number(_MAX_CLAIM_WAIT)}, ["max"]),
 )
 async def claim(request: Request, worker_id: str) -> Response:
@@ -548,7 +575,7 @@ def _announce(hub: Hub, tasks: list[dict[str, Any]]) -> None:
         hub.notify(traverser_key(task["traverser"]["id"]))
 
 
-@router.post("/workers/{worker_id}/release")
+@router.post("/workers/{worker_id}/release", response_model=S.WorkerReleased)
 async def release_worker(request: Request, worker_id: str) -> Response:
     """A stopping worker gives back whatever it still holds (attempts not charged)."""
     store = store_of(request)
@@ -561,8 +588,17 @@ async def release_worker(request: Request, worker_id: str) -> Response:
 
 @router.post(
     "/workers/{worker_id}/heartbeat",
+    response_model=S.Heartbeat,
     openapi_extra=_doc(
-        {"leases": {"type": "array", "maxItems": MAX_LEASES}, "stats": {"type": "object"}}, []
+        {
+            "leases": {
+                "type": "array",
+                "maxItems": MAX_LEASES,
+                "items": B.obj({"id": _STR, "epoch": _INT}, ["id", "epoch"]),
+            },
+            "stats": {"type": "object", "additionalProperties": _ANY},
+        },
+        [],
     ),
 )
 async def heartbeat(request: Request, worker_id: str) -> Response:
@@ -590,7 +626,7 @@ async def heartbeat(request: Request, worker_id: str) -> Response:
 # -- scoped memory ----------------------------------------------------------------------------
 
 
-@router.get("/memory/{scope}/{key}")
+@router.get("/memory/{scope}/{key}", response_model=S.Memory)
 async def get_memory(
     request: Request,
     scope: str,
@@ -606,9 +642,17 @@ async def get_memory(
 
 @router.put(
     "/memory/{scope}/{key}",
+    response_model=S.MemorySaved,
     openapi_extra=_doc(
-        {"value": _ANY, "expected_revision": _INT, "traverser_id": _STR, "epoch": _INT, "worker_id": _STR},
+        {
+            "value": B.PRESENT,
+            "expected_revision": _INT,
+            "traverser_id": _STR,
+            "epoch": _INT,
+            "worker_id": _STR,
+        },
         ["value"],
+        B.lease_rules("traverser_id"),
     ),
 )
 async def put_memory(request: Request, scope: str, key: str) -> Response:
@@ -628,7 +672,7 @@ async def put_memory(request: Request, scope: str, key: str) -> Response:
 # -- server ----------------------------------------------------------------------------------
 
 
-@router.get("/stats")
+@router.get("/stats", response_model=S.Stats)
 async def stats(request: Request) -> Response:
     """Request counts since start (the benchmark divides them by cycles), store commits of write
     functions, and the statement groups and statements the writer sent (PostgreSQL's pipelined

@@ -9,11 +9,13 @@ from typing import Annotated, Any
 
 from fastapi import APIRouter, Depends, Request, Response
 
+from . import _schemas as S
 from ._auth import Principal, caller
 from ._body import Fields, parse_object, read_raw
+from ._body_schema import JSON, number, text
 from ._errors import ApiError
 from ._identity import Identity
-from ._links import LinkKind
+from ._links import MAX_LABEL, MAX_LINK_SECONDS, LinkKind
 from ._routes import _doc, ok, service_of
 from ._urls import link_url, public_url
 
@@ -23,7 +25,7 @@ router = APIRouter(prefix="/api/v2")
 TIMESTAMP_HEADER = "x-atfg-timestamp"
 SIGNATURE_HEADER = "x-atfg-signature"
 
-_MINT = _doc({"expires_in_seconds": {"type": "number"}, "label": {"type": "string"}}, [])
+_MINT = _doc({"expires_in_seconds": number(MAX_LINK_SECONDS, positive=True), "label": text(MAX_LABEL)}, [])
 
 
 async def _mint(request: Request, who: Principal, kind: LinkKind, wait_id: str) -> dict[str, Any]:
@@ -39,7 +41,9 @@ async def _mint(request: Request, who: Principal, kind: LinkKind, wait_id: str) 
     return {"link": link.as_json(), "url": link_url(request, link, secret), "secret": secret}
 
 
-@router.post("/approvals/{approval_id}/links", status_code=201, openapi_extra=_MINT)
+@router.post(
+    "/approvals/{approval_id}/links", status_code=201, response_model=S.LinkCreated, openapi_extra=_MINT
+)
 async def create_link(
     request: Request, approval_id: str, who: Annotated[Principal, Depends(caller)]
 ) -> Response:
@@ -51,20 +55,22 @@ async def create_link(
     return ok(minted, 201)
 
 
-@router.get("/approvals/{approval_id}/links")
+@router.get("/approvals/{approval_id}/links", response_model=S.LinkList)
 async def list_links(request: Request, approval_id: str) -> Response:
     """The decision links and webhooks of one wait (never their secrets)."""
     now = time.time()
     return ok({"items": [link.as_json(now) for link in await service_of(request).links_of(approval_id)]})
 
 
-@router.post("/links/{link_id}/revoke")
+@router.post("/links/{link_id}/revoke", response_model=S.LinkRevoked)
 async def revoke_link(request: Request, link_id: str, who: Annotated[Principal, Depends(caller)]) -> Response:
     """Revoke a decision link or a webhook: it no longer decides or resumes anything."""
     return ok({"link": (await service_of(request).revoke_link(who, link_id)).as_json()})
 
 
-@router.post("/waits/{wait_id}/webhooks", status_code=201, openapi_extra=_MINT)
+@router.post(
+    "/waits/{wait_id}/webhooks", status_code=201, response_model=S.WebhookCreated, openapi_extra=_MINT
+)
 async def create_webhook(
     request: Request, wait_id: str, who: Annotated[Principal, Depends(caller)]
 ) -> Response:
@@ -73,7 +79,7 @@ async def create_webhook(
     return ok(await _mint(request, who, LinkKind.WEBHOOK, wait_id), 201)
 
 
-@router.get("/waits/{wait_id}/webhooks")
+@router.get("/waits/{wait_id}/webhooks", response_model=S.LinkList)
 async def list_webhooks(request: Request, wait_id: str) -> Response:
     now = time.time()
     links = await service_of(request).links_of(wait_id, LinkKind.WEBHOOK)
@@ -82,7 +88,10 @@ async def list_webhooks(request: Request, wait_id: str) -> Response:
 
 @router.post(
     "/webhooks/{link_id}",
-    openapi_extra=_doc({"decision": {"enum": ["approved", "rejected"]}, "response": {}, "payload": {}}, []),
+    response_model=S.WebhookDelivered,
+    openapi_extra=_doc(
+        {"decision": {"enum": ["approved", "rejected"]}, "response": JSON, "payload": JSON}, []
+    ),
 )
 async def deliver_webhook(request: Request, link_id: str) -> Response:
     """Resume the webhook's wait. Signed, not bearer-authenticated: ``X-Atfg-Timestamp`` (Unix

@@ -11,14 +11,16 @@ of a failed run (``Service.retry``), and ``POST /runs/{id}/cancel`` with a reaso
 from __future__ import annotations
 
 from enum import StrEnum
-from typing import Annotated, Any
+from typing import Annotated
 
 from fastapi import APIRouter, Depends, Query, Request, Response
 
+from . import _schemas as S
 from ._auth import Principal, caller
-from ._body import parse_object, read_raw
+from ._body import MAX_KEY, parse_object, read_raw
 from ._errors import bad_request
-from ._routes import ok, service_of, store_of
+from ._paging import After, Limit, decode, page
+from ._routes import CreatedAfter, CreatedBefore, ok, service_of, store_of
 from ._runs_reads import RUN_PART_LIMIT, RUN_STATUSES
 
 router = APIRouter(prefix="/api/v2")
@@ -49,46 +51,47 @@ class RunStatusFilter(StrEnum):
 assert {s.value for s in RunStatusFilter} == set(RUN_STATUSES)
 assert RUN_PART_LIMIT == 1000  # as get_run's description says
 
-_ERROR = {
-    "description": "the one error shape",
-    "content": {
-        "application/json": {
-            "schema": {
-                "type": "object",
-                "properties": {
-                    "error": {
-                        "type": "object",
-                        "properties": {"code": {"type": "string"}, "message": {"type": "string"}},
-                    }
-                },
-            }
-        }
-    },
-}
-_LISTED: dict[int | str, dict[str, Any]] = {422: _ERROR}
-_ONE: dict[int | str, dict[str, Any]] = {404: _ERROR, 422: _ERROR}
 
-
-@router.get("/runs", responses=_LISTED)
+@router.get("/runs", response_model=S.RunList)
 async def list_runs(
     request: Request,
     kind: Annotated[
         RunKind, Query(description="all, workflow (pyworkflow's own) or traverser")
     ] = RunKind.ALL,
     status: Annotated[
-        RunStatusFilter | None,
-        Query(description="the engine's status, or a traverser's API name (queued, waiting, succeeded)"),
+        list[RunStatusFilter] | None,
+        Query(
+            description="the engine's status, or a traverser's API name (queued, waiting, succeeded); "
+            "repeat it for several",
+            max_length=len(RunStatusFilter),
+        ),
     ] = None,
-    limit: Annotated[int, Query(ge=1, le=1000)] = 100,
+    target: Annotated[str | None, Query(max_length=MAX_KEY, description="a workflow, or node.skill")] = None,
+    id_prefix: Annotated[
+        str | None, Query(min_length=1, max_length=200, description="ids starting so")
+    ] = None,
+    created_after: CreatedAfter = None,
+    created_before: CreatedBefore = None,
+    limit: Limit = 100,
+    after: After = None,
 ) -> Response:
     """Every run in this database, newest first: pyworkflow's own runs (``kind: workflow``) and
     traversers (``kind: traverser``, with ``target``, ``node_id``, ``attempt``, ``max_attempts`` and
     ``traverser_status``, the API's name of its status). ``status`` is the engine's status."""
-    items = store_of(request).list_runs(kind.value, None if status is None else status.value, limit)
-    return ok({"items": items})
+    items = store_of(request).list_runs(
+        kind.value,
+        [s.value for s in status or ()],
+        limit + 1,
+        target=target,
+        id_prefix=id_prefix,
+        created_after=created_after,
+        created_before=created_before,
+        after=decode("runs", after),
+    )
+    return ok(page("runs", items, limit))
 
 
-@router.get("/runs/{run_id}", responses=_ONE)
+@router.get("/runs/{run_id}", response_model=S.RunRecord)
 async def get_run(request: Request, run_id: str) -> Response:
     """One run of either kind: the run (with ``input``, ``result``, ``error``), its ``steps``,
     its ``waits`` (hooks, step hooks, timers, retries, approvals), its ``checkpoints`` (every
@@ -97,16 +100,16 @@ async def get_run(request: Request, run_id: str) -> Response:
     return ok(await store_of(request).get_run(run_id))
 
 
-@router.get("/inbox", responses=_LISTED)
-async def inbox(request: Request, limit: Annotated[int, Query(ge=1, le=1000)] = 100) -> Response:
+@router.get("/inbox", response_model=S.Inbox)
+async def inbox(request: Request, limit: Limit = 100, after: After = None) -> Response:
     """What people answer, in one list: pending approvals, pyworkflow hooks and step hooks,
     oldest first, each with its run's summary (``run``). An approval carries its ``prompt`` and
     ``checkpoint``; a hook its ``payload_schema``. Decide with ``POST /approvals/{id}/decide``,
     resume with ``POST /hooks/{id}/resume``."""
-    return ok({"items": store_of(request).inbox(limit)})
+    return ok(page("inbox", store_of(request).inbox(limit + 1, after=decode("inbox", after)), limit))
 
 
-@router.post("/runs/{run_id}/retry", responses=_ONE)
+@router.post("/runs/{run_id}/retry", response_model=S.Traverser | S.RunSummary)
 async def retry(request: Request, run_id: str, who: Annotated[Principal, Depends(caller)]) -> Response:
     """A new attempt of a failed run of either kind: a traverser from its checkpoints, recorded
     steps and decided approvals (answers with its traverser view); a pyworkflow run from what it
@@ -120,7 +123,7 @@ async def retry(request: Request, run_id: str, who: Annotated[Principal, Depends
 MAX_REASON = 1000
 
 
-@router.post("/runs/{run_id}/cancel", responses=_ONE)
+@router.post("/runs/{run_id}/cancel", response_model=S.RunSummary)
 async def cancel(request: Request, run_id: str, who: Annotated[Principal, Depends(caller)]) -> Response:
     """Cancel a run of either kind that has not finished; body ``{"reason": "..."}`` (optional,
     at most 1000 characters), kept in the run's error and the audit entry. Its pending waits are
@@ -142,7 +145,7 @@ class IdKind(StrEnum):
     WAIT = "wait"
 
 
-@router.get("/ids", responses=_LISTED)
+@router.get("/ids", response_model=S.IdList)
 async def resolve_ids(
     request: Request,
     prefix: Annotated[str, Query(min_length=1, max_length=200)],

@@ -11,7 +11,7 @@ Statements are read-only and live here, apart from the graph store's transitions
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any, TypeVar
 
 from pyworkflow.store import RunStatus, WaitKind
@@ -19,7 +19,9 @@ from pyworkflow.store import RunStatus, WaitKind
 from .._json import fragment
 from ._graph_rows import Conn, Row, _row, _rows
 from ._graph_sql import ENGINE_STATUS
+from ._paging import Key, keyset
 from ._refusals import NotFound
+from ._stamps import iso, stamped
 
 T = TypeVar("T")
 
@@ -40,10 +42,11 @@ _RUN_SUMMARY = """
 SELECT r.id, r.workflow, r.node_id, r.version, r.status, r.attempt, r.max_attempts, r.waiting_on,
        r.error, r.created_at, r.updated_at, r.finished_at
 """
-#: Every run newest first, under the conditions given (``{where}``: kind, status). With a status:
-#: runs_by_status (status, created_at) walked backwards; without: runs_by_created. The kind is a
-#: condition on the row (node_id), so LIMIT counts only matching runs.
-SQL_RUNS = _RUN_SUMMARY + "FROM runs r WHERE 1 = 1{where} ORDER BY r.created_at DESC LIMIT ?"
+#: Every run newest first (then by id, the cursor's tie-break), under the conditions given
+#: (``{where}``: kind, status, target, id prefix, time, the cursor; ``{order}``). With a status:
+#: runs_by_status (status, created_at) walked backwards; without: runs_by_created. The other
+#: conditions are on the row, so LIMIT counts only matching runs.
+SQL_RUNS = _RUN_SUMMARY + "FROM runs r WHERE 1 = 1{where}{order} LIMIT ?"
 #: The kind conditions of a listing.
 KIND_WHERE = {"all": "", "workflow": " AND r.node_id IS NULL", "traverser": " AND r.node_id IS NOT NULL"}
 #: One run of either kind, with its input, result and error (primary key).
@@ -76,7 +79,9 @@ SELECT id FROM {table} WHERE id >= ? AND id < ? AND substr(id, 1, ?) = ?{kind} O
 #: How many candidates an ambiguous prefix lists.
 PREFIX_CANDIDATES = 10
 
-#: The inbox: pending approvals, hooks and step hooks oldest first, each with its run's summary.
+#: The inbox: pending approvals, hooks and step hooks oldest first (then by id, the cursor's
+#: tie-break; ``{where}`` is the cursor's condition and ``{kinds}`` narrows it to hooks for
+#: GET /hooks), each with its run's summary.
 #: waits_inbox (created_at, partial on exactly these conditions) walked in order and bounded by
 #: LIMIT; each run is a primary key lookup. The kinds are written as every kind but the two a
 #: deadline ends (timer, retry; INBOX_KINDS are the rest, a unit test keeps them so): an IN list
@@ -86,9 +91,10 @@ SELECT w.id, w.run_id, w.wait_key, w.kind, w.name, w.step_key, w.created_at, w.e
        w.payload_schema, w.prompt, w.checkpoint,
        r.workflow, r.node_id, r.status AS run_status, r.attempt, r.max_attempts
 FROM waits w JOIN runs r ON r.id = w.run_id
-WHERE w.status = 'pending' AND w.kind NOT IN ('timer', 'retry')
-ORDER BY w.created_at LIMIT ?
+WHERE w.status = 'pending' AND w.kind NOT IN ('timer', 'retry'){kinds}{where}{order} LIMIT ?
 """
+#: The hook kinds, as a condition of SQL_INBOX.
+HOOKS_ONLY = " AND w.kind IN ('hook', 'step_hook')"
 
 
 def engine_status(status: str) -> str:
@@ -109,6 +115,7 @@ def run_summary(row: Row) -> dict[str, Any]:
         "updated_at": row["updated_at"],
         "finished_at": row["finished_at"],
     }
+    stamped(view, "created_at", "updated_at", "finished_at")
     if kind == "traverser":
         view.update(
             target=row["workflow"],
@@ -123,7 +130,7 @@ def run_summary(row: Row) -> dict[str, Any]:
 
 
 def _step(row: Row) -> dict[str, Any]:
-    return {
+    view = {
         "key": row["step_key"],
         "status": row["status"],
         "attempt": row["attempt"],
@@ -134,6 +141,7 @@ def _step(row: Row) -> dict[str, Any]:
         "delivered": row["delivered"],
         "updated_at": row["updated_at"],
     }
+    return stamped(view, "updated_at")
 
 
 def _wait(row: Row) -> dict[str, Any]:
@@ -149,6 +157,7 @@ def _wait(row: Row) -> dict[str, Any]:
         "resolved_at": row["resolved_at"],
         "payload": fragment(row["payload"]),
     }
+    stamped(view, "created_at", "expires_at", "resolved_at")
     if row["kind"] == WaitKind.APPROVAL.value:
         view.update(
             prompt=fragment(row["prompt"]),
@@ -162,13 +171,14 @@ def _wait(row: Row) -> dict[str, Any]:
 
 
 def _checkpoint(row: Row) -> dict[str, Any]:
-    return {
+    view = {
         "scope": row["scope"],
         "name": row["name"],
         "value": fragment(row["value"]),
         "revision": row["revision"],
         "updated_at": row["updated_at"],
     }
+    return stamped(view, "updated_at")
 
 
 def inbox_item(row: Row) -> dict[str, Any]:
@@ -198,6 +208,7 @@ def inbox_item(row: Row) -> dict[str, Any]:
         "expires_at": row["expires_at"],
         "run": run,
     }
+    stamped(item, "created_at", "expires_at")
     if row["kind"] == WaitKind.APPROVAL.value:
         item.update(
             prompt=fragment(row["prompt"]),
@@ -226,16 +237,45 @@ class RunsReads:
     def _read1(self, fn: Callable[[Conn], T]) -> T:
         raise NotImplementedError
 
-    def list_runs(self, kind: str, status: str | None, limit: int) -> list[dict[str, Any]]:
-        """Runs of ``kind`` (all, workflow, traverser), in ``status`` (the engine's or the API's
-        name; None: any), newest first."""
+    def list_runs(
+        self,
+        kind: str,
+        status: str | Sequence[str] | None,
+        limit: int,
+        *,
+        target: str | None = None,
+        id_prefix: str | None = None,
+        created_after: float | None = None,
+        created_before: float | None = None,
+        after: Key | None = None,
+    ) -> list[dict[str, Any]]:
+        """Runs of ``kind`` (all, workflow, traverser), in ``status`` (one or several, the
+        engine's or the API's names; None: any), of ``target`` (a workflow's name or a
+        traverser's node.skill), whose id starts with ``id_prefix``, created in the time range
+        given, newest first, after the cursor's ``(created_at, id)``."""
         where = KIND_WHERE[kind]
         params: list[Any] = []
-        if status is not None:
-            where += " AND r.status = ?"
-            params.append(engine_status(status))
-        sql = SQL_RUNS.format(where=where)
-        return [run_summary(r) for r in self._read1(lambda c: _rows(c, sql, [*params, limit]))]
+        statuses = list(
+            dict.fromkeys(engine_status(s) for s in ([status] if isinstance(status, str) else status or ()))
+        )
+        if statuses:
+            where += " AND r.status IN (" + ", ".join("?" * len(statuses)) + ")"
+            params += statuses
+        if target is not None:
+            where += " AND r.workflow = ?"
+            params.append(target)
+        if id_prefix is not None:
+            where += " AND r.id LIKE ? ESCAPE '!'"
+            params.append(id_prefix.replace("!", "!!").replace("%", "!%").replace("_", "!_") + "%")
+        if created_after is not None:
+            where += " AND r.created_at >= ?"
+            params.append(created_after)
+        if created_before is not None:
+            where += " AND r.created_at < ?"
+            params.append(created_before)
+        cond, more, order = keyset(("r.created_at", "r.id"), True, after)
+        sql = SQL_RUNS.format(where=where + cond, order=order)
+        return [run_summary(r) for r in self._read1(lambda c: _rows(c, sql, [*params, *more, limit]))]
 
     def ids_with_prefix(self, kind: str, prefix: str) -> tuple[list[str], bool]:
         """Ids of ``kind`` (run, approval, wait) that start with ``prefix``: at most
@@ -277,13 +317,25 @@ class RunsReads:
         record = self._read(fn)
         events = await self.pyworkflow.get_events(run_id, limit=n)
         record["events"] = [
-            {"seq": e.seq, "at": e.at, "type": e.type, "key": e.key, "data": fragment(e.data)}
+            {
+                "seq": e.seq,
+                "at": e.at,
+                "at_iso": iso(e.at),
+                "type": e.type,
+                "key": e.key,
+                "data": fragment(e.data),
+            }
             for e in events[:RUN_PART_LIMIT]
         ]
         if len(events) > RUN_PART_LIMIT:
             record["truncated"].append("events")
         return record
 
-    def inbox(self, limit: int) -> list[dict[str, Any]]:
-        """Pending approvals, hooks and step hooks together, oldest first, with their runs."""
-        return [inbox_item(r) for r in self._read1(lambda c: _rows(c, SQL_INBOX, (limit,)))]
+    def inbox(
+        self, limit: int, *, after: Key | None = None, hooks_only: bool = False
+    ) -> list[dict[str, Any]]:
+        """Pending approvals, hooks and step hooks together (``hooks_only``: hooks and step
+        hooks), oldest first, with their runs, after the cursor's ``(created_at, id)``."""
+        cond, params, order = keyset(("w.created_at", "w.id"), False, after)
+        sql = SQL_INBOX.format(kinds=HOOKS_ONLY if hooks_only else "", where=cond, order=order)
+        return [inbox_item(r) for r in self._read1(lambda c: _rows(c, sql, (*params, limit)))]

@@ -103,7 +103,9 @@ from ._graph_sql import (
 from ._identity import AuditEntry, identity_migrations, write_audit
 from ._lease_rules import leased, live_row, record_steps
 from ._observe import AttemptClock, reaped
+from ._paging import Key, keyset
 from ._refusals import Conflict, Forbidden, NotFound
+from ._stamps import iso
 
 T = TypeVar("T")
 
@@ -311,10 +313,13 @@ class GraphStore(ApprovalTransitions, ConsoleReads):
             return await self._pg.get_traverser(traverser_id)
         return self.get_traverser(traverser_id)
 
-    def list_traversers(self, status: str, limit: int) -> list[dict[str, Any]]:
+    def list_traversers(self, status: str, limit: int, after: Key | None = None) -> list[dict[str, Any]]:
+        """Traversers in ``status``, newest first, after the cursor's ``(created_at, id)``."""
+        cond, params, order = keyset(("r.created_at", "r.id"), True, after)
+        sql = SQL_LIST_TRAVERSERS.format(where=cond, order=order)
         return [
             traverser_view(r)
-            for r in self._read1(lambda c: _rows(c, SQL_LIST_TRAVERSERS, (ENGINE_STATUS[status], limit)))
+            for r in self._read1(lambda c: _rows(c, sql, (ENGINE_STATUS[status], *params, limit)))
         ]
 
     def path(self, traverser_id: str) -> dict[str, Any]:
@@ -396,8 +401,11 @@ class GraphStore(ApprovalTransitions, ConsoleReads):
 
         return await self.db.write(fn)
 
-    def list_workers(self, limit: int) -> list[dict[str, Any]]:
-        return [worker_view(r) for r in self._read1(lambda c: _rows(c, SQL_WORKERS, (limit,)))]
+    def list_workers(self, limit: int, after: Key | None = None) -> list[dict[str, Any]]:
+        """Workers, newest registration first, after the cursor's ``(registered_at, id)``."""
+        cond, params, order = keyset(("registered_at", "id"), True, after)
+        sql = SQL_WORKERS.format(where=cond, order=order)
+        return [worker_view(r) for r in self._read1(lambda c: _rows(c, sql, (*params, limit)))]
 
     def worker_node(self, worker_id: str) -> str:
         """The node a worker serves (never changes: remembered after the first lookup)."""
@@ -456,6 +464,7 @@ class GraphStore(ApprovalTransitions, ConsoleReads):
                         "traverser": traverser_view(row),
                         "epoch": row["epoch"],
                         "lease_expires_at": expires,
+                        "lease_expires_at_iso": iso(expires),
                         "checkpoints": {
                             c["name"]: {"value": fragment(c["value"]), "revision": c["revision"]}
                             for c in _rows(conn, SQL_CHECKPOINTS, (ident,))

@@ -262,7 +262,7 @@ async def test_a_worker_acts_only_under_a_lease_it_holds(server: ServerProcess) 
         assert (await call(owner, "GET", f"/traversers/{b}/checkpoints/c")).status_code == 404
         assert (
             await call(owner, "GET", "/approvals", params={"traverser_id": b, "status": "all"})
-        ).json() == {"items": []}
+        ).json() == {"items": [], "next_cursor": None}
         assert (await call(owner, "GET", "/memory/s/k")).json()["value"] == "w1"
         assert (await call(owner, "GET", f"/traversers/{b}")).json()["status"] == "running"
         queued = (await call(owner, "GET", "/traversers", params={"status": "queued"})).json()["items"]

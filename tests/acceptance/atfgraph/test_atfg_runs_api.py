@@ -159,7 +159,16 @@ async def test_the_routes_are_in_the_openapi_document(http: httpx.AsyncClient) -
     doc = (await http.get("/api/v2/openapi.json")).json()
     runs = doc["paths"]["/api/v2/runs"]["get"]
     params = {p["name"]: p for p in runs["parameters"]}
-    assert set(params) == {"kind", "status", "limit"}
+    assert set(params) == {
+        "kind",
+        "status",
+        "target",
+        "id_prefix",
+        "created_after",
+        "created_before",
+        "limit",
+        "after",
+    }
     assert "422" in runs["responses"]
     one = doc["paths"]["/api/v2/runs/{run_id}"]["get"]
     assert {"404", "422"} <= set(one["responses"]) and "events" in one["description"]

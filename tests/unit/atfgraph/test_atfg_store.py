@@ -9,6 +9,7 @@ import os
 import time
 from collections.abc import AsyncIterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -42,20 +43,41 @@ async def claim_one(store: GraphStore, worker: str) -> dict[str, object]:
     return tasks[0]
 
 
-HOT_QUERIES = [
+APPROVED = "w.status = ? AND w.decision = ?"
+AFTER_ASC = " AND (w.created_at > ? OR (w.created_at = ? AND w.id > ?))"
+AFTER_DESC = " AND (r.created_at < ? OR (r.created_at = ? AND r.id < ?))"
+HOT_QUERIES: list[tuple[str, tuple[object, ...]] | tuple[str, tuple[object, ...], str]] = [
     ("SQL_READY", ("n", 0.0, "1", 1)),
     ("SQL_EXPIRED_LEASES", (0.0, 10)),
-    ("SQL_PENDING_APPROVALS", (10,)),
-    ("SQL_ALL_APPROVALS", (10,)),
-    ("SQL_APPROVALS_IN_STATUS", ("received", "approved", 10)),
+    ("SQL_LIST_APPROVALS", ("pending", 10), " AND w.status = ?"),
+    ("SQL_LIST_APPROVALS", (10,)),
+    ("SQL_LIST_APPROVALS", ("received", "approved", 10), " AND " + APPROVED),
+    ("SQL_LIST_APPROVALS", ("t", 10), " AND w.run_id = ?"),
+    # A later page: the cursor's condition (_paging.keyset) keeps to the same index.
+    ("SQL_LIST_APPROVALS", ("pending", 1.0, 1.0, "a", 10), " AND w.status = ?" + AFTER_ASC),
     ("SQL_APPROVAL_BY_KEY", ("t", "k")),
     ("SQL_APPROVALS_OF", ("t",)),
     ("SQL_STEPS", ("t",)),
     ("SQL_CHECKPOINTS", ("t",)),
     ("SQL_LIST_TRAVERSERS", ("suspended", 10)),
+    ("SQL_LIST_TRAVERSERS", ("suspended", 1.0, 1.0, "a", 10), AFTER_DESC),
     ("SQL_LOCK_TRAVERSER", ("t",)),
     ("SQL_LOCK_APPROVAL", ("a",)),
 ]
+
+
+def _queries(sql: Any) -> list[tuple[str, tuple[object, ...], str]]:
+    """Each hot query with its conditions and the order its listing uses (``_paging.keyset``)."""
+    assert sql.APPROVAL_STATUS_WHERE["approved"][0] == APPROVED
+    out = []
+    for name, params, *where in HOT_QUERIES:
+        order = (
+            " ORDER BY w.created_at ASC, w.id ASC"
+            if "APPROVALS" in name
+            else " ORDER BY r.created_at DESC, r.id DESC"
+        )
+        out.append((name, params, getattr(sql, name).format(where="".join(where), order=order)))
+    return out
 
 
 async def test_tables_are_prefixed_and_hot_queries_use_indexes(store: GraphStore) -> None:
@@ -87,8 +109,7 @@ async def test_tables_are_prefixed_and_hot_queries_use_indexes(store: GraphStore
 
     if ON_POSTGRES:
         # With sequential scans priced out, a query no index serves still plans a "Seq Scan".
-        for name, params in HOT_QUERIES:
-            query = getattr(sql, name).format(where=sql.APPROVAL_STATUS_WHERE["approved"][0])
+        for name, params, query in _queries(sql):
 
             def explain(c: object, q: str = query, p: tuple[object, ...] = params) -> list[str]:
                 c.execute("SET LOCAL enable_seqscan = off")  # type: ignore[attr-defined]
@@ -98,8 +119,7 @@ async def test_tables_are_prefixed_and_hot_queries_use_indexes(store: GraphStore
             assert not [line for line in plan if "Seq Scan" in line], (name, plan)
             assert any("Index" in line for line in plan), (name, plan)
         return
-    for name, params in HOT_QUERIES:
-        query = getattr(sql, name).format(where=sql.APPROVAL_STATUS_WHERE["approved"][0])
+    for _name, params, query in _queries(sql):
         plan = store.db.read(lambda c, q=query, p=params: c.execute("EXPLAIN QUERY PLAN " + q, p).fetchall())
         details = [str(row[-1]) for row in plan]
         # "SCAN t USING INDEX i" walks an index in order (bounded by LIMIT); a bare SCAN reads a table.

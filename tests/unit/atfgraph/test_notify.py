@@ -129,7 +129,7 @@ async def test_notifier_reads_use_indexes(service: Service) -> None:
     db = service.store.db
     for sql, params in (
         (_notify.SQL_DUE, (1.0, 10)),
-        (_notify.SQL_DELIVERIES, ("dead", 10)),
+        (_notify.SQL_DELIVERIES.format(where="", order=" ORDER BY created_at DESC, id DESC"), ("dead", 10)),
         (_notify.SQL_EVENTS, (10,)),
     ):
         if ON_POSTGRES:

@@ -54,15 +54,18 @@ def test_every_path_parameter_is_bounded(doc: dict[str, Any]) -> None:
 
 def test_fields_carry_their_bounds(doc: dict[str, Any]) -> None:
     submit = _body(doc, "/traversers")["content"]["application/json"]["schema"]["properties"]
-    assert submit["target"] == {"type": "string", "minLength": 1, "maxLength": MAX_KEY}
-    assert (submit["max_attempts"]["minimum"], submit["max_attempts"]["maximum"]) == (1, MAX_ATTEMPTS)
-    assert submit["wait_seconds"]["maximum"] == MAX_CLIENT_WAIT
+    assert (submit["target"]["minLength"], submit["target"]["maxLength"]) == (1, MAX_KEY)
+    # An optional field may be null (it counts as absent).
+    attempts, null = submit["max_attempts"]["anyOf"]
+    assert null == {"type": "null"}
+    assert (attempts["minimum"], attempts["maximum"]) == (1, MAX_ATTEMPTS)
+    assert submit["wait_seconds"]["anyOf"][0]["maximum"] == MAX_CLIENT_WAIT
     fail = _body(doc, "/traversers/{traverser_id}/fail")["content"]["application/json"]["schema"]
     assert fail["properties"]["epoch"]["maximum"] == MAX_INT
-    assert fail["properties"]["steps"]["maxItems"] == MAX_STEPS
+    assert fail["properties"]["steps"]["anyOf"][0]["maxItems"] == MAX_STEPS
     assert fail["properties"]["error"]["properties"]["message"]["maxLength"] == MAX_MESSAGE
     beat = _body(doc, "/workers/{worker_id}/heartbeat")["content"]["application/json"]["schema"]
-    assert beat["properties"]["leases"]["maxItems"] == MAX_LEASES
+    assert beat["properties"]["leases"]["anyOf"][0]["maxItems"] == MAX_LEASES
     # Query parameters were declared with their routes already.
     listed = {p["name"]: p for p in doc["paths"]["/api/v2/traversers"]["get"]["parameters"]}
     assert (listed["limit"]["schema"]["minimum"], listed["limit"]["schema"]["maximum"]) == (1, 1000)

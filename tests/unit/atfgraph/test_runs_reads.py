@@ -90,7 +90,8 @@ async def test_every_run_newest_first_by_kind_and_status(store: GraphStore, runs
     wf = next(r for r in every if r["id"] == runs["reviewed"])
     assert wf["kind"] == "workflow" and wf["status"] == "suspended"
     assert wf["workflow"].endswith("runs_reviewed") and "traverser_status" not in wf
-    assert set(wf) == {"id", "kind", "workflow", "status", "error", "created_at", "updated_at", "finished_at"}
+    stamps = {"created_at", "updated_at", "finished_at"}
+    assert set(wf) == {"id", "kind", "workflow", "status", "error"} | stamps | {f"{s}_iso" for s in stamps}
     tv = next(r for r in every if r["id"] == runs["traverser"])
     assert (tv["kind"], tv["status"], tv["traverser_status"]) == ("traverser", "suspended", "waiting")
     assert (tv["target"], tv["node_id"], tv["attempt"], tv["max_attempts"]) == ("n.skill", "n", 1, 2)
@@ -202,7 +203,13 @@ def _query(name: str) -> str:
     base, _, variant = name.partition(":")
     where = {"": "", "workflow": rr.KIND_WHERE["workflow"], "status": " AND r.status = ?"}[variant]
     sql: str = getattr(rr, base)
-    return sql.format(where=where) if "{where}" in sql else sql
+    # The listings' order (_paging.keyset): time, then id as the cursor's tie-break.
+    order = (
+        " ORDER BY w.created_at ASC, w.id ASC"
+        if base == "SQL_INBOX"
+        else " ORDER BY r.created_at DESC, r.id DESC"
+    )
+    return sql.format(where=where, order=order, kinds="") if "{where}" in sql else sql
 
 
 @pytest.mark.parametrize(("name", "params", "indexes"), READS, ids=[r[0] for r in READS])
@@ -222,8 +229,8 @@ async def test_the_reads_walk_indexes(
         rows = store.db.read(lambda c: c.execute("EXPLAIN QUERY PLAN " + query, params).fetchall())
         plan = [str(row[-1]) for row in rows]
         assert not [d for d in plan if d.startswith("SCAN") and "USING" not in d], plan
-        if indexes:  # ordered walks: no sort of the matching rows
-            assert not [d for d in plan if "TEMP B-TREE" in d], plan
+        if indexes:  # ordered walks: no sort of the matching rows (ties of time sort by id)
+            assert not [d for d in plan if "TEMP B-TREE" in d and "RIGHT PART" not in d], plan
     text = "\n".join(plan)
     assert "Index" in text or "INDEX" in text or "PRIMARY KEY" in text, plan
     for index in indexes:

@@ -1,0 +1,30 @@
+"""Timestamps in the API's JSON, one rule for every answer.
+
+Every instant is a number of Unix seconds (UTC, fractions kept): ``created_at``, ``expires_at``,
+``at``, ``last_seen`` and the rest, as the API always answered (clients, the CLI and the
+console sort and compute with them, and the spec's examples read them so). Alongside each, the
+same instant in ISO 8601 UTC with microseconds and a ``Z``, under the name with ``_iso`` added
+(``created_at_iso: "2026-12-01T15:14:29.028175Z"``), null when the instant is. Query parameters
+that take a time (``created_after``, ``since``, ...) take Unix seconds."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+from typing import Any
+
+
+def iso(seconds: float | None) -> str | None:
+    """``seconds`` (Unix, UTC) in ISO 8601 UTC: ``2026-12-01T15:14:29.028175Z``."""
+    if seconds is None:
+        return None
+    return datetime.fromtimestamp(seconds, UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+
+
+def stamped(view: dict[str, Any], *names: str) -> dict[str, Any]:
+    """``view`` with ``<name>_iso`` beside each of the instants ``names``."""
+    for name in names:
+        view[name + "_iso"] = iso(view[name])
+    return view
+
+
+__all__ = ["iso", "stamped"]
