@@ -255,12 +255,10 @@ async def as_worker(request: Request, worker_id: str) -> None:
     it (claims, heartbeats, releases, and leases naming a worker id), else ``403 forbidden``,
     audited; ``404`` for an unknown worker. Owners and administrators may act as any worker. A
     worker registered before tokens were recorded (no token) is not checked."""
-    principal = await caller(request)
-    if not is_worker_only(principal):
-        return
     store: GraphStore = request.app.state.store
-    token = store.worker_token(worker_id)
-    if token is not None and token != principal.id:
+    token = store.worker_token(worker_id)  # 404 for an unknown worker, whoever asks
+    principal = await caller(request)
+    if is_worker_only(principal) and token is not None and token != principal.id:
         identity: Identity = request.app.state.identity
         await identity.audit(
             principal, "worker.act", target=worker_id[:200], outcome="denied", detail="another token's worker"
