@@ -39,14 +39,14 @@ run: $(RUN_STAMP)
 test: $(STAMP)
 	bash scripts/system-deps.sh
 	bash scripts/services.sh
-	$(BIN)/python -m pytest -q
+	$(BIN)/python -m pytest -q --durations=15
 	# Again on PostgreSQL: the store contract, the engine's tests, and the graph server's store,
 	# identity and whole acceptance suite (real server and worker processes, the console in Chromium),
 	# and the reliability suite's tests that follow the backend setting (races, the stateful test,
 	# hostile input) but its race across two servers, which always uses PostgreSQL. (Its
 	# crash-restart, lease and soak campaigns, and the database faults, run every backend they
 	# need in the first pass.)
-	PYWORKFLOW_TEST_STORE=postgresql $(BIN)/python -m pytest -q tests/contract tests/unit \
+	PYWORKFLOW_TEST_STORE=postgresql $(BIN)/python -m pytest -q --durations=15 tests/contract tests/unit \
 		tests/acceptance/atfgraph --ignore=tests/unit/contrib \
 		tests/reliability/test_races.py tests/reliability/test_state_machine.py \
 		tests/reliability/test_hostile_corpus.py \
