@@ -1,4 +1,4 @@
-"""The console's forms that change things: decide an approval, resume a hook.
+"""The console's forms that change things: decide an approval, resume a hook, start a run.
 
 Each calls the service function the API calls (``Service.decide``, ``Service.resume_hook``), so
 the console records exactly what ``POST /api/v2/approvals/{id}/decide`` and
@@ -19,7 +19,7 @@ from fastapi import APIRouter, Request, Response
 
 from pyworkflow.store import WaitKind
 
-from ..._json import dumps, loads
+from ..._json import MAX_DEPTH, dumps, dumps_read, loads, loads_exact
 from .._identity import Permission
 from .._refusals import Invalid, NotFound, Refusal
 from .._service import HOOK_KINDS
@@ -38,7 +38,7 @@ from ._common import (
     error_page,
     render,
 )
-from ._pages import inbox_context
+from ._pages import inbox_context, runs_context
 from ._run_pages import ACTIONS, WORKFLOW_RUNTIME, run_page
 
 router = APIRouter(include_in_schema=False)
@@ -155,6 +155,75 @@ async def run_action(request: Request, run_id: str, action: str) -> Response:
         text += " " + WORKFLOW_RUNTIME
     await _flash(request, auth, "ok", text)
     return _redirect(here)
+
+
+#: The longest input a run may be started with from the console's form (the API's own bound, a
+#: 1 MiB body, still applies after it).
+MAX_START_INPUT = 256 * 1024
+#: Attempts a run started from the console gets unless the form says otherwise (the API's default).
+START_ATTEMPTS = 3
+
+
+def _start_errors(target: str, raw_input: str, raw_attempts: str) -> tuple[dict[str, str], Any, int]:
+    """The form's values checked as ``POST /api/v2/traversers`` checks them: the errors by field
+    (none: valid), the input object, the attempts."""
+    errors: dict[str, str] = {}
+    node, dot, skill = target.partition(".")
+    if not dot or not node or not skill or len(target) > 200 or any(c.isspace() for c in target):
+        errors["target"] = "Write the target as node.skill (for example refunds.request_refund)."
+    inputs: Any = {}
+    if raw_input.strip():
+        if len(raw_input) > MAX_START_INPUT:
+            errors["input"] = f"The input is at most {MAX_START_INPUT // 1024} KiB here."
+        else:
+            try:
+                inputs = loads_exact(raw_input, root="input", max_depth=MAX_DEPTH)
+            except ValueError as exc:  # malformed, too deep, or a number JSON would not keep
+                errors["input"] = f"The input is not JSON this server keeps exactly: {exc}"
+            else:
+                if not isinstance(inputs, dict):
+                    errors["input"] = "The input is the skill's keyword arguments: a JSON object such as {}."
+    attempts = START_ATTEMPTS
+    if raw_attempts.strip():
+        try:
+            attempts = int(raw_attempts)
+        except ValueError:
+            attempts = 0
+        if not 1 <= attempts <= 1000:
+            errors["max_attempts"] = "Attempts are a whole number from 1 to 1000."
+    return errors, inputs, attempts
+
+
+@router.post("/runs")
+async def start_run(request: Request) -> Response:
+    """Start a traverser of ``node.skill`` from the Runs page, as ``atfg runs start`` does (the
+    service's submission, audited as ``traverser.submit``). A refused form (no target, input that
+    is not a JSON object) renders the Runs page again (422) with what was typed and the reason
+    beside the field; a start lands on the new run's page, saying when no worker serves its
+    node yet."""
+    form = await _form(request)
+    auth = await _writer(request, form, Permission.SUBMIT, "traverser.submit", None)
+    typed = {k: _text(form, k) for k in ("target", "input", "max_attempts")}
+    target = typed["target"].strip()
+    errors, inputs, attempts = _start_errors(target, typed["input"], typed["max_attempts"])
+    if not errors:
+        try:
+            view, _ = await _service(request).submit(auth.principal, target, dumps_read(inputs), attempts)
+        except Invalid as exc:
+            errors["input"] = f"{exc.message} ({exc.code})"
+        except Refusal as exc:
+            errors[""] = f"The run was not started: {exc.message} ({exc.code})"
+    if errors:
+        context = runs_context(request)
+        context["start"] = {"typed": typed, "errors": errors}
+        return render(request, "runs.html", auth, 422, **context)
+    node = target.partition(".")[0]
+    served = any(w["node_id"] == node for w in _store(request).list_workers(1000))
+    text = f"Run {view['id']} of {target} started by {auth.principal.name}."
+    if not served:
+        text += f" No worker has registered node {node!r} yet: it waits in the queue until one does."
+    await _flash(request, auth, "ok", text)
+    return _redirect(f"/runs/{quote(str(view['id']), safe='')}")
 
 
 __all__ = ["router"]

@@ -346,6 +346,7 @@ def runs_context(request: Request) -> dict[str, Any]:
         "status_url": status_url,
         "nav": "runs",
         "live_url": "/runs/live" + (("?" + urlencode(here)) if here else ""),
+        "start": {"typed": {"target": "", "input": "", "max_attempts": ""}, "errors": {}},
     }
 
 
