@@ -93,8 +93,10 @@ class CrashChain:
             return False
         else:
             return False
-        for key, (_, status) in self.oracle.snapshot().runs.items():
-            if status in IN_FLIGHT:
+        snap = self.oracle.snapshot()
+        for key, (_, status) in snap.runs.items():
+            # a run the process was running, or whose suspended turn's lease it still held
+            if status in IN_FLIGHT or key in snap.leased:
                 self.crashes[key] += 1
         return True
 

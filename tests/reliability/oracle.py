@@ -83,6 +83,8 @@ class Snapshot:
     integrity: str
     #: traversers: attempts charged beyond the first and one continuation per resolved wait
     lost_attempts: dict[str, int] = field(default_factory=dict)
+    #: runs with a live lease (a turn in flight, whatever the run's status says)
+    leased: list[str] = field(default_factory=list)
 
 
 class Oracle:
@@ -179,11 +181,16 @@ class Oracle:
                 conn, "SELECT run_id, scope, name, revision FROM checkpoints"
             )
         }
-        leased = self._rows(
+        # A live lease is a turn in flight: on a running run, or on a suspended one whose turn's
+        # end committed before the lease's release, which the engine writes with the process's
+        # next write (a crash in between leaves it to expire: docs/guarantees.md). On any other
+        # run it is a violation.
+        live = self._rows(
             conn,
             "SELECT q.run_id, r.status FROM queue q JOIN runs r ON r.id = q.run_id"
-            f" WHERE q.lease_owner IS NOT NULL AND q.lease_expires_at > {now!r} AND r.status <> 'running'",
+            f" WHERE q.lease_owner IS NOT NULL AND q.lease_expires_at > {now!r}",
         )
+        leased = [(r, st) for r, st in live if st not in ("running", "suspended")]
         ended = self._rows(
             conn,
             "SELECT q.run_id FROM queue q JOIN runs r ON r.id = q.run_id"
@@ -221,6 +228,7 @@ class Oracle:
             steps_completed_twice=twice,
             checkpoints=checkpoints,
             live_leases_not_running=[(keyed(r), s) for r, s in leased],
+            leased=[keyed(r) for r, _ in live],
             queued_after_end=[keyed(r) for (r,) in ended],
             received_without_decision=[w for (w,) in undecided],
             resumes=resumes,

@@ -20,7 +20,7 @@ from ._errors import RETRY_AFTER_SECONDS, ApiError, bad_request
 from ._hub import Hub, node_key, traverser_key
 from ._links import MAX_LABEL, MAX_LINK_SECONDS
 from ._paging import After, Limit, decode, page
-from ._refusals import Invalid, Refusal
+from ._refusals import Invalid, NotFound, Refusal
 from ._service import LinkRequest, Service
 from ._store import GraphStore
 from ._urls import link_url
@@ -544,7 +544,10 @@ async def next_claim(request: Request, f: Fields) -> tuple[str, int] | None:
         return None
     g = Fields(raw, "body.claim")
     wanted = g.key("worker_id"), g.integer("max", minimum=1, maximum=MAX_CLAIM)
-    await as_worker(request, wanted[0])
+    try:
+        await as_worker(request, wanted[0])  # another credential's worker: 403 before any change
+    except NotFound:
+        pass  # an unknown worker: the report stands and hand_out gives it nothing
     return wanted
 
 
