@@ -11,7 +11,6 @@ asked for that by passing ``escalate``.
 
 from __future__ import annotations
 
-import time
 from dataclasses import dataclass
 from typing import Any
 
@@ -185,10 +184,10 @@ def assignees_of(conn: Conn, wait_id: str) -> Assignees | None:
     return None if found is None else Assignees(tuple(found["roles"]), tuple(found["principals"]))
 
 
-def escalate_due(conn: Conn, limit: int) -> list[str]:
-    """Re-assign the pending approvals that fell due and have an escalation, each with its new
-    deadline, audited; returns their ids. Runs in the sweeper's transaction, before expiry."""
-    now = time.time()
+def escalate_due(conn: Conn, limit: int, now: float) -> list[str]:
+    """Re-assign the pending approvals that fell due by ``now`` and have an escalation, each with
+    its new deadline, audited; returns their ids. The sweeper runs it before it expires what fell
+    due by the same ``now``, so an escalation always goes ahead of its approval's expiry."""
     done = []
     for row in _rows(conn, SQL_DUE_ESCALATIONS, (now, limit)):
         esc = orjson.loads(row["escalate"])

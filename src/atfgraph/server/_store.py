@@ -650,11 +650,15 @@ class GraphStore(ApprovalTransitions, ConsoleReads):
         their traversers). Safe at any time, including right after a restart, when it catches up
         on everything that fell due while the server was down."""
         out = SweepOutcome(set(), set())
-        # Approvals whose handler asked for an escalation are re-assigned before they expire. On
-        # the writer (a read-only transaction when there is none): the request threads' readers
-        # see nothing of the background tasks.
-        await self.db.write(lambda conn: escalate_due(conn, SWEEP_BATCH))
-        expired = await self.pyworkflow.expire_due_waits(now=time.time(), limit=SWEEP_BATCH)
+        # Approvals whose handler asked for an escalation are re-assigned before they expire: all
+        # of those due by ``now`` (batch after batch), then the expiry of what fell due by the
+        # same ``now``, so that a deadline falling between the two can never expire an approval
+        # that was to escalate. On the writer (a read-only transaction when there is none): the
+        # request threads' readers see nothing of the background tasks.
+        now = time.time()
+        while len(await self.db.write(lambda conn: escalate_due(conn, SWEEP_BATCH, now))) == SWEEP_BATCH:
+            pass
+        expired = await self.pyworkflow.expire_due_waits(now=now, limit=SWEEP_BATCH)
 
         def reap(conn: Conn) -> SweepOutcome:
             now = time.time()

@@ -17,6 +17,7 @@ import pytest
 
 import pyworkflow
 from atfgraph._json import dumps
+from atfgraph.server._assign import Assignees, Escalation, read_assignment
 from atfgraph.server._hub import Hub, node_key, traverser_key
 from atfgraph.server._identity import Identity, Principal, Role
 from atfgraph.server._refusals import Conflict, Invalid, NotFound
@@ -217,3 +218,30 @@ async def test_resume_hook_refuses_a_payload_that_would_not_come_back_exactly(
         assert outcomes == [("hook.resume", "refused"), ("hook.resume", "refused")]
     finally:
         await pyworkflow.shutdown()
+
+
+async def test_an_approval_due_to_escalate_escalates_when_its_deadline_falls_during_a_sweep(
+    service: Service, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The sweeper escalates, then expires, what fell due by one instant: a deadline that falls
+    while it works (the clock moves on while the escalations commit) is escalated by the next
+    sweep, never expired (a race that lost the escalation under load)."""
+    store = service.store
+    trav, _ = await service.submit(OWNER, "desk.refund", dumps({"amount": 480}), 3)
+    worker = (await store.register_worker("desk", "1", 1))["id"]
+    task = (await store.claim(worker, 1))[0]
+    approval, _, _ = await service.request_approval(
+        WORKER, trav["id"], task["epoch"], "refund", b'{"question":"ok?"}', None, 60, True,
+        assign_to=Assignees((), ("rita",)), escalate=Escalation(Assignees((), ("boss",)), 600),
+    )  # fmt: skip
+    deadline = (await store.pyworkflow.get_wait(approval["id"])).expires_at
+    readings = iter([deadline - 1.0])  # the sweep starts just before the deadline...
+    monkeypatch.setattr(time, "time", lambda: next(readings, deadline + 1.0))  # ...which then passes
+    await store.sweep()
+    await store.sweep()
+    monkeypatch.undo()
+    wait = await store.pyworkflow.get_wait(approval["id"])
+    assert wait is not None and wait.status == WaitStatus.PENDING and wait.expires_at >= deadline + 600
+    assignment = store.db.read(lambda c: read_assignment(c, approval["id"]))
+    assert assignment is not None
+    assert (assignment["principals"], assignment["escalations"]) == (["boss"], 1)
