@@ -82,3 +82,21 @@ def test_reopening_applies_nothing(pg_database: str) -> None:
     assert [v[1] for v in _schema(pg_database)["versions"]] == [
         m.version for m in pyworkflow_migrations("postgres")
     ]
+
+
+def test_a_database_upgraded_by_a_newer_version_is_refused_and_left_alone(pg_database: str) -> None:
+    from pyworkflow import ConfigurationError
+    from pyworkflow.store import open_store
+
+    open_store(pg_database).close()
+    newest = pyworkflow_migrations("postgres")[-1].version
+    with psycopg.connect(pg_database, autocommit=True) as conn:
+        conn.execute(
+            "INSERT INTO schema_migrations VALUES ('pyworkflow', %s, 'from_the_future', 0)", (newest + 1,)
+        )
+    before = _schema(pg_database)
+    with pytest.raises(
+        ConfigurationError, match=rf"pyworkflow schema {newest + 1}; this version knows up to {newest}"
+    ):
+        open_store(pg_database)
+    assert _schema(pg_database) == before

@@ -21,6 +21,7 @@ from pathlib import Path
 
 import pytest
 
+from pyworkflow import ConfigurationError
 from pyworkflow.store import SQLiteStore, apply_migrations, pyworkflow_migrations
 
 SNAPSHOT = Path(__file__).with_name("sqlite_schema.sql")
@@ -120,6 +121,31 @@ def test_reopening_applies_nothing(tmp_path: Path) -> None:
         assert conn.execute("PRAGMA integrity_check").fetchall() == [("ok",)]
     finally:
         conn.close()
+
+
+def test_a_database_upgraded_by_a_newer_version_is_refused_and_left_alone(tmp_path: Path) -> None:
+    """Code that meets a migration it does not ship (a newer version upgraded the file) refuses
+    to open it, saying why, instead of misreading or half-undoing what the newer version wrote;
+    another component's track (the graph server's, here unknown to pyworkflow) is not its concern."""
+    path = migrated_file(tmp_path / "newer.db")
+    newest = pyworkflow_migrations("sqlite")[-1].version
+    conn = sqlite3.connect(path, isolation_level=None)
+    try:
+        conn.execute(
+            "INSERT INTO schema_migrations VALUES ('pyworkflow', ?, 'from_the_future', 0)", (newest + 1,)
+        )
+        conn.execute("INSERT INTO schema_migrations VALUES ('someone_else', 99, 'theirs', 0)")
+    finally:
+        conn.close()
+    before_versions, before_schema = versions(path), dump_schema(path)
+    with pytest.raises(ConfigurationError) as refused:
+        SQLiteStore(str(path))
+    assert str(refused.value) == (
+        f"the database was upgraded by a newer version of this software (pyworkflow schema "
+        f"{newest + 1}; this version knows up to {newest}): run the newer version, or open a backup "
+        "made before the upgrade"
+    )
+    assert versions(path) == before_versions and dump_schema(path) == before_schema
 
 
 def test_a_failing_migration_leaves_nothing_behind(tmp_path: Path) -> None:

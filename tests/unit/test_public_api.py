@@ -120,6 +120,7 @@ STORE_API = [
     "pyworkflow_migrations",
     "redact",
     "redact_url",
+    "refuse_newer_schema",
     "setup_logging",
     "sqlite_path",
     "tracing",

@@ -36,6 +36,7 @@ def db_migrate(ctx: click.Context, db_path: str | None, sql_only: bool) -> None:
     starts). Safe beside a running server: migrators serialize on the database's write lock
     (SQLite) or an advisory lock (PostgreSQL)."""
     from pyworkflow import ConfigurationError
+    from pyworkflow.store import refuse_newer_schema
 
     from ..server._dburl import parse_location, redact
 
@@ -48,16 +49,20 @@ def db_migrate(ctx: click.Context, db_path: str | None, sql_only: bool) -> None:
     migrations = server_migrations("postgres" if postgres else "sqlite")
     if sql_only:
         applied = _applied_postgres(path) if postgres else _applied(path)
+        try:
+            refuse_newer_schema(applied, migrations)
+        except ConfigurationError as exc:
+            raise CliError(f"{shown}: {exc}", EXIT_ERROR) from None
         pending = [m for m in migrations if (m.component, m.version) not in applied]
         for m in pending:
             click.echo(f"-- {m.component} {m.version:04d}_{m.name}\n{m.sql.strip()}\n")
         if not pending:
             progress(f"{shown}: up to date")
         return
-    if postgres:
-        done = _migrate_postgres(path, migrations)
-    else:
-        done = _migrate_sqlite(path, migrations)
+    try:
+        done = _migrate_postgres(path, migrations) if postgres else _migrate_sqlite(path, migrations)
+    except ConfigurationError as exc:  # a newer version upgraded it
+        raise CliError(f"{shown}: {exc}", EXIT_ERROR) from None
     progress(f"{shown}: applied {len(done)} migration(s)" if done else f"{shown}: up to date")
     emit_list(
         ctx,

@@ -35,6 +35,7 @@ from ._migrations import (
     apply_postgres_migrations,
     load_migrations,
     pyworkflow_migrations,
+    refuse_newer_schema,
 )
 from ._protocol import (
     CheckpointRecord,
@@ -103,6 +104,7 @@ __all__ = [
     "pyworkflow_migrations",
     "redact",
     "redact_url",
+    "refuse_newer_schema",
     "setup_logging",
     "sqlite_path",
     "tracing",

@@ -16,6 +16,8 @@ from dataclasses import dataclass
 from importlib import resources
 from typing import Any, Protocol
 
+from .._errors import ConfigurationError
+
 _NAME = re.compile(r"^(\d{4})_([a-z0-9_]+)\.sql$")
 
 
@@ -73,6 +75,22 @@ CREATE TABLE IF NOT EXISTS schema_migrations (
 """
 
 
+def refuse_newer_schema(applied: set[tuple[Any, Any]], migrations: Sequence[Migration]) -> None:
+    """Raise :class:`~pyworkflow.ConfigurationError` when the database records a migration of one
+    of these components that this code does not ship: a newer version upgraded it, and this one
+    would misread (or undo) what that version writes. Nothing is changed."""
+    known: dict[str, int] = {}
+    for migration in migrations:
+        known[migration.component] = max(known.get(migration.component, 0), migration.version)
+    for component, version in sorted(applied, key=lambda cv: (str(cv[0]), int(cv[1]))):
+        if component in known and int(version) > known[component]:
+            raise ConfigurationError(
+                f"the database was upgraded by a newer version of this software ({component} "
+                f"schema {int(version)}; this version knows up to {known[component]}): run the "
+                "newer version, or open a backup made before the upgrade"
+            )
+
+
 def apply_migrations(conn: sqlite3.Connection, migrations: Sequence[Migration]) -> list[Migration]:
     """Apply the migrations not yet recorded, all in one IMMEDIATE transaction, so that two
     processes opening a new file at once serialize and the second finds nothing to do."""
@@ -84,6 +102,7 @@ def apply_migrations(conn: sqlite3.Connection, migrations: Sequence[Migration]) 
         applied = {
             (row[0], row[1]) for row in conn.execute("SELECT component, version FROM schema_migrations")
         }
+        refuse_newer_schema(applied, migrations)
         done: list[Migration] = []
         for migration in migrations:
             if (migration.component, migration.version) in applied:
@@ -139,6 +158,7 @@ def apply_postgres_migrations(conn: _PgConnection, migrations: Sequence[Migratio
             (row[0], row[1])
             for row in conn.execute("SELECT component, version FROM schema_migrations").fetchall()
         }
+        refuse_newer_schema(applied, migrations)
         for migration in migrations:
             if (migration.component, migration.version) in applied:
                 continue

@@ -158,6 +158,49 @@ def _schema_versions(db: Path | str) -> set[tuple[str, int]]:
         conn.close()
 
 
+def test_a_database_upgraded_by_a_newer_version_is_refused_by_the_server_and_the_cli(
+    server: ServerProcess, tmp_path: Path
+) -> None:
+    """A server (or ``atfg db migrate``) of an older version than the one that last migrated the
+    database refuses it in one line and changes nothing, instead of serving a schema it does not
+    know."""
+    newest = server_migrations("postgres" if server.on_postgres else "sqlite")
+    future = max(m.version for m in newest if m.component == "atfgraph") + 1
+    server.kill()
+    insert = "INSERT INTO schema_migrations VALUES ('atfgraph', {}, 'from_the_future', 0)"
+    if server.on_postgres:
+        import psycopg
+
+        with psycopg.connect(server.db, autocommit=True) as pg:
+            pg.execute(insert.format("%s"), (future,))
+    else:
+        conn = sqlite3.connect(server.db)
+        try:
+            conn.execute(insert.format("?"), (future,))
+            conn.commit()
+        finally:
+            conn.close()
+    before = _schema_versions(server.db)
+    why = f"(atfgraph schema {future}; this version knows up to {future - 1})"
+    started = subprocess.run(
+        [sys.executable, "-m", "atfgraph.server", "--port", str(server.port), "--db", server.db],
+        env=server.env, capture_output=True, text=True, timeout=60,
+    )  # fmt: skip
+    assert started.returncode == 2, started.stderr
+    _banner, line = started.stderr.strip().splitlines()  # where it was to serve, then why it cannot
+    assert line.startswith("atfgraph: cannot open the database") and why in line, line
+    atfg = str(Path(sys.executable).parent / "atfg")
+    for extra in ((), ("--sql",)):
+        migrated = subprocess.run(
+            [atfg, "db", "migrate", "--db", server.db, *extra],
+            env=server.env, capture_output=True, text=True, timeout=60,
+        )  # fmt: skip
+        assert (migrated.returncode, migrated.stdout) == (1, ""), migrated.stderr
+        (line,) = migrated.stderr.strip().splitlines()
+        assert why in line and "run the newer version" in line, line
+    assert _schema_versions(server.db) == before
+
+
 def test_db_migrate(server: ServerProcess, tmp_path: Path) -> None:
     """``atfg db migrate`` builds what the server builds (in a database of the server's kind);
     ``--sql`` shows it and touches nothing."""
