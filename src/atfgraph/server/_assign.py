@@ -4,9 +4,13 @@ escalation when it falls due.
 An assignment is written in the transaction that creates its approval (``GraphStore.
 request_approval(also=...)``). Only an assigned principal (its token's name is listed, or its
 role is) may decide it, or mint a decision link or webhook for it; everyone else who may read
-approvals still sees it. With an escalation, the sweeper re-assigns a pending approval that fell
-due (once) and gives it a new deadline, before the engine's sweeper would expire it; the handler
-asked for that by passing ``escalate``.
+approvals still sees it. With an escalation (the handler passed ``escalate``), the sweeper
+re-assigns a pending approval when its escalation falls due (once) and gives it a new deadline.
+
+The escalation has its own deadline (``escalate_at``); the approval's wait is given the deadline
+it has if the escalation comes on time (``escalate_at`` plus the escalation's seconds), so that
+no sweep of the engine's (the graph server's, or a pyworkflow runtime's on the same database)
+and no late decision can expire an approval that was to escalate first.
 """
 
 from __future__ import annotations
@@ -21,6 +25,7 @@ from ._body_schema import text
 from ._graph_rows import Conn, _row, _rows
 from ._identity import AuditEntry, Principal, Role, write_audit
 from ._refusals import Invalid
+from ._stamps import iso
 
 MAX_ASSIGNEES = 50
 #: The longest an escalation may wait (ten years, as an approval's expiry).
@@ -29,21 +34,25 @@ NAME_MAX = 100
 
 # One approval's assignment (the primary key).
 SQL_ASSIGNMENT = (
-    "SELECT wait_id, roles, principals, escalate, escalations FROM atfg_assignments WHERE wait_id = ?"
+    "SELECT wait_id, roles, principals, escalate, escalate_at, escalations FROM atfg_assignments"
+    " WHERE wait_id = ?"
 )
 SQL_INSERT_ASSIGNMENT = """
-INSERT INTO atfg_assignments (wait_id, roles, principals, escalate, escalations) VALUES (?, ?, ?, ?, 0)
+INSERT INTO atfg_assignments (wait_id, roles, principals, escalate, escalate_at, escalations)
+VALUES (?, ?, ?, ?, ?, 0)
 ON CONFLICT (wait_id) DO NOTHING
 """
-# Pending approvals that fell due and still have an escalation (atfg_assignments_escalating, then
-# the waits' primary key).
+SQL_WAIT_DEADLINE = "SELECT expires_at FROM waits WHERE id = ?"
+# Pending approvals whose escalation fell due (atfg_assignments_escalating, then the waits'
+# primary key).
 SQL_DUE_ESCALATIONS = """
 SELECT a.wait_id, a.escalate FROM atfg_assignments a JOIN waits w ON w.id = a.wait_id
-WHERE a.escalate IS NOT NULL AND w.status = 'pending' AND w.expires_at <= ? LIMIT ?
+WHERE a.escalate IS NOT NULL AND a.escalate_at <= ? AND w.status = 'pending' LIMIT ?
 """
 SQL_EXTEND_WAIT = "UPDATE waits SET expires_at = ? WHERE id = ? AND status = 'pending'"
 SQL_ESCALATE = """
-UPDATE atfg_assignments SET roles = ?, principals = ?, escalate = NULL, escalations = escalations + 1
+UPDATE atfg_assignments SET roles = ?, principals = ?, escalate = NULL, escalate_at = NULL,
+    escalations = escalations + 1
 WHERE wait_id = ?
 """
 #: Who escalates, as the audit trail names it.
@@ -152,18 +161,28 @@ def _names(value: Any, where: str) -> tuple[str, ...]:
     return tuple(dict.fromkeys(value))
 
 
+def deadline_with(expires_in_seconds: float, escalate: Escalation | None) -> float:
+    """The deadline to give an approval's wait that is to escalate after ``expires_in_seconds``:
+    when it expires if the escalation comes on time (see the module's docstring)."""
+    return expires_in_seconds + (0.0 if escalate is None else escalate.expires_in_seconds)
+
+
 def write_assignment(conn: Conn, wait_id: str, to: Assignees | None, escalate: Escalation | None) -> None:
-    """Record an approval's assignment (in the transaction that creates it); a second request of
-    the same approval keeps the first assignment."""
+    """Record an approval's assignment (in the transaction that creates it, whose wait has the
+    deadline :func:`deadline_with` gave it); a second request of the same approval keeps the
+    first assignment."""
     if to is None:  # an escalation alone: anyone may decide until it escalates
         to = Assignees(("owner", "administrator", "reviewer"), ())
-    esc = None
+    esc = escalate_at = None
     if escalate is not None:
         esc = orjson.dumps(
             {**escalate.to.as_json(), "expires_in_seconds": escalate.expires_in_seconds}
         ).decode()
-    params = (wait_id, orjson.dumps(list(to.roles)).decode(), orjson.dumps(list(to.principals)).decode(), esc)
-    conn.execute(SQL_INSERT_ASSIGNMENT, params)
+        deadline = _row(conn, SQL_WAIT_DEADLINE, (wait_id,))
+        assert deadline is not None and deadline["expires_at"] is not None, "an escalation needs a deadline"
+        escalate_at = float(deadline["expires_at"]) - escalate.expires_in_seconds
+    roles, principals = orjson.dumps(list(to.roles)).decode(), orjson.dumps(list(to.principals)).decode()
+    conn.execute(SQL_INSERT_ASSIGNMENT, (wait_id, roles, principals, esc, escalate_at))
 
 
 def read_assignment(conn: Conn, wait_id: str) -> dict[str, Any] | None:
@@ -175,6 +194,8 @@ def read_assignment(conn: Conn, wait_id: str) -> dict[str, Any] | None:
         "roles": orjson.loads(row["roles"]),
         "principals": orjson.loads(row["principals"]),
         "escalate": None if row["escalate"] is None else orjson.loads(row["escalate"]),
+        "escalates_at": row["escalate_at"],
+        "escalates_at_iso": iso(row["escalate_at"]),
         "escalations": row["escalations"],
     }
 
@@ -205,6 +226,7 @@ __all__ = [
     "Assignees",
     "Escalation",
     "assignees_of",
+    "deadline_with",
     "escalate_due",
     "parse_assignees",
     "parse_escalation",

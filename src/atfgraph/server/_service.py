@@ -26,7 +26,7 @@ from pyworkflow.store import WaitKind, WaitRecord
 from .._json import dumps, dumps_read, fragment, loads
 from .._models import DECISIONS
 from . import _tracing as tracing
-from ._assign import Assignees, Escalation, assignees_of, write_assignment
+from ._assign import Assignees, Escalation, assignees_of, deadline_with, write_assignment
 from ._graph_rows import Lease, StepRecord
 from ._hub import Hub, node_key, traverser_key
 from ._identity import AuditEntry, Identity, Principal, Role, write_audit
@@ -223,6 +223,8 @@ class Service:
                 if link_seconds is not None:
                     minted.append(_link_with(conn, who, approval_id, link_seconds, link_label))
 
+        if escalate is not None and expires_in_seconds is not None:
+            expires_in_seconds = deadline_with(expires_in_seconds, escalate)
         approval, paused = await self.store.request_approval(
             traverser_id, epoch, operation_key, prompt, checkpoint, expires_in_seconds, pause, steps, audit,
             response_schema, also,

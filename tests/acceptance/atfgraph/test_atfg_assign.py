@@ -9,6 +9,7 @@ from collections.abc import Callable
 from typing import Any
 
 import httpx
+import pytest
 from atfg_harness import ServerProcess, WorkerProcess, wait_until
 from atfg_waits import only_approval, reach
 
@@ -49,6 +50,8 @@ async def test_an_assigned_approval_cannot_be_decided_by_another_reviewer(
         "roles": [],
         "principals": ["rita"],
         "escalate": None,
+        "escalates_at": None,
+        "escalates_at_iso": None,
         "escalations": 0,
     }
     # Sam may read it, but not decide it, nor mint a link or webhook that would.
@@ -119,11 +122,16 @@ async def test_an_expired_approval_escalates_instead_of_expiring_when_the_handle
     )
     await reach(client, handle.id, "waiting")
     approval_id = str((await only_approval(client, handle.id))["id"])
-    first_deadline = get(server, approval_id)["expires_at"]
+    waiting = get(server, approval_id)
+    # It escalates at its first deadline, and expires 600 s after its escalation.
+    first_deadline = waiting["assignment"]["escalates_at"]
+    assert first_deadline < waiting["created_at"] + 5
+    assert waiting["expires_at"] == pytest.approx(first_deadline + 600)
     wait_until(lambda: get(server, approval_id)["assignment"]["escalations"] == 1, 20, "it never escalated")
     escalated = get(server, approval_id)
-    assert escalated["status"] == "pending" and escalated["expires_at"] > first_deadline + 500
+    assert escalated["status"] == "pending" and escalated["expires_at"] >= first_deadline + 600
     assert escalated["assignment"]["principals"] == ["boss"] and escalated["assignment"]["escalate"] is None
+    assert escalated["assignment"]["escalates_at"] is None
     assert (await client.get(handle.id)).status == "waiting"
     trail = call(server, "GET", "/audit", server.headers(), params={"target": approval_id}).json()["items"]
     assert [e["principal"] for e in trail if e["action"] == "approval.escalate"] == ["system:escalation"]

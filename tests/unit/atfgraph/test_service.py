@@ -220,12 +220,9 @@ async def test_resume_hook_refuses_a_payload_that_would_not_come_back_exactly(
         await pyworkflow.shutdown()
 
 
-async def test_an_approval_due_to_escalate_escalates_when_its_deadline_falls_during_a_sweep(
-    service: Service, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    """The sweeper escalates, then expires, what fell due by one instant: a deadline that falls
-    while it works (the clock moves on while the escalations commit) is escalated by the next
-    sweep, never expired (a race that lost the escalation under load)."""
+async def escalating(service: Service) -> dict[str, Any]:
+    """A traverser paused on an approval assigned to rita that escalates to boss after 60 s (then
+    600 s more): the approval."""
     store = service.store
     trav, _ = await service.submit(OWNER, "desk.refund", dumps({"amount": 480}), 3)
     worker = (await store.register_worker("desk", "1", 1))["id"]
@@ -234,14 +231,61 @@ async def test_an_approval_due_to_escalate_escalates_when_its_deadline_falls_dur
         WORKER, trav["id"], task["epoch"], "refund", b'{"question":"ok?"}', None, 60, True,
         assign_to=Assignees((), ("rita",)), escalate=Escalation(Assignees((), ("boss",)), 600),
     )  # fmt: skip
-    deadline = (await store.pyworkflow.get_wait(approval["id"])).expires_at
-    readings = iter([deadline - 1.0])  # the sweep starts just before the deadline...
-    monkeypatch.setattr(time, "time", lambda: next(readings, deadline + 1.0))  # ...which then passes
+    return approval
+
+
+async def test_an_approval_that_escalates_has_the_deadline_it_has_if_the_escalation_comes_on_time(
+    service: Service,
+) -> None:
+    approval = await escalating(service)
+    assignment = service.store.db.read(lambda c: read_assignment(c, approval["id"]))
+    assert assignment is not None and assignment["escalations"] == 0
+    escalates_at = assignment["escalates_at"]
+    assert approval["created_at"] + 60 - 0.01 <= escalates_at <= approval["created_at"] + 60 + 0.01
+    assert approval["expires_at"] == pytest.approx(escalates_at + 600, abs=1e-6)
+    assert assignment["escalates_at_iso"].endswith("Z")
+
+
+async def test_no_expiry_of_the_engines_preempts_an_escalation(
+    service: Service, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Past its escalation's deadline but not yet escalated, an approval is not expired by the
+    engine's sweep, whoever runs it (a pyworkflow runtime on the same database expires the waits
+    of every kind): the graph server's next sweep escalates it."""
+    store = service.store
+    approval = await escalating(service)
+    escalates_at = store.db.read(lambda c: read_assignment(c, approval["id"]))["escalates_at"]
+    assert await store.pyworkflow.expire_due_waits(now=escalates_at + 1) == 0
+    monkeypatch.setattr(time, "time", lambda: escalates_at + 1)
+    await store.sweep()
+    monkeypatch.undo()
+    wait = await store.pyworkflow.get_wait(approval["id"])
+    assert wait is not None and wait.status == WaitStatus.PENDING
+    assert wait.expires_at == pytest.approx(escalates_at + 1 + 600)
+    assignment = store.db.read(lambda c: read_assignment(c, approval["id"]))
+    assert assignment is not None
+    assert (assignment["principals"], assignment["escalations"], assignment["escalates_at"]) == (
+        ["boss"], 1, None,
+    )  # fmt: skip
+    assert await store.pyworkflow.expire_due_waits(now=escalates_at + 602) == 1  # then it expires
+
+
+async def test_an_approval_due_to_escalate_escalates_when_its_deadline_falls_during_a_sweep(
+    service: Service, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A sweep escalates, then expires, what fell due by one instant: an escalation that falls
+    due while the sweep works (the clock moves on while its escalations commit) is escalated by
+    the next sweep, never expired (a race that lost escalations under load)."""
+    store = service.store
+    approval = await escalating(service)
+    escalates_at = store.db.read(lambda c: read_assignment(c, approval["id"]))["escalates_at"]
+    readings = iter([escalates_at - 1.0])  # the sweep starts just before the escalation...
+    monkeypatch.setattr(time, "time", lambda: next(readings, escalates_at + 1.0))  # ...then passes
     await store.sweep()
     await store.sweep()
     monkeypatch.undo()
     wait = await store.pyworkflow.get_wait(approval["id"])
-    assert wait is not None and wait.status == WaitStatus.PENDING and wait.expires_at >= deadline + 600
+    assert wait is not None and wait.status == WaitStatus.PENDING
     assignment = store.db.read(lambda c: read_assignment(c, approval["id"]))
     assert assignment is not None
     assert (assignment["principals"], assignment["escalations"]) == (["boss"], 1)
