@@ -32,13 +32,13 @@ CAMPAIGNS = (
     ("graph", "sqlite"),
     ("graph", "postgresql"),
 )
-#: Trials per campaign in ``make test`` (about 100 in all, cheap ones weighted up, every crash
-#: point still hit, which takes Celery 12: the suite's share of a CI run kept to a few minutes)
-#: and in the full run
+#: Trials per campaign in ``make test`` (200 in all, the cheap ones weighted up: a local trial
+#: takes about half a second, a Celery one ten, and Celery's 12 still hit each of its crash
+#: points) and in the full run
 #: (2,000 per backend: local + graph on SQLite, local + Celery + graph on PostgreSQL).
 FAST = {
-    ("local", "sqlite"): 48,
-    ("local", "postgresql"): 24,
+    ("local", "sqlite"): 112,
+    ("local", "postgresql"): 56,
     ("celery", "postgresql"): 12,
     ("graph", "sqlite"): 10,
     ("graph", "postgresql"): 10,
