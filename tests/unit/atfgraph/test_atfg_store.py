@@ -8,7 +8,6 @@ import asyncio
 import os
 import time
 from collections.abc import AsyncIterator
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -18,14 +17,6 @@ from atfgraph.server._refusals import Conflict, Refusal
 from atfgraph.server._store import GraphStore
 
 ON_POSTGRES = os.environ.get("PYWORKFLOW_TEST_STORE", "sqlite") in ("postgresql", "postgres")
-
-
-@pytest.fixture
-def location(tmp_path: Path, request: pytest.FixtureRequest) -> str:
-    """Where the store under test lives: a SQLite file, or a new PostgreSQL database."""
-    if ON_POSTGRES:
-        return str(request.getfixturevalue("pg_database"))
-    return str(tmp_path / "g.db")
 
 
 @pytest.fixture

@@ -7,8 +7,6 @@ from __future__ import annotations
 
 import os
 import time
-from collections.abc import AsyncIterator
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -21,20 +19,6 @@ from atfgraph.server._store import GraphStore
 
 ON_POSTGRES = os.environ.get("PYWORKFLOW_TEST_STORE", "sqlite") in ("postgresql", "postgres")
 WHO = Principal("t1", "alice", Role.OWNER)
-
-
-@pytest.fixture
-def location(tmp_path: Path, request: pytest.FixtureRequest) -> str:
-    if ON_POSTGRES:
-        return str(request.getfixturevalue("pg_database"))
-    return str(tmp_path / "g.db")
-
-
-@pytest.fixture
-async def store(location: str) -> AsyncIterator[GraphStore]:
-    s = GraphStore(location, lease_seconds=30.0)
-    yield s
-    s.close()
 
 
 async def leased(store: GraphStore, max_attempts: int = 2) -> tuple[str, str, int]:

@@ -10,7 +10,6 @@ from __future__ import annotations
 import os
 from collections.abc import AsyncIterator
 from html.parser import HTMLParser
-from pathlib import Path
 
 import pytest
 
@@ -29,13 +28,6 @@ from pyworkflow.store import write_checkpoint
 
 ON_POSTGRES = os.environ.get("PYWORKFLOW_TEST_STORE", "sqlite") in ("postgresql", "postgres")
 OWNER = Principal("t-owner", "olga", Role.OWNER)
-
-
-@pytest.fixture
-def location(tmp_path: Path, request: pytest.FixtureRequest) -> str:
-    if ON_POSTGRES:
-        return str(request.getfixturevalue("pg_database"))
-    return str(tmp_path / "g.db")
 
 
 @pytest.fixture

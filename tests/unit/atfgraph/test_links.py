@@ -9,8 +9,6 @@ from __future__ import annotations
 import hashlib
 import os
 import time
-from collections.abc import AsyncIterator
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -18,29 +16,14 @@ import pytest
 from atfgraph._json import dumps
 from atfgraph.server import _links as links_sql
 from atfgraph.server._hub import Hub
-from atfgraph.server._identity import Identity, Principal, Role
+from atfgraph.server._identity import Principal, Role
 from atfgraph.server._links import LinkKind, sign
 from atfgraph.server._refusals import Conflict, Invalid, NotFound
 from atfgraph.server._service import Service
-from atfgraph.server._store import GraphStore
 
 ON_POSTGRES = os.environ.get("PYWORKFLOW_TEST_STORE", "sqlite") in ("postgresql", "postgres")
 ALICE = Principal("t-alice", "alice", Role.REVIEWER)
 OWNER = Principal("t-owner", "olga", Role.OWNER)
-
-
-@pytest.fixture
-def location(tmp_path: Path, request: pytest.FixtureRequest) -> str:
-    if ON_POSTGRES:
-        return str(request.getfixturevalue("pg_database"))
-    return str(tmp_path / "g.db")
-
-
-@pytest.fixture
-async def service(location: str) -> AsyncIterator[Service]:
-    store = GraphStore(location, lease_seconds=5)
-    yield Service(store, Identity(store.db), Hub())
-    store.close()
 
 
 async def pending(service: Service, expires_in: float | None = None) -> dict[str, Any]:

@@ -9,8 +9,6 @@ from __future__ import annotations
 
 import os
 import time
-from collections.abc import AsyncIterator
-from pathlib import Path
 from typing import Any
 
 import httpx
@@ -21,29 +19,13 @@ from atfgraph._json import dumps
 from atfgraph.server import _notify
 from atfgraph.server._graph_rows import _row
 from atfgraph.server._graph_sql import SQL_INSERT_APPROVAL
-from atfgraph.server._hub import Hub
-from atfgraph.server._identity import Identity, Principal, Role
+from atfgraph.server._identity import Principal, Role
 from atfgraph.server._notify import Notifier, NotifySettings, backoff, event_body
 from atfgraph.server._service import Service
-from atfgraph.server._store import GraphStore
 from pyworkflow.store import NewWait, WaitKind
 
 ON_POSTGRES = os.environ.get("PYWORKFLOW_TEST_STORE", "sqlite") in ("postgresql", "postgres")
 OWNER = Principal("t-owner", "olga", Role.OWNER)
-
-
-@pytest.fixture
-def location(tmp_path: Path, request: pytest.FixtureRequest) -> str:
-    if ON_POSTGRES:
-        return str(request.getfixturevalue("pg_database"))
-    return str(tmp_path / "g.db")
-
-
-@pytest.fixture
-async def service(location: str) -> AsyncIterator[Service]:
-    store = GraphStore(location, lease_seconds=5)
-    yield Service(store, Identity(store.db), Hub())
-    store.close()
 
 
 def events(service: Service) -> list[str]:

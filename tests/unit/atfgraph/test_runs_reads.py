@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import os
 from collections.abc import AsyncIterator
-from pathlib import Path
 from typing import Any
 
 import orjson
@@ -21,13 +20,6 @@ from pyworkflow import WaitStatus, save_step_checkpoint, sleep, step, step_hook,
 from pyworkflow.store import WaitKind
 
 ON_POSTGRES = os.environ.get("PYWORKFLOW_TEST_STORE", "sqlite") in ("postgresql", "postgres")
-
-
-@pytest.fixture
-def location(tmp_path: Path, request: pytest.FixtureRequest) -> str:
-    if ON_POSTGRES:
-        return str(request.getfixturevalue("pg_database"))
-    return str(tmp_path / "g.db")
 
 
 @pytest.fixture

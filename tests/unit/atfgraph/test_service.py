@@ -9,8 +9,6 @@ import asyncio
 import math
 import os
 import time
-from collections.abc import AsyncIterator
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -18,31 +16,16 @@ import pytest
 import pyworkflow
 from atfgraph._json import dumps
 from atfgraph.server._assign import Assignees, Escalation, read_assignment
-from atfgraph.server._hub import Hub, node_key, traverser_key
-from atfgraph.server._identity import Identity, Principal, Role
+from atfgraph.server._hub import node_key, traverser_key
+from atfgraph.server._identity import Principal, Role
 from atfgraph.server._refusals import Conflict, Invalid, NotFound
 from atfgraph.server._service import Service
-from atfgraph.server._store import GraphStore
 from pyworkflow.store import NewWait, WaitKind, WaitStatus
 
 ON_POSTGRES = os.environ.get("PYWORKFLOW_TEST_STORE", "sqlite") in ("postgresql", "postgres")
 ALICE = Principal("t-alice", "alice", Role.REVIEWER)
 OWNER = Principal("t-owner", "olga", Role.OWNER)
 WORKER = Principal("t-worker", "w1", Role.WORKER)
-
-
-@pytest.fixture
-def location(tmp_path: Path, request: pytest.FixtureRequest) -> str:
-    if ON_POSTGRES:
-        return str(request.getfixturevalue("pg_database"))
-    return str(tmp_path / "g.db")
-
-
-@pytest.fixture
-async def service(location: str) -> AsyncIterator[Service]:
-    store = GraphStore(location, lease_seconds=5)
-    yield Service(store, Identity(store.db), Hub())
-    store.close()
 
 
 async def paused(service: Service) -> tuple[dict[str, Any], dict[str, Any]]:
