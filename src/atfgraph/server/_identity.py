@@ -31,7 +31,7 @@ from typing import Any
 
 import orjson
 
-from pyworkflow.store import GroupCommitWriter, Migration, load_migrations
+from pyworkflow.store import GroupCommitWriter, Migration, SQLiteDatabase, load_migrations
 
 from .._credentials import CREDENTIALS_FILE
 from ._body import is_text
@@ -134,6 +134,10 @@ SELECT id, name, role, created_at, created_by, last_used_at, revoked_at FROM atf
 SQL_REVOKE = "UPDATE atfg_tokens SET revoked_at = ? WHERE id = ? AND revoked_at IS NULL"
 SQL_TOUCH = "UPDATE atfg_tokens SET last_used_at = ? WHERE id = ?"
 SQL_COUNT_TOKENS = "SELECT COUNT(*) FROM atfg_tokens"
+# PostgreSQL: servers sharing a new database that start at once take turns to mint the first
+# credentials (the lock conflicts with itself and lasts to the end of the transaction); SQLite's
+# writer already holds the file's write lock.
+SQL_LOCK_TOKENS = "LOCK TABLE atfg_tokens IN SHARE ROW EXCLUSIVE MODE"
 SQL_AUDIT = """
 INSERT INTO atfg_audit (at, principal, role, action, target, outcome, detail) VALUES (?, ?, ?, ?, ?, ?, ?)
 """
@@ -444,19 +448,36 @@ class Identity:
     # -- first start ----------------------------------------------------------------------------
 
     async def bootstrap(self, home: Path, server_url: str, database: str = "") -> Path | None:
-        """On an empty database, create an owner and a worker credential and write them to a
-        credentials file in ``home`` (mode 0600): ``credentials.json`` if there is none, else
-        ``credentials-<owner token id>.json``. A credentials file that exists holds tokens of
-        another database (this one has none): it is never overwritten. The file records the
-        ``database`` it is for (redacted). Returns the file's path when one was written."""
+        """On an empty database, create an owner and a worker credential (in one transaction:
+        of several servers starting at once on a new database, one mints them, the others
+        none) and write them to a credentials file in ``home`` (mode 0600):
+        ``credentials.json`` if there is none, else ``credentials-<owner token id>.json``. A
+        credentials file that exists holds tokens of another database (this one has none): it
+        is never overwritten. The file records the ``database`` it is for (redacted). Returns
+        the file's path when one was written."""
         if self.count() > 0:
             return None
-        owner_info, owner = await self.create_token("owner", Role.OWNER, created_by=None)
-        _, worker = await self.create_token("worker", Role.WORKER, created_by=None)
+        (owner_id, owner), (worker_id, worker) = new_token(), new_token()
+        now = time.time()
+        postgres = not isinstance(self.db, SQLiteDatabase)
+
+        def tx(conn: Any) -> bool:
+            if postgres:
+                conn.execute(SQL_LOCK_TOKENS)
+            if int(conn.execute(SQL_COUNT_TOKENS).fetchone()[0]) > 0:
+                return False  # another server sharing the database minted them first
+            conn.execute(SQL_INSERT_TOKEN, (owner_id, "owner", Role.OWNER.value, _digest(owner), now, None))
+            conn.execute(
+                SQL_INSERT_TOKEN, (worker_id, "worker", Role.WORKER.value, _digest(worker), now, None)
+            )
+            return True
+
+        if not await self.db.write(tx):
+            return None
         data = {"server": server_url, "owner": owner, "worker": worker, "database": database}
         path = home / CREDENTIALS_FILE
         if not write_credentials(path, data, overwrite=False):
-            path = home / f"credentials-{owner_info.id}.json"
+            path = home / f"credentials-{owner_id}.json"
             write_credentials(path, data)
         return path
 

@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import os
 import stat
 import time
@@ -105,6 +106,38 @@ async def test_bootstrap_writes_a_private_credentials_file_once(identity: Identi
     assert identity.verify(owner) is not None and identity.verify(owner).role is Role.OWNER  # type: ignore[union-attr]
     assert identity.verify(worker).role is Role.WORKER  # type: ignore[union-attr]
     assert {t.role for t in await identity.list_tokens()} == {Role.OWNER, Role.WORKER}
+
+
+async def test_servers_starting_at_once_on_a_new_database_mint_one_set_of_credentials(
+    identity: Identity, tmp_path: Path, request: pytest.FixtureRequest
+) -> None:
+    """Several servers sharing a new database, started together, all find it empty; one mints
+    the owner and worker credentials, the others none (the check is repeated in the minting
+    transaction, which they take in turn)."""
+    again: list[Identity] = []
+    for _ in range(3):
+        if ON_POSTGRES:
+            from pyworkflow.store import PostgresDatabase
+
+            url = str(request.getfixturevalue("pg_database"))
+            db: GroupCommitWriter[Any] = PostgresDatabase(url, migrations=identity_migrations("postgres"))
+        else:
+            db = SQLiteDatabase(tmp_path / "graph.db", migrations=identity_migrations())
+        again.append(Identity(db))
+    servers = [identity, *again]
+    try:
+        for server in servers:
+            server.count = lambda: 0  # type: ignore[method-assign]  # each saw it empty
+        homes = [tmp_path / f"home{i}" for i in range(len(servers))]
+        written = await asyncio.gather(
+            *(s.bootstrap(h, "http://x") for s, h in zip(servers, homes, strict=True))
+        )
+        assert sum(path is not None for path in written) == 1, written
+        tokens = await again[0].list_tokens()
+        assert sorted(t.role for t in tokens) == [Role.OWNER, Role.WORKER]
+    finally:
+        for extra in again:
+            extra.db.close()
 
 
 async def test_env_token_wins_over_the_file(
