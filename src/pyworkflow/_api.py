@@ -177,7 +177,8 @@ async def start_by_name(
     """Start a run of the workflow registered as ``name`` with keyword arguments ``kwargs``
     without importing it (Temporal's start by workflow type): the run is recorded in ``store``,
     due now and held by nobody, for whichever runtime serves that database and has ``name``
-    registered (the local runtime polls for it; the Celery runtime's sweeper publishes it).
+    registered (the local runtime polls for it; the Celery runtime's sweeper publishes it; on
+    the store ``configure`` chose, this process's runtime is told at once, as ``start`` does).
     Returns its id once the run is durably recorded.
 
     The input is encoded as :func:`start` encodes it, naming no module: a serving process that
@@ -206,8 +207,8 @@ async def start_by_name(
             also=None if also is None else lambda conn: also(conn, run_id),
         )
     log.info("run %s: started by name (%s)", run_id, name, extra={"run_id": run_id})
-    if _runtime is not None and _runtime.running and _runtime.store is store:
-        _runtime.wake()  # this process serves the store: look at the queue now
+    if store is _store:
+        _wake_runtime(run_id)  # this process's runtime serves the store: publish it or look now
     return run_id
 
 

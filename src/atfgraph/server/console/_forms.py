@@ -244,7 +244,7 @@ async def start_run(request: Request) -> Response:
 
 async def _start_workflow_run(request: Request, auth: Auth, typed: dict[str, str]) -> Response:
     errors: dict[str, str] = {}
-    name = typed["workflow"]
+    name = typed["workflow"].strip()
     try:
         check_workflow_name(name)
     except ConfigurationError as exc:
