@@ -23,10 +23,12 @@ from ._api import (
     serve,
     shutdown,
     start,
+    start_by_name,
     start_metrics_server,
     wait_for_run,
 )
 from ._checkpoints import delete_step_checkpoint, load_step_checkpoint, save_step_checkpoint
+from ._engine import MAX_INPUT_BYTES
 from ._errors import (
     CancellationError,
     CheckpointConflictError,
@@ -53,13 +55,16 @@ from ._errors import (
 from ._step import step
 from ._sync import cancel_workflow_sync, get_workflow_run_sync, list_runs_sync, resume_hook_sync
 from ._waits import STEP_HOOK_TIMEOUT, check_json_schema, hook, sleep, step_hook, validate_payload
-from ._workflow import workflow
+from ._workflow import MAX_WORKFLOW_NAME, WORKFLOW_NAME_PATTERN, check_workflow_name, workflow
 from .store import RunStatus, WaitStatus
 
 __version__ = "0.1.0"
 
 __all__ = [
+    "MAX_INPUT_BYTES",
+    "MAX_WORKFLOW_NAME",
     "STEP_HOOK_TIMEOUT",
+    "WORKFLOW_NAME_PATTERN",
     "CancellationError",
     "CheckpointConflictError",
     "ConfigurationError",
@@ -91,6 +96,7 @@ __all__ = [
     "cancel_workflow",
     "cancel_workflow_sync",
     "check_json_schema",
+    "check_workflow_name",
     "configure",
     "delete_step_checkpoint",
     "get_store",
@@ -111,6 +117,7 @@ __all__ = [
     "shutdown",
     "sleep",
     "start",
+    "start_by_name",
     "start_metrics_server",
     "step",
     "step_hook",

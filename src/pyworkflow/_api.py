@@ -6,6 +6,7 @@ import asyncio
 import logging
 import os
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -16,7 +17,7 @@ from ._engine import encode_input
 from ._errors import ConfigurationError, HookNotFoundError, WorkflowNotFoundError
 from ._ids import new_id
 from ._waits import check_stored_schema, check_token, digest_token, encode_payload, validate_payload
-from ._workflow import definition_of
+from ._workflow import check_workflow_name, definition_of
 from .runtime._local import LocalRuntime
 from .store import (
     Event,
@@ -154,7 +155,7 @@ async def start(workflow: Any, /, *args: Any, **kwargs: Any) -> str:
     defn = definition_of(workflow)
     run_id = new_id()
     with _tracing.started(run_id, defn.name) as trace:
-        data = encode_input(args, kwargs, defn.module, trace)
+        data = encode_input(args, kwargs, defn.module, trace)  # the one encoding: start_by_name's
         log.info("run %s: started (%s)", run_id, defn.name, extra={"run_id": run_id})
         if _settings.runtime == "celery":
             from .runtime import _celery
@@ -163,6 +164,51 @@ async def start(workflow: Any, /, *args: Any, **kwargs: Any) -> str:
             return run_id
         runtime = await get_runtime()
         await runtime.submit(run_id, defn.name, data)
+    return run_id
+
+
+async def start_by_name(
+    store: Store,
+    name: str,
+    kwargs: dict[str, Any] | None = None,
+    *,
+    also: Callable[[Any, str], None] | None = None,
+) -> str:
+    """Start a run of the workflow registered as ``name`` with keyword arguments ``kwargs``
+    without importing it (Temporal's start by workflow type): the run is recorded in ``store``,
+    due now and held by nobody, for whichever runtime serves that database and has ``name``
+    registered (the local runtime polls for it; the Celery runtime's sweeper publishes it; on
+    the store ``configure`` chose, this process's runtime is told at once, as ``start`` does).
+    Returns its id once the run is durably recorded.
+
+    The input is encoded as :func:`start` encodes it, naming no module: a serving process that
+    has not registered ``name`` fails the run with ``WorkflowNotFoundError`` (saying what to
+    do), instead of importing whatever module a caller names. Refused before anything is
+    written: a name ``@workflow(name=...)`` would refuse (``ConfigurationError``), ``kwargs``
+    that is not a dict of str keys (``ConfigurationError``), or that is not JSON, holds a number
+    JSON would not keep exactly, or is more than ``MAX_INPUT_BYTES`` (1 MiB) serialized
+    (``SerializationError``). ``also(conn, run_id)`` runs in the run's transaction (an audit
+    entry of whoever started it)."""
+    check_workflow_name(name)
+    if kwargs is None:
+        kwargs = {}
+    if not isinstance(kwargs, dict) or not all(isinstance(k, str) for k in kwargs):
+        raise ConfigurationError(f"kwargs must be a dict with str keys, not {kwargs!r:.80}")
+    run_id = new_id()
+    with _tracing.started(run_id, name) as trace:
+        data = encode_input((), kwargs, None, trace)
+        await store.create_run(
+            run_id,
+            name,
+            data,
+            now=_clock.now(),
+            lease_owner=None,
+            lease_ttl=0.0,
+            also=None if also is None else lambda conn: also(conn, run_id),
+        )
+    log.info("run %s: started by name (%s)", run_id, name, extra={"run_id": run_id})
+    if store is _store:
+        _wake_runtime(run_id)  # this process's runtime serves the store: publish it or look now
     return run_id
 
 

@@ -29,10 +29,15 @@ MAX_INPUT_BYTES = 1024 * 1024
 
 
 def encode_input(
-    args: tuple[Any, ...], kwargs: dict[str, Any], module: str, trace: dict[str, str] | None = None
+    args: tuple[Any, ...], kwargs: dict[str, Any], module: str | None, trace: dict[str, str] | None = None
 ) -> bytes:
-    """The run's input document; ``trace``: the run's trace context (see ``_tracing``)."""
-    doc = {"args": list(args), "kwargs": kwargs, "module": module}
+    """The run's input document, the one encoding of every start: ``module``, the module a
+    serving process imports when the workflow is not registered there (None: a run started by
+    name, which only a process that registered the workflow runs); ``trace``: the run's trace
+    context (see ``_tracing``)."""
+    doc: dict[str, Any] = {"args": list(args), "kwargs": kwargs}
+    if module is not None:
+        doc["module"] = module
     if trace:
         doc["trace"] = trace
     data = _serde.dumps(doc, what="workflow arguments")

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import functools
 import importlib
+import re
 import sys
 from collections.abc import Awaitable, Callable, Coroutine
 from dataclasses import dataclass
@@ -28,6 +29,32 @@ class WorkflowDefinition:
 
 
 _registry: dict[str, WorkflowDefinition] = {}
+
+#: The longest workflow name.
+MAX_WORKFLOW_NAME = 256
+#: What a workflow name may not hold: C0 and C1 controls, zero-width and bidirectional-override
+#: marks, line and paragraph separators, invisible operators and the BOM (what would garble or
+#: disguise it in a log, a terminal or the console).
+_HIDDEN = "\\u0000-\\u001f\\u007f-\\u009f\\u200b-\\u200f\\u2028-\\u202e\\u2060-\\u206f\\ufeff"
+#: A workflow name: none of those characters, and not blank. Also a JSON Schema pattern (the
+#: graph server's OpenAPI document declares it).
+WORKFLOW_NAME_PATTERN = f"^[^{_HIDDEN}]*[^\\s{_HIDDEN}][^{_HIDDEN}]*$"
+_WORKFLOW_NAME = re.compile(WORKFLOW_NAME_PATTERN)
+
+
+def check_workflow_name(name: object) -> str:
+    """``name`` if it is a workflow name (what ``@workflow(name=...)`` and ``start_by_name``
+    accept: 1 to 256 characters, not blank, no control or invisible character), else
+    ``ConfigurationError``."""
+    if not isinstance(name, str):
+        raise ConfigurationError(f"a workflow name must be a string, not {name!r:.80}")
+    if not name or len(name) > MAX_WORKFLOW_NAME:
+        raise ConfigurationError(f"a workflow name is 1 to {MAX_WORKFLOW_NAME} characters, not {len(name)}")
+    if _WORKFLOW_NAME.fullmatch(name) is None:
+        raise ConfigurationError(
+            f"a workflow name must not be blank nor hold control or invisible characters: {name!r:.80}"
+        )
+    return name
 
 
 def _register(defn: WorkflowDefinition) -> None:
@@ -52,8 +79,8 @@ def workflow(fn: Any = None, /, *, name: str | None = None) -> Any:
     when the workflow is not registered yet. A workflow in a script (``python review.py``,
     ``python -m pkg.review``) is named after the module that file is when imported
     (``review:publish``), so another process can import it; never ``__main__``."""
-    if name is not None and not isinstance(name, str):
-        raise ConfigurationError(f"a workflow name must be a string, not {name!r}")
+    if name is not None:
+        check_workflow_name(name)
 
     def decorate(func: Callable[P, Awaitable[R]]) -> Callable[P, Coroutine[Any, Any, R]]:
         import inspect
@@ -61,7 +88,7 @@ def workflow(fn: Any = None, /, *, name: str | None = None) -> Any:
         if not inspect.iscoroutinefunction(func):
             raise ConfigurationError(f"@workflow needs an async function, got {func!r}")
         module = importable_module(func.__module__)
-        wf_name = name or f"{module}:{func.__qualname__}"
+        wf_name = name or check_workflow_name(f"{module}:{func.__qualname__}")
         defn = WorkflowDefinition(wf_name, func, module)
         _register(defn)
 
@@ -126,10 +153,17 @@ def resolve(name: str, module: str | None) -> WorkflowDefinition:
             "module (a .py file), import that module in the process that serves runs, or name it "
             "with @workflow(name=...) and import its module before serve()"
         )
-    if defn is None:
-        where = f"although its module {module!r} was imported" if module else "(the run names no module)"
+    if defn is None and not module:
         raise WorkflowNotFoundError(
-            f"workflow {name!r} is not registered in this process {where}; import the module that "
-            "defines it before serve(), or check that the workflow was not renamed"
+            f"workflow {name!r} is not registered in this process, and the run names no module to "
+            "import (it was started by name): serve this database from a process that imports the "
+            "module defining it (import it before serve(), or pyworkflow worker --import MODULE), "
+            "check the name for a typo, then retry the run"
+        )
+    if defn is None:
+        raise WorkflowNotFoundError(
+            f"workflow {name!r} is not registered in this process although its module {module!r} was "
+            "imported; import the module that defines it before serve(), or check that the workflow "
+            "was not renamed"
         )
     return defn

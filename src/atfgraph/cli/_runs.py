@@ -3,7 +3,9 @@
 A run is a traverser or one of pyworkflow's own workflow runs in the server's database
 (``GET /runs``, ``GET /runs/{id}``). Following one (a traverser) is a chain of long polls on
 ``GET /traversers/{id}`` that wait for any status other than the current one, so a change is
-printed the moment it happens.
+printed the moment it happens; a pyworkflow run is polled (``GET /runs/{id}``), every second
+at most. ``runs start --workflow NAME`` starts a pyworkflow run by workflow name
+(``POST /runs``).
 """
 
 from __future__ import annotations
@@ -131,20 +133,29 @@ def runs() -> None:
 
 
 @runs.command("start")
-@click.argument("target")
+@click.argument("target", required=False)
+@click.option(
+    "--workflow",
+    "-w",
+    "workflow",
+    default=None,
+    metavar="NAME",
+    help="Start a pyworkflow run of the workflow registered as NAME instead of a traverser (no TARGET).",
+)
 @click.option(
     "--input",
     "input_",
     default=None,
     metavar="JSON|@FILE",
-    help="The skill's keyword arguments: a JSON object, or @file (@- reads stdin) [default: {}].",
+    help="The skill's (or workflow's) keyword arguments: a JSON object, or @file (@- reads stdin) "
+    "[default: {}].",
 )
 @click.option("--max-attempts", default=3, show_default=True, type=click.IntRange(1, 1000))
 @click.option(
     "--idempotency-key",
     default=None,
     metavar="KEY",
-    help="Starting again with the same key returns the run the first start created.",
+    help="Starting again with the same key returns the run the first start created (traversers).",
 )
 @click.option(
     "--wait",
@@ -166,7 +177,8 @@ def runs() -> None:
 @click.pass_context
 def runs_start(
     ctx: click.Context,
-    target: str,
+    target: str | None,
+    workflow: str | None,
     input_: str | None,
     max_attempts: int,
     idempotency_key: str | None,
@@ -174,17 +186,51 @@ def runs_start(
     timeout: float | None,
     no_check: bool,
 ) -> None:
-    """Start a traverser of TARGET (node.skill) and print its id (-o json: its record). With
-    --wait, follow it to its end: status changes on stderr, the final record on stdout."""
+    """Start a traverser of TARGET (node.skill), or with --workflow NAME a pyworkflow run of the
+    workflow registered as NAME, and print its id (-o json: its record). With --wait, follow it
+    to its end: status changes on stderr, the final record on stdout."""
+    if (target is None) == (workflow is None):
+        raise CliError(
+            "give a TARGET (node.skill: a traverser) or --workflow NAME (a pyworkflow run), not "
+            + ("both" if target is not None else "neither"),
+            EXIT_USAGE,
+        )
+    if workflow is not None:
+        given = [
+            option
+            for option, name in (
+                ("--max-attempts", "max_attempts"),
+                ("--idempotency-key", "idempotency_key"),
+                ("--no-check", "no_check"),
+            )
+            if ctx.get_parameter_source(name) is not click.core.ParameterSource.DEFAULT
+        ]
+        if given:
+            raise CliError(f"{', '.join(given)}: only for a traverser (TARGET), not --workflow", EXIT_USAGE)
     inputs = json_argument("--input", input_)
     if inputs is None:
         inputs = {}
     if not isinstance(inputs, dict):
+        whose = "workflow's" if workflow is not None else "skill's"
         raise CliError(
-            f"--input: must be a JSON object of the skill's keyword arguments, not {type(inputs).__name__}",
+            f"--input: must be a JSON object of the {whose} keyword arguments, not {type(inputs).__name__}",
             EXIT_USAGE,
         )
     client = api(ctx)
+    if workflow is not None:
+        run: dict[str, Any] = client.post("/runs", {"workflow": workflow, "input": inputs})
+        progress(
+            f"started run {run['id']} (workflow {run['workflow']}); a pyworkflow runtime serving this "
+            f"database runs it; follow it: atfg runs watch {run['id']}"
+        )
+        if wait:
+            _watch(ctx, client, run["id"], timeout, kind="workflow")
+        elif output_format(ctx) == "table":
+            click.echo(run["id"])
+        else:
+            emit_record(ctx, run, [])
+        return
+    assert target is not None
     node, dot, skill = target.partition(".")
     if dot and node and skill and not no_check:
         _check_served(client, target, node)
@@ -197,7 +243,7 @@ def runs_start(
     view: dict[str, Any] = client.post("/traversers", body)
     progress(f"started run {view['id']} ({view['target']}); follow it: atfg runs watch {view['id']}")
     if wait:
-        _watch(ctx, client, view["id"], timeout)
+        _watch(ctx, client, view["id"], timeout, kind="traverser")
     elif output_format(ctx) == "table":
         click.echo(view["id"])  # alone on stdout: RUN=$(atfg runs start ...)
     else:
@@ -360,13 +406,26 @@ def _show_workflow_run(ctx: click.Context, record: dict[str, Any]) -> None:
 @global_options
 @click.pass_context
 def runs_watch(ctx: click.Context, run_id: str, timeout: float | None) -> None:
-    """Follow a run live until it ends: status changes on stderr, the final record on stdout.
-    Exits 1 when the run failed or was cancelled."""
+    """Follow a run of either kind live until it ends: status changes on stderr, the final
+    record on stdout. Exits 1 when the run failed or was cancelled."""
     client = api(ctx)
     _watch(ctx, client, resolve_id(client, "run", run_id), timeout)
 
 
-def _watch(ctx: click.Context, client: Api, run_id: str, timeout: float | None) -> None:
+def _watch(
+    ctx: click.Context, client: Api, run_id: str, timeout: float | None, kind: str | None = None
+) -> None:
+    """Follow a run of either kind to its end, then show it; exit 1 unless it succeeded."""
+    if kind is None:
+        kind = client.get(f"/runs/{q(run_id)}")["run"]["kind"]
+    if kind == "workflow":
+        record = follow_workflow_run(client, run_id, timeout)
+        _show_workflow_run(ctx, record)
+        run = record["run"]
+        if run["status"] != "completed":
+            detail = _error_text(run)
+            raise CliError(f"run {run_id} {run['status']}" + (f": {detail}" if detail else ""), EXIT_ERROR)
+        return
     final = follow(client, run_id, timeout)
     _show(ctx, client, final)
     if final["status"] != TraverserStatus.SUCCEEDED:
@@ -407,6 +466,58 @@ def follow(client: Api, run_id: str, timeout: float | None) -> dict[str, Any]:
             _report(new)
         view = new
     return view
+
+
+#: A pyworkflow run's ending statuses.
+_WORKFLOW_TERMINAL = {"completed", "failed", "cancelled"}
+#: How often a pyworkflow run is looked at while followed (it has no long poll): from the first
+#: to the last interval, doubling.
+_WORKFLOW_POLL = (0.1, 1.0)
+
+
+def follow_workflow_run(client: Api, run_id: str, timeout: float | None) -> dict[str, Any]:
+    """Poll a pyworkflow run (``GET /runs/{id}``) until it ends, printing each change of status;
+    returns its last record. A run nothing has claimed yet says so once."""
+    deadline = None if timeout is None else time.monotonic() + timeout
+    interval = _WORKFLOW_POLL[0]
+    record: dict[str, Any] = client.get(f"/runs/{q(run_id)}")
+    seen = None
+    unavailable_since: float | None = None
+    while True:
+        run = record["run"]
+        if run["status"] != seen:
+            seen = run["status"]
+            _report_workflow_run(run)
+        if run["status"] in _WORKFLOW_TERMINAL:
+            return record
+        if deadline is not None and time.monotonic() >= deadline:
+            raise CliError(f"run {run_id} is still {run['status']} after {timeout:g}s", EXIT_ERROR)
+        pause = interval if deadline is None else max(0.0, min(interval, deadline - time.monotonic()))
+        time.sleep(pause)
+        interval = min(interval * 2, _WORKFLOW_POLL[1])
+        try:
+            record = client.get(f"/runs/{q(run_id)}")
+        except CliError as exc:
+            if exc.exit_code != EXIT_UNAVAILABLE:
+                raise
+            now = time.monotonic()
+            if unavailable_since is None:
+                unavailable_since = now
+                progress(f"{exc.message}; retrying")
+            elif now - unavailable_since > _UNAVAILABLE_GRACE:
+                raise
+            continue
+        unavailable_since = None
+
+
+def _report_workflow_run(run: dict[str, Any]) -> None:
+    line = f"{when(time.time())}  {run['id']}  {run['status']}"
+    if run["status"] == "pending":
+        line += "  (waiting for a pyworkflow runtime serving this database to claim it)"
+    detail = _error_text(run)
+    if detail:
+        line += f"  {detail}"
+    progress(line)
 
 
 def _report(view: dict[str, Any]) -> None:

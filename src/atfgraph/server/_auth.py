@@ -103,6 +103,7 @@ RULES: tuple[Rule, ...] = (
     _rule("GET", "/audit", "audit.list", A),
     _rule("GET", "/notifications", "notification.list", A),
     _rule("GET", "/runs", "run.list", R),
+    _rule("POST", "/runs", "run.start", S),
     _rule("GET", "/runs/{id}", "run.get", R),
     _rule("POST", "/runs/{id}/retry", "run.retry", S),
     _rule("POST", "/runs/{id}/cancel", "run.cancel", S),

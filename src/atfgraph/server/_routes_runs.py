@@ -2,7 +2,8 @@
 
 ``GET /runs`` lists pyworkflow's own runs (kind ``workflow``) beside traversers (kind
 ``traverser``) newest first; ``GET /runs/{id}`` shows one with its steps, waits, checkpoints and
-event log; ``GET /inbox`` lists pending approvals, hooks and step hooks together, oldest first,
+event log; ``POST /runs`` starts a pyworkflow run by workflow name (``Service.start_run``);
+``GET /inbox`` lists pending approvals, hooks and step hooks together, oldest first,
 each with its run's summary; ``GET /ids`` resolves an id prefix. Read-only (``_runs_reads``), but
 for an operator's transitions of a run of either kind: ``POST /runs/{id}/retry``, a new attempt
 of a failed run (``Service.retry``), and ``POST /runs/{id}/cancel`` with a reason
@@ -11,13 +12,16 @@ of a failed run (``Service.retry``), and ``POST /runs/{id}/cancel`` with a reaso
 from __future__ import annotations
 
 from enum import StrEnum
-from typing import Annotated
+from typing import Annotated, Any
 
 from fastapi import APIRouter, Depends, Query, Request, Response
 
+from pyworkflow import MAX_WORKFLOW_NAME, WORKFLOW_NAME_PATTERN, ConfigurationError, check_workflow_name
+
+from . import _body_schema as B
 from . import _schemas as S
 from ._auth import Principal, caller
-from ._body import MAX_KEY, parse_object, read_raw
+from ._body import MAX_KEY, Fields, parse_object, read_json, read_raw
 from ._errors import bad_request
 from ._paging import After, Limit, decode, page
 from ._routes import CreatedAfter, CreatedBefore, ok, service_of, store_of
@@ -89,6 +93,64 @@ async def list_runs(
         after=decode("runs", after),
     )
     return ok(page("runs", items, limit))
+
+
+#: The fields of ``POST /runs``; any other is refused (a misspelt ``input`` would otherwise
+#: start a run without its arguments).
+_START_FIELDS: dict[str, Any] = {
+    "workflow": {
+        "type": "string",
+        "minLength": 1,
+        "maxLength": MAX_WORKFLOW_NAME,
+        "pattern": WORKFLOW_NAME_PATTERN,
+        "description": "the name the workflow is registered under (@workflow(name=...), or module:qualname)",
+    },
+    "input": {
+        "type": "object",
+        "additionalProperties": B.JSON,
+        "description": "the workflow's keyword arguments",
+    },
+}
+
+
+def _start_body() -> dict[str, Any]:
+    """The body of ``POST /runs`` as the document states it: only these fields."""
+    doc = B.body(_START_FIELDS, ["workflow"])
+    doc["requestBody"]["content"]["application/json"]["schema"]["additionalProperties"] = False
+    return doc
+
+
+@router.post(
+    "/runs",
+    status_code=201,
+    response_model=S.Run,
+    openapi_extra=_start_body(),
+)
+async def start(request: Request, who: Annotated[Principal, Depends(caller)]) -> Response:
+    """Start a pyworkflow run of the workflow registered as ``workflow``, with ``input`` as its
+    keyword arguments (default ``{}``), by name as Temporal starts a workflow by type: it is
+    recorded due now, and whichever pyworkflow runtime serving this database has that workflow
+    registered runs it (the local runtime, ``pyworkflow.serve()``, polls for it; the Celery
+    runtime's sweeper publishes it). Nothing here knows which workflows those processes
+    register: a process that has not registered the name fails the run with
+    ``WorkflowNotFoundError`` (retry it once one that has is serving). Answers 201 with the run
+    as ``GET /runs/{id}`` shows it (``kind: workflow``). Other fields are refused; there is no
+    idempotency key: a repeated request starts another run."""
+    f = Fields(await read_json(request))
+    unknown = sorted(set(f.data) - set(_START_FIELDS))
+    if unknown:
+        raise bad_request(f"body.{unknown[0]}: unknown field; a run's start takes workflow and input")
+    workflow = f.data.get("workflow")
+    if workflow is None:
+        raise bad_request("body.workflow is required")
+    if not isinstance(workflow, str) or not 0 < len(workflow) <= MAX_WORKFLOW_NAME:
+        raise bad_request(f"body.workflow must be a workflow name of 1 to {MAX_WORKFLOW_NAME} characters")
+    try:
+        check_workflow_name(workflow)
+    except ConfigurationError as exc:
+        raise bad_request(f"body.workflow: {exc}") from None
+    inputs = f.obj("input", required=False)
+    return ok(await service_of(request).start_run(who, workflow, inputs or {}), 201)
 
 
 @router.get("/runs/{run_id}", response_model=S.RunRecord)

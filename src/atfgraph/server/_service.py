@@ -1,9 +1,10 @@
 """The server's service functions: each change a person or a program asks for, written once.
 
-Submit, cancel, request an approval, decide, resume a hook: each is one function that performs
-the transition and writes its audit entry in the same transaction (so the trail records exactly
-the changes that committed), then wakes whoever waits for it (workers long-polling the node,
-clients following the traverser). A refused change raises a domain refusal (``_refusals``)
+Submit, start a pyworkflow run, cancel, request an approval, decide, resume a hook: each is one
+function that performs the transition and writes its audit entry in the same transaction (so the
+trail records exactly the changes that committed), then wakes whoever waits for it (workers
+long-polling the node, clients following the traverser; a pyworkflow runtime polls, or hears
+PostgreSQL's NOTIFY). A refused change raises a domain refusal (``_refusals``)
 after recording the refusal in the trail; nothing else changed. The HTTP routes, the fast path
 and the console call these functions and only translate: request -> arguments, result or
 refusal -> response.
@@ -97,6 +98,24 @@ class Service:
             self.hub.notify(node_key(view["node_id"]))
             log.info("traverser %s: queued (%s)", view["id"], target, extra={"run_id": view["id"]})
         return view, created
+
+    async def start_run(self, who: Principal, workflow: str, kwargs: dict[str, Any]) -> dict[str, Any]:
+        """Start a pyworkflow run of the workflow registered as ``workflow`` with ``kwargs``
+        (``pyworkflow.start_by_name``): recorded due now, its audit entry (``run.start``) in the
+        same transaction, for whichever pyworkflow runtime serving this database has that
+        workflow registered. Answers with the run's summary. A name or input pyworkflow refuses
+        is ``Invalid`` and nothing is written."""
+        detail = {"workflow": workflow}
+
+        def audit(conn: Any, run_id: str) -> None:
+            write_audit(conn, AuditEntry(who, "run.start", run_id, "allowed", detail), time.time())
+
+        try:
+            run_id = await pyworkflow.start_by_name(self.store.pyworkflow, workflow, kwargs, also=audit)
+        except (pyworkflow.ConfigurationError, pyworkflow.SerializationError) as exc:
+            raise Invalid(str(exc), "validation_error") from None
+        log.info("run %s: started (%s)", run_id, workflow, extra={"run_id": run_id})
+        return await self._summary(run_id)
 
     async def cancel(self, who: Principal, traverser_id: str) -> dict[str, Any]:
         """Cancel a traverser that has not finished; one already finished is returned as it is."""

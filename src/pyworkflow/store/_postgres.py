@@ -339,6 +339,7 @@ class PostgresStore:
         now: float,
         lease_owner: str | None,
         lease_ttl: float,
+        also: Callable[[Any], None] | None = None,
     ) -> Claim | None:
         epoch = 1 if lease_owner else 0
         params = {
@@ -352,7 +353,16 @@ class PostgresStore:
             "expires": now + lease_ttl if lease_owner else None,
             "notify": not lease_owner,  # a run nobody holds is work for someone
         }
-        await self._fetch(SQL_CREATE_RUN, params, run_id)  # one statement, committed in a group
+        if also is None:
+            await self._fetch(SQL_CREATE_RUN, params, run_id)  # one statement, committed in a group
+        else:
+            # With what must commit with it (an operator's audit entry): a write function on the
+            # same writer (not the hot path).
+            def tx(conn: PgConnection) -> None:
+                conn.raw.execute(SQL_CREATE_RUN, params)
+                also(conn)
+
+            await self._writer.write(tx)
         if not lease_owner:
             return None
         return Claim(Fence(run_id, epoch, 0), workflow, input, resumed=False)

@@ -182,9 +182,11 @@ class Store(Protocol):
         now: float,
         lease_owner: str | None,
         lease_ttl: float,
+        also: Callable[[Any], None] | None = None,
     ) -> Claim | None:
         """Insert a run and its queue row. With ``lease_owner`` the row is claimed at once (the
-        caller runs the first turn itself) and the claim is returned."""
+        caller runs the first turn itself) and the claim is returned. ``also(conn)`` runs in the
+        same transaction (an audit entry that must commit with the run, or not at all)."""
         ...
 
     async def get_run(self, run_id: str) -> RunRecord | None: ...

@@ -290,6 +290,7 @@ class SQLiteStore:
         now: float,
         lease_owner: str | None,
         lease_ttl: float,
+        also: Callable[[Any], None] | None = None,
     ) -> Claim | None:
         def tx(conn: sqlite3.Connection) -> Claim | None:
             status = RunStatus.RUNNING if lease_owner else RunStatus.PENDING
@@ -298,6 +299,8 @@ class SQLiteStore:
             expires = now + lease_ttl if lease_owner else None
             conn.execute(SQL_INSERT_QUEUE, (run_id, now, epoch, lease_owner, expires))
             _event(conn, run_id, now, "run_created")
+            if also is not None:
+                also(conn)
             return Claim(Fence(run_id, epoch, 0), workflow, input, resumed=False) if lease_owner else None
 
         return await self.db.write(tx)

@@ -136,7 +136,8 @@ async def test_nul_in_a_query_is_400_and_hostile_ids_are_404(http: httpx.AsyncCl
         r = await http.get(f"/api/v2/runs/{quote(ident, safe='')}")
         assert_error(r, 404, "not_found")
     assert (await http.get("/api/v2/runs")).status_code == 200
-    assert_error(await http.post("/api/v2/runs", json={}), 405, "method_not_allowed")
+    assert_error(await http.put("/api/v2/runs", json={}), 405, "method_not_allowed")
+    assert_error(await http.post("/api/v2/runs", json={}), 422, "validation_error")  # starts a run
     assert_error(await http.delete("/api/v2/inbox"), 405, "method_not_allowed")
 
 

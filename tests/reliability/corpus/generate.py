@@ -57,6 +57,7 @@ BAD_JSON = {
 #: Routes' bodies: the route's path (ids filled) and the values tried in its fields.
 BODY_ROUTES: list[tuple[str, str, dict[str, Any]]] = [
     ("POST", "/api/v2/traversers", {"target": "tester.pausing", "input": {}}),
+    ("POST", "/api/v2/runs", {"workflow": "flows:sum", "input": {}}),
     ("POST", "/api/v2/traversers/{t}/complete", {"epoch": 99, "result": 1}),
     ("POST", "/api/v2/traversers/{t}/fail", {"epoch": 99, "error": {"code": "c", "message": "m"}}),
     ("POST", "/api/v2/traversers/{t}/release", {"epoch": 99}),

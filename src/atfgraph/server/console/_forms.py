@@ -1,4 +1,5 @@
-"""The console's forms that change things: decide an approval, resume a hook, start a run.
+"""The console's forms that change things: decide an approval, resume a hook, start a run (a
+traverser, or a pyworkflow run by workflow name).
 
 Each calls the service function the API calls (``Service.decide``, ``Service.resume_hook``), so
 the console records exactly what ``POST /api/v2/approvals/{id}/decide`` and
@@ -17,6 +18,7 @@ from urllib.parse import quote, unquote, urlsplit
 
 from fastapi import APIRouter, Request, Response
 
+from pyworkflow import ConfigurationError, check_workflow_name
 from pyworkflow.store import WaitKind
 
 from ..._json import MAX_DEPTH, dumps, dumps_read, loads, loads_exact
@@ -39,7 +41,7 @@ from ._common import (
     render,
 )
 from ._pages import inbox_context, runs_context
-from ._run_pages import ACTIONS, WORKFLOW_RUNTIME, run_page
+from ._run_pages import ACTIONS, UNCLAIMED, WORKFLOW_RUNTIME, run_page
 
 router = APIRouter(include_in_schema=False)
 
@@ -164,13 +166,9 @@ MAX_START_INPUT = 256 * 1024
 START_ATTEMPTS = 3
 
 
-def _start_errors(target: str, raw_input: str, raw_attempts: str) -> tuple[dict[str, str], Any, int]:
-    """The form's values checked as ``POST /api/v2/traversers`` checks them: the errors by field
-    (none: valid), the input object, the attempts."""
-    errors: dict[str, str] = {}
-    node, dot, skill = target.partition(".")
-    if not dot or not node or not skill or len(target) > 200 or any(c.isspace() for c in target):
-        errors["target"] = "Write the target as node.skill (for example refunds.request_refund)."
+def _start_input(raw_input: str, errors: dict[str, str], whose: str) -> Any:
+    """The form's input as ``POST /api/v2/traversers`` and ``POST /api/v2/runs`` read it: a JSON
+    object ({} when blank); a refusal is said in ``errors``."""
     inputs: Any = {}
     if raw_input.strip():
         if len(raw_input) > MAX_START_INPUT:
@@ -182,7 +180,20 @@ def _start_errors(target: str, raw_input: str, raw_attempts: str) -> tuple[dict[
                 errors["input"] = f"The input is not JSON this server keeps exactly: {exc}"
             else:
                 if not isinstance(inputs, dict):
-                    errors["input"] = "The input is the skill's keyword arguments: a JSON object such as {}."
+                    errors["input"] = (
+                        f"The input is the {whose} keyword arguments: a JSON object such as {{}}."
+                    )
+    return inputs
+
+
+def _start_errors(target: str, raw_input: str, raw_attempts: str) -> tuple[dict[str, str], Any, int]:
+    """The form's values checked as ``POST /api/v2/traversers`` checks them: the errors by field
+    (none: valid), the input object, the attempts."""
+    errors: dict[str, str] = {}
+    node, dot, skill = target.partition(".")
+    if not dot or not node or not skill or len(target) > 200 or any(c.isspace() for c in target):
+        errors["target"] = "Write the target as node.skill (for example refunds.request_refund)."
+    inputs = _start_input(raw_input, errors, "skill's")
     attempts = START_ATTEMPTS
     if raw_attempts.strip():
         try:
@@ -196,14 +207,21 @@ def _start_errors(target: str, raw_input: str, raw_attempts: str) -> tuple[dict[
 
 @router.post("/runs")
 async def start_run(request: Request) -> Response:
-    """Start a traverser of ``node.skill`` from the Runs page, as ``atfg runs start`` does (the
-    service's submission, audited as ``traverser.submit``). A refused form (no target, input that
-    is not a JSON object) renders the Runs page again (422) with what was typed and the reason
-    beside the field; a start lands on the new run's page, saying when no worker serves its
-    node yet."""
+    """Start a run from the Runs page, as ``atfg runs start`` does: a traverser of
+    ``node.skill`` (the service's submission, audited as ``traverser.submit``) or a pyworkflow
+    run of a workflow by name (``Service.start_run``, audited as ``run.start``), as the form's
+    kind says. A refused form (no target or name, input that is not a JSON object) renders the
+    Runs page again (422) with what was typed and the reason beside the field; a start lands on
+    the new run's page, saying when no worker serves its node yet, or that a pyworkflow run
+    waits for a runtime the console cannot see."""
     form = await _form(request)
-    auth = await _writer(request, form, Permission.SUBMIT, "traverser.submit", None)
-    typed = {k: _text(form, k) for k in ("target", "input", "max_attempts")}
+    workflow_kind = _text(form, "kind") == "workflow"
+    action = "run.start" if workflow_kind else "traverser.submit"
+    auth = await _writer(request, form, Permission.SUBMIT, action, None)
+    typed = {k: _text(form, k) for k in ("target", "workflow", "input", "max_attempts")}
+    typed["kind"] = "workflow" if workflow_kind else "traverser"
+    if workflow_kind:
+        return await _start_workflow_run(request, auth, typed)
     target = typed["target"].strip()
     errors, inputs, attempts = _start_errors(target, typed["input"], typed["max_attempts"])
     if not errors:
@@ -214,9 +232,7 @@ async def start_run(request: Request) -> Response:
         except Refusal as exc:
             errors[""] = f"The run was not started: {exc.message} ({exc.code})"
     if errors:
-        context = runs_context(request)
-        context["start"] = {"typed": typed, "errors": errors}
-        return render(request, "runs.html", auth, 422, **context)
+        return _start_refused(request, auth, typed, errors)
     node = target.partition(".")[0]
     served = any(w["node_id"] == node for w in _store(request).list_workers(1000))
     text = f"Run {view['id']} of {target} started by {auth.principal.name}."
@@ -224,6 +240,38 @@ async def start_run(request: Request) -> Response:
         text += f" No worker has registered node {node!r} yet: it waits in the queue until one does."
     await _flash(request, auth, "ok", text)
     return _redirect(f"/runs/{quote(str(view['id']), safe='')}")
+
+
+async def _start_workflow_run(request: Request, auth: Auth, typed: dict[str, str]) -> Response:
+    errors: dict[str, str] = {}
+    name = typed["workflow"].strip()
+    try:
+        check_workflow_name(name)
+    except ConfigurationError as exc:
+        errors["workflow"] = (
+            "Write the name the workflow is registered under (@workflow(name=...), or "
+            f"module:qualname): {exc}"
+        )
+    inputs = _start_input(typed["input"], errors, "workflow's")
+    if not errors:
+        try:
+            run = await _service(request).start_run(auth.principal, name, inputs)
+        except Invalid as exc:
+            errors["input"] = f"{exc.message} ({exc.code})"
+        except Refusal as exc:
+            errors[""] = f"The run was not started: {exc.message} ({exc.code})"
+    if errors:
+        return _start_refused(request, auth, typed, errors)
+    text = f"Run {run['id']} of workflow {name} started by {auth.principal.name}. "
+    await _flash(request, auth, "ok", text + UNCLAIMED.format(name=name))
+    return _redirect(f"/runs/{quote(str(run['id']), safe='')}")
+
+
+def _start_refused(request: Request, auth: Auth, typed: dict[str, str], errors: dict[str, str]) -> Response:
+    """The Runs page again (422) with what was typed and why it was refused."""
+    context = runs_context(request)
+    context["start"] = {"typed": typed, "errors": errors}
+    return render(request, "runs.html", auth, 422, **context)
 
 
 __all__ = ["router"]

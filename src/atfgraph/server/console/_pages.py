@@ -14,6 +14,8 @@ from urllib.parse import urlencode
 
 from fastapi import APIRouter, Request, Response
 
+from pyworkflow import MAX_WORKFLOW_NAME
+
 from ..._models import TraverserStatus
 from .._graph_sql import ENGINE_STATUS
 from .._identity import Permission
@@ -346,7 +348,11 @@ def runs_context(request: Request) -> dict[str, Any]:
         "status_url": status_url,
         "nav": "runs",
         "live_url": "/runs/live" + (("?" + urlencode(here)) if here else ""),
-        "start": {"typed": {"target": "", "input": "", "max_attempts": ""}, "errors": {}},
+        "max_workflow_name": MAX_WORKFLOW_NAME,
+        "start": {
+            "typed": {"kind": "traverser", "target": "", "workflow": "", "input": "", "max_attempts": ""},
+            "errors": {},
+        },
     }
 
 

@@ -35,6 +35,15 @@ ACTIONS = {
     "leave the inbox.",
     "retry": "Retry this failed run? A new attempt starts from its checkpoints, steps and decisions.",
 }
+#: What the page says of a pyworkflow run started here (and on its page while nothing has
+#: claimed it): the console cannot see which processes serve the database.
+UNCLAIMED = (
+    "Nothing serving this database has claimed it yet: it runs once a pyworkflow runtime serving "
+    "this database (pyworkflow.serve(), or a Celery worker and its sweeper) has workflow {name} "
+    "registered; the console cannot see whether one is running. A runtime without it fails the run "
+    "(WorkflowNotFoundError); retry it once one with it serves."
+)
+
 #: What a retried or cancelled pyworkflow run's page says about who continues it.
 WORKFLOW_RUNTIME = (
     "A pyworkflow runtime serving this database (local or Celery) takes its next turn; the console "
@@ -95,6 +104,9 @@ async def run_page(request: Request, auth: Auth, run_id: str, draft: Draft | Non
         can_submit=auth.principal.can(Permission.SUBMIT),
         actions=ACTIONS,
         runtime_note=None if traverser else WORKFLOW_RUNTIME,
+        unclaimed=None
+        if traverser or r["status"] != RunStatus.PENDING.value
+        else UNCLAIMED.format(name=r["workflow"]),
         nav="runs",
         live_url=None if terminal else here + "/live",
     )
@@ -111,4 +123,4 @@ async def run_live(request: Request, run_id: str) -> Response:
     return await run_page(request, await _reader(request, live=True), run_id)
 
 
-__all__ = ["ACTIONS", "WORKFLOW_RUNTIME", "router", "run_page"]
+__all__ = ["ACTIONS", "UNCLAIMED", "WORKFLOW_RUNTIME", "router", "run_page"]
