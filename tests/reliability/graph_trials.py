@@ -6,16 +6,16 @@ SIGKILLed at random points of the work.
 A trial submits a few traversers of :func:`tests.reliability.agents.trial` (each with an
 idempotency key, submitted again until the server answers). Six trials in ten are crash-point
 trials: the server runs with ``PYWORKFLOW_CRASH_AT=<point>:<N>`` (the points of
-``pyworkflow._crashpoints.SERVER_POINTS`` in turn, N from 1 to 3; each restart of the server
-carries the next trial's point, so no extra kill is needed), the trial waits for it to exit by
-itself at that point and starts it again without the variable. For ``server_after_sweep`` the
-trial's traversers ask for approvals with a deadline, which the reviewer leaves to expire, so
-that the sweeper has work. The other trials wait until the ledger shows a random amount of new
-work (1 to 12 lines: mid-handler, mid-step, around a pause) and SIGKILL the worker (three in
-four) or the server, then start it again. A reviewer task in this process decides every pending
-approval without a deadline all along (a ``"decide"`` line per answer, with the recorded
-``decided_at``). The oracle checks after every trial, and at the end that every traverser
-succeeded.
+``pyworkflow._crashpoints.SERVER_POINTS`` in turn, N from 1 to 3), the trial waits for it to
+exit by itself at that point and starts it again, with the next trial's point when that is a
+crash-point trial (so no extra kill is needed), else without the variable. For
+``server_after_sweep`` the trial's traversers ask for approvals with a deadline, which the
+reviewer leaves to expire, so that the sweeper has work. The other trials wait until the ledger
+shows a random amount of new work (1 to 12 lines: mid-handler, mid-step, around a pause) and
+SIGKILL the worker (three in four) or the server, then start it again. A reviewer task in this
+process decides every pending approval without a deadline all along (a ``"decide"`` line per
+answer, with the recorded ``decided_at``), and sends a decision the server did not answer
+again. The oracle checks after every trial, and at the end that every traverser succeeded.
 """
 
 from __future__ import annotations
@@ -115,33 +115,44 @@ class GraphDeployment:
         self.server.kill()
 
 
-async def decide_all(client: Client, chain: CrashChain) -> int:
+async def decide_all(client: Client, chain: CrashChain, unanswered: dict[str, str] | None = None) -> int:
     """Approve every pending approval without a deadline once; a ``"decide"`` ledger line per
-    answer."""
-    decided = 0
+    answer. ``unanswered`` (approval id -> traverser id): the decisions the server did not
+    answer (it died, perhaps after committing), sent again first, as a client would: the same
+    decision again must answer the one recorded, never make a second."""
+    unanswered = {} if unanswered is None else unanswered
+    todo = list(unanswered.items())
     for approval in await client.list_approvals(limit=1000):
-        if approval.get("expires_at") is not None:
-            continue  # a sweep trial's: left to expire
+        if approval.get("expires_at") is None and str(approval["id"]) not in unanswered:
+            todo.append((str(approval["id"]), str(approval["traverser_id"])))
+        # (one with a deadline is a sweep trial's: left to expire)
+    decided = 0
+    for approval_id, traverser_id in todo:
+        again = approval_id in unanswered
+        unanswered[approval_id] = traverser_id  # until the server answers
         try:
-            answer = await client.decide_approval(str(approval["id"]), "approved")
+            answer = await client.decide_approval(approval_id, "approved")
             outcome = "accepted"
         except ConflictError as exc:
             answer, outcome = {}, type(exc).__name__
+        del unanswered[approval_id]
         chain.ledger.record(
-            str(approval["traverser_id"]),
+            traverser_id,
             "decide",
-            wait=str(approval["id"]),
+            wait=approval_id,
             outcome=outcome,
             decided_at=answer.get("decided_at"),
+            again=again,
         )
         decided += 1
     return decided
 
 
 async def _reviewer(client: Client, chain: CrashChain, stop: asyncio.Event) -> None:
+    unanswered: dict[str, str] = {}
     while not stop.is_set():
         try:
-            await decide_all(client, chain)
+            await decide_all(client, chain, unanswered)
         except (ServerUnavailableError, OSError):
             pass  # the server is being killed and restarted
         await asyncio.sleep(0.1)
