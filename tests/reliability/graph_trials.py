@@ -53,7 +53,7 @@ CRASH_AT = "PYWORKFLOW_CRASH_AT"
 CRASH_SECONDS = 60.0
 #: The deadlines of a sweep trial's approvals: the first after this many seconds, the others
 #: that much later each (one expiry per sweep pass).
-EXPIRES_SECONDS = 0.4
+EXPIRES_SECONDS = 0.2
 
 
 class GraphDeployment:
