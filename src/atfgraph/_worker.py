@@ -339,7 +339,9 @@ def _jsonable(result: Any) -> Any:
 
 
 async def _first(*aws: Any) -> None:
-    """Wait until the first of ``aws`` finishes; cancel the others."""
+    """Wait until the first of ``aws`` finishes; cancel the others. An outcome is the caller's
+    to read from what it passed (the claim loop reads its claim task, not the shield around it):
+    an exception is marked retrieved here, else asyncio would log every failed claim at ERROR."""
     tasks = [asyncio.ensure_future(a) for a in aws]
     try:
         await asyncio.wait(tasks, return_when=asyncio.FIRST_COMPLETED)
@@ -347,3 +349,5 @@ async def _first(*aws: Any) -> None:
         for task in tasks:
             if not task.done():
                 task.cancel()
+            elif not task.cancelled():
+                task.exception()

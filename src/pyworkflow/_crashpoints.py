@@ -2,7 +2,8 @@
 
 ``PYWORKFLOW_CRASH_AT="name"`` or ``"name:N"`` makes the process exit at once (``os._exit``, no
 cleanup, like SIGKILL) the Nth time execution passes the named point. Unset, a point costs one
-dictionary lookup.
+comparison. The engine's runtimes pass :data:`POINTS`; the graph server (``atfgraph.server``,
+which calls :func:`crashpoint` through ``pyworkflow.store``) passes :data:`SERVER_POINTS`.
 """
 
 from __future__ import annotations
@@ -36,8 +37,28 @@ POINTS = (
     "after_claim",
 )
 
+#: The points the graph server passes, each where its transaction has committed and before the
+#: HTTP answer is sent (or, for the sweeper, before anyone is woken):
+SERVER_POINTS = (
+    # a traverser was queued (a client's submission or a handler's child step): no 201 sent
+    "server_after_submit",
+    # a claim leased at least one traverser (a long poll, or tasks riding on a report): no answer
+    "server_after_claim",
+    # an approval request paused its traverser (the lease closed): no answer, nobody woken
+    "server_after_approval_requested",
+    # a decision was recorded and its traverser queued again: no answer, its workers not woken
+    "server_after_decision",
+    # a worker's completion was recorded (the traverser succeeded): no answer, followers not woken
+    "server_after_complete",
+    # a sweep expired waits or reaped run-out leases: the workers and followers not woken
+    "server_after_sweep",
+)
+
 
 def crashpoint(name: str) -> None:
+    """Exit the process here (``os._exit(137)``) when ``PYWORKFLOW_CRASH_AT`` names this point
+    and this is its Nth pass; otherwise return at once. ``name`` is one of :data:`POINTS` or
+    :data:`SERVER_POINTS`."""
     if _target is None or _target[0] != name:
         return
     passes = _passes.get(name, 0) + 1

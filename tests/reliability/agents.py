@@ -1,7 +1,8 @@
 """The atfgraph workload of the graph trials (node ``reliab``; workers import ``app``).
 
 ``trial`` saves a checkpoint (compare-and-set), runs an inline child step, pauses on an
-approval and saves again in its continuation; ``held`` blocks mid-handler for the lease trials.
+approval (decided, or left to expire when it was given ``expires``) and saves again in its
+continuation; ``held`` blocks mid-handler for the lease trials.
 Every side effect is a ledger line keyed by the traverser's id; every attempt records its epoch,
 so two processes holding one lease at once would show as one epoch with two pids.
 """
@@ -33,7 +34,9 @@ async def double(n: int) -> int:
 
 
 @app.skill()
-async def trial(n: int = 0) -> dict[str, Any]:
+async def trial(n: int = 0, expires: float | None = None) -> dict[str, Any]:
+    """``expires``: the approval's deadline in seconds (the graph trials' reviewer leaves such an
+    approval to expire, so that the server's sweeper has work)."""
     ctx = current_context()
     _record("attempt", epoch=ctx.epoch, attempt=ctx.attempt)
     progress = await app.load_checkpoint("progress")
@@ -43,7 +46,7 @@ async def trial(n: int = 0) -> dict[str, Any]:
         _record("checkpoint", name="progress", revision=revision)
         progress = {"stage": 1}
     doubled = await app.traverse("reliab.double", n=n)
-    decision = await app.request_approval({"n": n}, operation_key="review")
+    decision = await app.request_approval({"n": n}, operation_key="review", expires_in_seconds=expires)
     if progress["stage"] == 1:
         revision = await app.save_checkpoint("progress", {"stage": 2}, expected_revision=1)
         _record("checkpoint", name="progress", revision=revision)

@@ -114,6 +114,7 @@ STORE_API = [
     "apply_postgres_migrations",
     "check_revision",
     "count_purgeable",
+    "crashpoint",
     "load_migrations",
     "log_format",
     "log_level",

@@ -22,7 +22,7 @@ import jsonschema
 
 import pyworkflow
 from pyworkflow import validate_payload
-from pyworkflow.store import WaitKind, WaitRecord
+from pyworkflow.store import WaitKind, WaitRecord, crashpoint
 
 from .._json import dumps, dumps_read, fragment, loads
 from .._models import DECISIONS
@@ -95,6 +95,7 @@ class Service:
             if traced is not None:
                 traced[0](view["id"])
         if created:
+            crashpoint("server_after_submit")
             self.hub.notify(node_key(view["node_id"]))
             log.info("traverser %s: queued (%s)", view["id"], target, extra={"run_id": view["id"]})
         return view, created
@@ -249,6 +250,7 @@ class Service:
             response_schema, also,
         )  # fmt: skip
         if paused:
+            crashpoint("server_after_approval_requested")
             self.hub.notify(traverser_key(traverser_id))
             if epoch is not None:
                 self.store.attempts.ended(traverser_id, epoch, "paused")
@@ -307,6 +309,7 @@ class Service:
         if tracing.enabled():
             tracing.decided(approval, self.store.trace_context(approval["traverser_id"]), began)
         if node is not None:
+            crashpoint("server_after_decision")
             self.hub.notify(node_key(node))
             self.hub.notify(traverser_key(approval["traverser_id"]))
         log.info(

@@ -35,6 +35,7 @@ from pyworkflow.store import (
     SQLiteDatabase,
     SQLiteStore,
     check_revision,
+    crashpoint,
     load_migrations,
     pyworkflow_migrations,
     write_checkpoint,
@@ -692,6 +693,7 @@ class GraphStore(ApprovalTransitions, ConsoleReads):
             )
             tracing.add_to_tasks(tasks, found)
         if tasks:
+            crashpoint("server_after_claim")
             self.attempts.claimed(tasks, time.time())
             if len(self._lease_holders) >= _LEASE_HOLDERS_MAX:
                 self._lease_holders.clear()
@@ -703,6 +705,7 @@ class GraphStore(ApprovalTransitions, ConsoleReads):
         self, traverser_id: str, epoch: int, result: bytes, steps: Sequence[StepRecord]
     ) -> None:
         await self._complete(traverser_id, epoch, result, steps)
+        crashpoint("server_after_complete")
         self.attempts.ended(traverser_id, epoch, "succeeded")
 
     async def fail(
@@ -720,6 +723,8 @@ class GraphStore(ApprovalTransitions, ConsoleReads):
 
     async def sweep(self) -> SweepOutcome:
         outcome = await self._sweep()
+        if outcome.nodes or outcome.traversers:
+            crashpoint("server_after_sweep")
         reaped(outcome.traversers)
         return outcome
 

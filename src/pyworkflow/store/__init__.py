@@ -9,7 +9,8 @@ database classes with their group-commit writer (:class:`SQLiteDatabase`,
 :func:`apply_postgres_migrations`, :func:`pyworkflow_migrations`), the stores themselves, and
 the rules both faces apply inside their own transactions (:func:`write_checkpoint`,
 :func:`wake_run`: waking a run, pyworkflow's or one served by remote workers, after its wait
-resolved or expired), and retention (:func:`purge_runs`, :func:`count_purgeable`,
+resolved or expired), :func:`crashpoint` (the crash-recovery tests' named points, which the
+server passes too), and retention (:func:`purge_runs`, :func:`count_purgeable`,
 :func:`parse_age`: finished runs older than a cut-off deleted in bounded batches).
 
 Operating them: :mod:`metrics` (the metrics of both faces, one registry per process),
@@ -24,6 +25,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
+from .._crashpoints import crashpoint
 from .._errors import ConfigurationError
 from . import _metrics as metrics
 from . import _tracing as tracing
@@ -93,6 +95,7 @@ __all__ = [
     "apply_postgres_migrations",
     "check_revision",
     "count_purgeable",
+    "crashpoint",
     "load_migrations",
     "log_format",
     "log_level",
