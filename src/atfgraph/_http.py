@@ -19,6 +19,13 @@ from pyworkflow.store import tracing
 from ._errors import ServerUnavailableError
 
 _MAX_HEAD = 64 * 1024
+#: Methods a request of which may be sent again when a reused connection is closed unanswered
+#: (RFC 9110's idempotent methods); the API's POSTs are not among them.
+_IDEMPOTENT = frozenset({"GET", "HEAD", "OPTIONS", "PUT", "DELETE"})
+_UNANSWERED = (
+    "it closed the connection without answering (the request may or may not have been carried "
+    "out: a submission with an idempotency key, or a decision, may be sent again)"
+)
 
 
 def _trace_headers() -> bytes:
@@ -101,20 +108,27 @@ class HttpPool:
         try:
             async with asyncio.timeout(timeout or self.timeout):
                 while self._idle:
-                    # A reused connection may have been closed by the server while idle: such a
-                    # request fails before anything is read, so sending it again is safe.
                     conn = self._idle.pop()
+                    if conn.reader.at_eof() or conn.writer.is_closing():
+                        conn.close()  # the server closed it while it was idle
+                        continue
                     try:
                         return await self._exchange(conn, payload, method)
                     except _StaleConnection:
                         conn.close()
+                        # Closed unanswered: the server closed it as the request went out, or
+                        # it carried out the request and died before answering. Only a request
+                        # that may be carried out twice is sent again.
+                        if method not in _IDEMPOTENT:
+                            raise NoAnswerError(
+                                f"{self.host}:{self.port}: {_UNANSWERED}", _UNANSWERED
+                            ) from None
                 conn = await self._connect()
                 try:
                     return await self._exchange(conn, payload, method)
                 except _StaleConnection:
                     conn.close()
-                    reason = "the server closed the connection unanswered"
-                    raise NoAnswerError(reason, reason) from None
+                    raise NoAnswerError(f"{self.host}:{self.port}: {_UNANSWERED}", _UNANSWERED) from None
         except TimeoutError:
             raise NoAnswerError(
                 f"no answer from {self.host}:{self.port} in time", "no answer in time", timed_out=True

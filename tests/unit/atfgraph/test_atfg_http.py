@@ -122,3 +122,51 @@ async def test_unreachable_server_and_timeouts(scripted: Start) -> None:
     await slow.aclose()
     with pytest.raises(ValueError):
         HttpPool("ftp://example.org")
+
+
+async def dies_on_the_second_request(seen: list[bytes]) -> Callable[..., Awaitable[None]]:
+    """A server that answers a connection's first request, then reads the second and closes the
+    connection without answering, as one that carried it out and died would."""
+
+    async def handle(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        for n in (1, 2):
+            head = await reader.readuntil(b"\r\n\r\n")
+            length = next(
+                (
+                    int(line.split(b":")[1])
+                    for line in head.split(b"\r\n")
+                    if line.lower().startswith(b"content-length:")
+                ),
+                0,
+            )
+            seen.append(head.split(b" ", 2)[0] + b" " + await reader.readexactly(length))
+            if n == 1:
+                writer.write(b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\n{}")
+                await writer.drain()
+        writer.close()
+
+    return handle
+
+
+@pytest.mark.parametrize(("method", "resent"), [("POST", False), ("GET", True)])
+async def test_a_request_closed_unanswered_is_sent_again_only_when_idempotent(
+    method: str, resent: bool
+) -> None:
+    """A reused connection closed without an answer may have carried the request out: a POST
+    (a submission, a claim) is not sent again on its own (it fails, saying so); a GET is."""
+    seen: list[bytes] = []
+    server = await asyncio.start_server(await dies_on_the_second_request(seen), "127.0.0.1", 0)
+    pool = HttpPool(f"http://127.0.0.1:{server.sockets[0].getsockname()[1]}")
+    try:
+        assert (await pool.request(method, "/x", b'{"n":1}'))[0] == 200
+        if resent:
+            assert (await pool.request(method, "/x", b'{"n":2}'))[0] == 200
+            assert seen == [b"GET " + b'{"n":1}', b"GET " + b'{"n":2}', b"GET " + b'{"n":2}']
+        else:
+            with pytest.raises(ServerUnavailableError, match="may or may not have been carried out"):
+                await pool.request(method, "/x", b'{"n":2}')
+            assert seen == [b'POST {"n":1}', b'POST {"n":2}']  # sent once, never again
+    finally:
+        await pool.aclose()
+        server.close()
+        await server.wait_closed()
