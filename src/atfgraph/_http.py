@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import select
 import ssl
 from urllib.parse import urlencode, urlsplit
 
@@ -51,6 +52,22 @@ class _Connection:
 
     def close(self) -> None:
         self.writer.close()
+
+
+def _dropped(conn: _Connection) -> bool:
+    """Whether an idle connection was closed by the server: its end was seen, or its socket is
+    readable (an idle connection has nothing to read but the server's close), which a loop busy
+    elsewhere meanwhile has not yet noticed (urllib3 checks its pooled connections the same way)."""
+    if conn.reader.at_eof() or conn.writer.is_closing():
+        return True
+    sock = conn.writer.get_extra_info("socket")
+    if sock is None:
+        return False
+    try:
+        readable, _, _ = select.select([sock.fileno()], [], [], 0)
+    except (OSError, ValueError):
+        return True
+    return bool(readable)
 
 
 class HttpPool:
@@ -109,7 +126,7 @@ class HttpPool:
             async with asyncio.timeout(timeout or self.timeout):
                 while self._idle:
                     conn = self._idle.pop()
-                    if conn.reader.at_eof() or conn.writer.is_closing():
+                    if _dropped(conn):
                         conn.close()  # the server closed it while it was idle
                         continue
                     try:

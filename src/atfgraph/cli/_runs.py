@@ -438,7 +438,7 @@ def follow(client: Api, run_id: str, timeout: float | None) -> dict[str, Any]:
     deadline = None if timeout is None else time.monotonic() + timeout
     view: dict[str, Any] = client.get(f"/traversers/{q(run_id)}")
     _report(view)
-    unavailable_since: float | None = None
+    outage = _Outage()
     while view["status"] not in _TERMINAL:
         remaining = _POLL_SECONDS if deadline is None else deadline - time.monotonic()
         if remaining <= 0:
@@ -450,22 +450,36 @@ def follow(client: Api, run_id: str, timeout: float | None) -> dict[str, Any]:
                 f"/traversers/{q(run_id)}", {"wait_for": others, "timeout": wait}, timeout=wait + 15
             )
         except CliError as exc:
-            # The run's state is durable: ride out a server restart for a while.
-            if exc.exit_code != EXIT_UNAVAILABLE:
-                raise
-            now = time.monotonic()
-            if unavailable_since is None:
-                unavailable_since = now
-                progress(f"{exc.message}; retrying")
-            elif now - unavailable_since > _UNAVAILABLE_GRACE:
-                raise
+            outage.ride_out(exc)  # the run's state is durable: ride out a server restart
             time.sleep(0.25)
             continue
-        unavailable_since = None
+        outage.over()
         if (new["status"], new["attempt"]) != (view["status"], view["attempt"]):
             _report(new)
         view = new
     return view
+
+
+class _Outage:
+    """A followed run's server out of reach: said once, tolerated for ``_UNAVAILABLE_GRACE``
+    seconds (a restart), then the error stands."""
+
+    def __init__(self) -> None:
+        self.since: float | None = None
+
+    def ride_out(self, exc: CliError) -> None:
+        """Return to try again, or raise ``exc`` (not an outage, or one that lasted too long)."""
+        if exc.exit_code != EXIT_UNAVAILABLE:
+            raise exc
+        now = time.monotonic()
+        if self.since is None:
+            self.since = now
+            progress(f"{exc.message}; retrying")
+        elif now - self.since > _UNAVAILABLE_GRACE:
+            raise exc
+
+    def over(self) -> None:
+        self.since = None
 
 
 #: A pyworkflow run's ending statuses.
@@ -482,7 +496,7 @@ def follow_workflow_run(client: Api, run_id: str, timeout: float | None) -> dict
     interval = _WORKFLOW_POLL[0]
     record: dict[str, Any] = client.get(f"/runs/{q(run_id)}")
     seen = None
-    unavailable_since: float | None = None
+    outage = _Outage()
     while True:
         run = record["run"]
         if run["status"] != seen:
@@ -498,16 +512,9 @@ def follow_workflow_run(client: Api, run_id: str, timeout: float | None) -> dict
         try:
             record = client.get(f"/runs/{q(run_id)}")
         except CliError as exc:
-            if exc.exit_code != EXIT_UNAVAILABLE:
-                raise
-            now = time.monotonic()
-            if unavailable_since is None:
-                unavailable_since = now
-                progress(f"{exc.message}; retrying")
-            elif now - unavailable_since > _UNAVAILABLE_GRACE:
-                raise
+            outage.ride_out(exc)
             continue
-        unavailable_since = None
+        outage.over()
 
 
 def _report_workflow_run(run: dict[str, Any]) -> None:

@@ -337,7 +337,7 @@ def test_hooks_list_and_resume(server: ServerProcess) -> None:
 
 def test_errors_are_one_line(server: ServerProcess, tmp_path: Path) -> None:
     assert failed(atfg(server, "runs", "show", "nope"), 1) == "atfg: not found: run 'nope'"
-    assert failed(atfg(server, "runs", "watch", "nope"), 1) == "atfg: not found: traverser 'nope'"
+    assert failed(atfg(server, "runs", "watch", "nope"), 1) == "atfg: not found: run 'nope'"
     assert failed(atfg(server, "approvals", "show", "nope"), 1) == "atfg: not found: approval 'nope'"
     assert (
         failed(atfg(server, "approvals", "decide", "nope", "--approve"), 1)

@@ -13,7 +13,8 @@ redirect with the reason.
 
 from __future__ import annotations
 
-from typing import Any
+from collections.abc import Awaitable
+from typing import Any, TypeVar
 from urllib.parse import quote, unquote, urlsplit
 
 from fastapi import APIRouter, Request, Response
@@ -225,14 +226,13 @@ async def start_run(request: Request) -> Response:
     target = typed["target"].strip()
     errors, inputs, attempts = _start_errors(target, typed["input"], typed["max_attempts"])
     if not errors:
-        try:
-            view, _ = await _service(request).submit(auth.principal, target, dumps_read(inputs), attempts)
-        except Invalid as exc:
-            errors["input"] = f"{exc.message} ({exc.code})"
-        except Refusal as exc:
-            errors[""] = f"The run was not started: {exc.message} ({exc.code})"
+        started = await _refused_into(
+            errors, _service(request).submit(auth.principal, target, dumps_read(inputs), attempts)
+        )
     if errors:
         return _start_refused(request, auth, typed, errors)
+    assert started is not None
+    view, _ = started
     node = target.partition(".")[0]
     served = any(w["node_id"] == node for w in _store(request).list_workers(1000))
     text = f"Run {view['id']} of {target} started by {auth.principal.name}."
@@ -240,6 +240,21 @@ async def start_run(request: Request) -> Response:
         text += f" No worker has registered node {node!r} yet: it waits in the queue until one does."
     await _flash(request, auth, "ok", text)
     return _redirect(f"/runs/{quote(str(view['id']), safe='')}")
+
+
+T = TypeVar("T")
+
+
+async def _refused_into(errors: dict[str, str], start: Awaitable[T]) -> T | None:
+    """What ``start`` returns, or None with the service's refusal written into ``errors``
+    (beside the input, or above the form)."""
+    try:
+        return await start
+    except Invalid as exc:
+        errors["input"] = f"{exc.message} ({exc.code})"
+    except Refusal as exc:
+        errors[""] = f"The run was not started: {exc.message} ({exc.code})"
+    return None
 
 
 async def _start_workflow_run(request: Request, auth: Auth, typed: dict[str, str]) -> Response:
@@ -254,14 +269,10 @@ async def _start_workflow_run(request: Request, auth: Auth, typed: dict[str, str
         )
     inputs = _start_input(typed["input"], errors, "workflow's")
     if not errors:
-        try:
-            run = await _service(request).start_run(auth.principal, name, inputs)
-        except Invalid as exc:
-            errors["input"] = f"{exc.message} ({exc.code})"
-        except Refusal as exc:
-            errors[""] = f"The run was not started: {exc.message} ({exc.code})"
+        run = await _refused_into(errors, _service(request).start_run(auth.principal, name, inputs))
     if errors:
         return _start_refused(request, auth, typed, errors)
+    assert run is not None
     text = f"Run {run['id']} of workflow {name} started by {auth.principal.name}. "
     await _flash(request, auth, "ok", text + UNCLAIMED.format(name=name))
     return _redirect(f"/runs/{quote(str(run['id']), safe='')}")
