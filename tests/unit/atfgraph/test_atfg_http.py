@@ -4,6 +4,7 @@ chunks, keep-alive reuse, a keep-alive connection closed by the server, an unrea
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import socket
 from collections.abc import AsyncIterator, Awaitable, Callable
 
@@ -124,26 +125,38 @@ async def test_unreachable_server_and_timeouts(scripted: Start) -> None:
         HttpPool("ftp://example.org")
 
 
-async def dies_on_the_second_request(seen: list[bytes]) -> Callable[..., Awaitable[None]]:
+async def dies_on_the_second_request(
+    seen: list[bytes], handlers: list[asyncio.Task[None]]
+) -> Callable[..., Awaitable[None]]:
     """A server that answers a connection's first request, then reads the second and closes the
-    connection without answering, as one that carried it out and died would."""
+    connection without answering, as one that carried it out and died would. Each connection's
+    task goes into ``handlers`` (for the test to wait for)."""
 
     async def handle(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        for n in (1, 2):
-            head = await reader.readuntil(b"\r\n\r\n")
-            length = next(
-                (
-                    int(line.split(b":")[1])
-                    for line in head.split(b"\r\n")
-                    if line.lower().startswith(b"content-length:")
-                ),
-                0,
-            )
-            seen.append(head.split(b" ", 2)[0] + b" " + await reader.readexactly(length))
-            if n == 1:
-                writer.write(b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\n{}")
-                await writer.drain()
-        writer.close()
+        task = asyncio.current_task()
+        assert task is not None
+        handlers.append(task)
+        try:
+            for n in (1, 2):
+                head = await reader.readuntil(b"\r\n\r\n")
+                length = next(
+                    (
+                        int(line.split(b":")[1])
+                        for line in head.split(b"\r\n")
+                        if line.lower().startswith(b"content-length:")
+                    ),
+                    0,
+                )
+                seen.append(head.split(b" ", 2)[0] + b" " + await reader.readexactly(length))
+                if n == 1:
+                    writer.write(b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\n{}")
+                    await writer.drain()
+        except (asyncio.IncompleteReadError, ConnectionError):
+            pass  # the client closed its (resent request's) connection first
+        finally:
+            writer.close()
+            with contextlib.suppress(ConnectionError):
+                await writer.wait_closed()
 
     return handle
 
@@ -155,7 +168,8 @@ async def test_a_request_closed_unanswered_is_sent_again_only_when_idempotent(
     """A reused connection closed without an answer may have carried the request out: a POST
     (a submission, a claim) is not sent again on its own (it fails, saying so); a GET is."""
     seen: list[bytes] = []
-    server = await asyncio.start_server(await dies_on_the_second_request(seen), "127.0.0.1", 0)
+    handlers: list[asyncio.Task[None]] = []
+    server = await asyncio.start_server(await dies_on_the_second_request(seen, handlers), "127.0.0.1", 0)
     pool = HttpPool(f"http://127.0.0.1:{server.sockets[0].getsockname()[1]}")
     try:
         assert (await pool.request(method, "/x", b'{"n":1}'))[0] == 200
@@ -168,5 +182,6 @@ async def test_a_request_closed_unanswered_is_sent_again_only_when_idempotent(
             assert seen == [b'POST {"n":1}', b'POST {"n":2}']  # sent once, never again
     finally:
         await pool.aclose()
+        await asyncio.wait_for(asyncio.gather(*handlers), 5)  # every connection closed, both ends
         server.close()
         await server.wait_closed()
