@@ -45,9 +45,9 @@ test: $(STAMP)
 	# and the reliability suite's tests that follow the backend setting (races, the stateful test,
 	# hostile input) but its race across two servers, which always uses PostgreSQL. (Its
 	# crash-restart, lease and soak campaigns, and the database faults, run every backend they
-	# need in the first pass.)
+	# need in the first pass; the benchmarks' smoke test runs on SQLite whatever the setting.)
 	PYWORKFLOW_TEST_STORE=postgresql $(BIN)/python -m pytest -q --durations=15 tests/contract tests/unit \
-		tests/acceptance/atfgraph --ignore=tests/unit/contrib \
+		tests/acceptance/atfgraph --ignore=tests/unit/contrib --ignore=tests/unit/test_bench_smoke.py \
 		tests/reliability/test_races.py tests/reliability/test_state_machine.py \
 		tests/reliability/test_hostile_corpus.py \
 		--deselect tests/reliability/test_races.py::test_races_across_two_servers_sharing_postgresql
