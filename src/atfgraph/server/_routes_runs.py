@@ -143,8 +143,6 @@ async def start(request: Request, who: Annotated[Principal, Depends(caller)]) ->
     workflow = f.data.get("workflow")
     if workflow is None:
         raise bad_request("body.workflow is required")
-    if not isinstance(workflow, str) or not 0 < len(workflow) <= MAX_WORKFLOW_NAME:
-        raise bad_request(f"body.workflow must be a workflow name of 1 to {MAX_WORKFLOW_NAME} characters")
     try:
         check_workflow_name(workflow)
     except ConfigurationError as exc:

@@ -115,8 +115,7 @@ class Service:
             run_id = await pyworkflow.start_by_name(self.store.pyworkflow, workflow, kwargs, also=audit)
         except (pyworkflow.ConfigurationError, pyworkflow.SerializationError) as exc:
             raise Invalid(str(exc), "validation_error") from None
-        log.info("run %s: started (%s)", run_id, workflow, extra={"run_id": run_id})
-        return await self._summary(run_id)
+        return await self._summary(run_id)  # start_by_name logged the transition
 
     async def cancel(self, who: Principal, traverser_id: str) -> dict[str, Any]:
         """Cancel a traverser that has not finished; one already finished is returned as it is."""
