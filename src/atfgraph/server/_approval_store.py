@@ -43,7 +43,7 @@ class ApprovalTransitions:
     db: GroupCommitWriter[Any]
     _pg: PgTransitions | None
 
-    def _read1(self, fn: Callable[[Conn], T]) -> T:
+    def read_one(self, fn: Callable[[Conn], T]) -> T:
         raise NotImplementedError
 
     async def request_approval(
@@ -129,13 +129,13 @@ class ApprovalTransitions:
 
     def approval_schema(self, approval_id: str) -> Any:
         """The approval's response schema, decoded (None: it declares none)."""
-        row = self._read1(lambda c: _row(c, SQL_APPROVAL_SCHEMA, (approval_id,)))
+        row = self.read_one(lambda c: _row(c, SQL_APPROVAL_SCHEMA, (approval_id,)))
         if row is None:
             raise NotFound.of("approval", approval_id)
         return None if row["payload_schema"] is None else loads(row["payload_schema"])
 
     def get_approval(self, approval_id: str) -> dict[str, Any]:
-        row = self._read1(lambda c: _row(c, SQL_GET_APPROVAL, (approval_id,)))
+        row = self.read_one(lambda c: _row(c, SQL_GET_APPROVAL, (approval_id,)))
         if row is None:
             raise NotFound.of("approval", approval_id)
         return approval_view(row)
@@ -168,7 +168,7 @@ class ApprovalTransitions:
                 params.append(value)
         cond, more, order = keyset(("w.created_at", "w.id"), False, after)
         sql = SQL_LIST_APPROVALS.format(where=where + cond, order=order)
-        return [approval_view(r) for r in self._read1(lambda c: _rows(c, sql, (*params, *more, limit)))]
+        return [approval_view(r) for r in self.read_one(lambda c: _rows(c, sql, (*params, *more, limit)))]
 
     async def decide(
         self,

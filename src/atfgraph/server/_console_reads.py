@@ -99,7 +99,7 @@ class ConsoleReads(RunsReads):
     def _read(self, fn: Callable[[Conn], T]) -> T:
         raise NotImplementedError
 
-    def _read1(self, fn: Callable[[Conn], T]) -> T:
+    def read_one(self, fn: Callable[[Conn], T]) -> T:
         raise NotImplementedError
 
     def console_runs(
@@ -130,7 +130,7 @@ class ConsoleReads(RunsReads):
             params += [before[0], before[0], before[1]]
         order = "r.created_at, r.id" if before is not None else "r.created_at DESC, r.id DESC"
         sql = _RUN_SUMMARY + f"FROM runs r WHERE 1 = 1{where} ORDER BY {order} LIMIT ?"
-        rows = self._read1(lambda c: _rows(c, sql, [*params, limit + 1]))
+        rows = self.read_one(lambda c: _rows(c, sql, [*params, limit + 1]))
         more = len(rows) > limit
         rows = rows[:limit]
         if before is not None:
@@ -158,7 +158,7 @@ class ConsoleReads(RunsReads):
         where, params = self._runs_where(kind, status, node_id, since, until, search)
         where += " AND (r.created_at > ? OR (r.created_at = ? AND r.id > ?))"
         sql = f"SELECT r.id FROM runs r WHERE 1 = 1{where} LIMIT 1"
-        found = self._read1(lambda c: _rows(c, sql, [*params, cursor[0], cursor[0], cursor[1]]))
+        found = self.read_one(lambda c: _rows(c, sql, [*params, cursor[0], cursor[0], cursor[1]]))
         return bool(found)
 
     def console_run_counts(
@@ -173,7 +173,7 @@ class ConsoleReads(RunsReads):
         matching rows: runs_by_status without a search or time filter, else the rows read)."""
         where, params = self._runs_where(kind, None, node_id, since, until, search)
         sql = f"SELECT r.status, COUNT(*) FROM runs r WHERE 1 = 1{where} GROUP BY r.status"
-        counted = self._read1(lambda c: c.execute(sql, params).fetchall())
+        counted = self.read_one(lambda c: c.execute(sql, params).fetchall())
         return {str(status): int(n) for status, n in counted}
 
     def _runs_where(
@@ -202,7 +202,7 @@ class ConsoleReads(RunsReads):
         ``target``, ``node_id``, ``traverser_status`` and ``attempt``, JSON decoded."""
         sql = SQL_CONSOLE_PENDING if pending else SQL_CONSOLE_DECIDED
         out = []
-        for row in self._read1(lambda c: _rows(c, sql, (limit,))):
+        for row in self.read_one(lambda c: _rows(c, sql, (limit,))):
             view = self._decoded(approval_view(row))
             view.update(
                 target=row["t_target"],
@@ -236,7 +236,7 @@ class ConsoleReads(RunsReads):
             params += [_pattern(search)] * len(columns)
         kind_filter = _EVERY_INBOX_KIND if every else f"w.kind IN ({', '.join('?' * len(kinds))})"
         sql = SQL_CONSOLE_INBOX.format(kinds=kind_filter, where=where)
-        rows = self._read1(lambda c: _rows(c, sql, [*params, limit + 1]))
+        rows = self.read_one(lambda c: _rows(c, sql, [*params, limit + 1]))
         items = [self._decoded(inbox_item(r)) for r in rows[:limit]]
         more = len(rows) > limit
         return items, (items[-1]["created_at"], items[-1]["id"]) if more else None
@@ -244,7 +244,7 @@ class ConsoleReads(RunsReads):
     def console_inbox_counts(self) -> dict[str, int]:
         """How many approvals, hooks and step hooks are pending (waits_pending)."""
         counts = dict.fromkeys(("approval", "hook", "step_hook"), 0)
-        for kind, n in self._read1(lambda c: c.execute(SQL_CONSOLE_INBOX_COUNTS).fetchall()):
+        for kind, n in self.read_one(lambda c: c.execute(SQL_CONSOLE_INBOX_COUNTS).fetchall()):
             counts[str(kind)] = int(n)
         return counts
 
@@ -286,7 +286,7 @@ class ConsoleReads(RunsReads):
     ) -> tuple[dict[tuple[str, str], list[dict[str, Any]]], bool]:
         """The kept revisions of each of a run's checkpoints, by (scope, name), newest first,
         JSON decoded; and whether there were more than ``limit`` rows (the rest not read)."""
-        rows = self._read1(lambda c: _rows(c, SQL_CHECKPOINT_REVISIONS, (run_id, limit + 1)))
+        rows = self.read_one(lambda c: _rows(c, SQL_CHECKPOINT_REVISIONS, (run_id, limit + 1)))
         history: dict[tuple[str, str], list[dict[str, Any]]] = {}
         for r in rows[:limit]:
             history.setdefault((r["scope"], r["name"]), []).append(

@@ -234,7 +234,7 @@ class RunsReads:
     def _read(self, fn: Callable[[Conn], T]) -> T:
         raise NotImplementedError
 
-    def _read1(self, fn: Callable[[Conn], T]) -> T:
+    def read_one(self, fn: Callable[[Conn], T]) -> T:
         raise NotImplementedError
 
     def list_runs(
@@ -275,7 +275,7 @@ class RunsReads:
             params.append(created_before)
         cond, more, order = keyset(("r.created_at", "r.id"), True, after)
         sql = SQL_RUNS.format(where=where + cond, order=order)
-        return [run_summary(r) for r in self._read1(lambda c: _rows(c, sql, [*params, *more, limit]))]
+        return [run_summary(r) for r in self.read_one(lambda c: _rows(c, sql, [*params, *more, limit]))]
 
     def ids_with_prefix(self, kind: str, prefix: str) -> tuple[list[str], bool]:
         """Ids of ``kind`` (run, approval, wait) that start with ``prefix``: at most
@@ -284,7 +284,7 @@ class RunsReads:
         cond = " AND kind = 'approval'" if kind == "approval" else ""
         sql = SQL_IDS_WITH_PREFIX.format(table=table, kind=cond)
         params = (prefix, prefix + "\x7f", len(prefix), prefix, PREFIX_CANDIDATES + 1)
-        ids = [str(r[0]) for r in self._read1(lambda c: _rows(c, sql, params))]
+        ids = [str(r[0]) for r in self.read_one(lambda c: _rows(c, sql, params))]
         return ids[:PREFIX_CANDIDATES], len(ids) > PREFIX_CANDIDATES
 
     async def get_run(self, run_id: str) -> dict[str, Any]:
@@ -338,4 +338,4 @@ class RunsReads:
         hooks), oldest first, with their runs, after the cursor's ``(created_at, id)``."""
         cond, params, order = keyset(("w.created_at", "w.id"), False, after)
         sql = SQL_INBOX.format(kinds=HOOKS_ONLY if hooks_only else "", where=cond, order=order)
-        return [inbox_item(r) for r in self._read1(lambda c: _rows(c, sql, (*params, limit)))]
+        return [inbox_item(r) for r in self.read_one(lambda c: _rows(c, sql, (*params, limit)))]

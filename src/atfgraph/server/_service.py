@@ -285,7 +285,7 @@ class Service:
             audit = AuditEntry(who, "approval.decide", approval_id, "allowed", {"link_id": link.id})
             if link.kind is LinkKind.PAGE:
                 checks.append(lambda conn, now: self.links.use(conn, link, decision, now))
-        elif self.store.db.read(lambda conn: assignees_of(conn, approval_id)) is not None:
+        elif self.store.read_one(lambda conn: assignees_of(conn, approval_id)) is not None:
             # Checked again in the decision's transaction: an escalation may re-assign it.
             checks.append(lambda conn, now: _check_assigned(conn, who, approval_id))
         also = None
@@ -369,7 +369,7 @@ class Service:
             await self._refused(who, action, wait_id, f"the wait is {wait.status}")
             raise Conflict(f"wait {wait_id!r} is {wait.status}, not pending", "wait_not_pending")
         try:
-            self.store.db.read(lambda conn: _check_assigned(conn, who, wait_id))
+            self.store.read_one(lambda conn: _check_assigned(conn, who, wait_id))
         except Forbidden as exc:
             await self._refused(who, action, wait_id, exc.code)
             raise

@@ -199,7 +199,7 @@ class GraphStore(ApprovalTransitions, ConsoleReads):
         """A read of several statements, in one snapshot."""
         return self.db.read(fn)
 
-    def _read1(self, fn: Callable[[Conn], T]) -> T:
+    def read_one(self, fn: Callable[[Conn], T]) -> T:
         """A read of one statement: a statement is its own snapshot, so no transaction is opened
         around it (on PostgreSQL that saves two round trips)."""
         return fn(self.db.reader())
@@ -226,7 +226,7 @@ class GraphStore(ApprovalTransitions, ConsoleReads):
         if self._pg is not None:
             row: Row | None = await self._pg.traverser_row(ident)
         else:
-            row = self._read1(lambda c: _row(c, SQL_GET_TRAVERSER, (ident,)))
+            row = self.read_one(lambda c: _row(c, SQL_GET_TRAVERSER, (ident,)))
         row = live_row(row, ident, lease.epoch, time.time())
         if lease.worker_id is not None and row["lease_worker"] != lease.worker_id:
             raise Forbidden(f"the lease on traverser {ident!r} is held by another worker")
@@ -298,11 +298,11 @@ class GraphStore(ApprovalTransitions, ConsoleReads):
 
     def trace_context(self, traverser_id: str) -> str | None:
         """The run's stored trace carrier (primary key), None when it has none."""
-        found = self._read1(lambda c: c.execute(SQL_TRACE_CONTEXT, (traverser_id,)).fetchone())
+        found = self.read_one(lambda c: c.execute(SQL_TRACE_CONTEXT, (traverser_id,)).fetchone())
         return None if found is None else found[0]
 
     def get_traverser(self, traverser_id: str) -> dict[str, Any]:
-        row = self._read1(lambda c: _row(c, SQL_GET_TRAVERSER, (traverser_id,)))
+        row = self.read_one(lambda c: _row(c, SQL_GET_TRAVERSER, (traverser_id,)))
         if row is None:
             raise NotFound.of("traverser", traverser_id)
         return traverser_view(row)
@@ -320,7 +320,7 @@ class GraphStore(ApprovalTransitions, ConsoleReads):
         sql = SQL_LIST_TRAVERSERS.format(where=cond, order=order)
         return [
             traverser_view(r)
-            for r in self._read1(lambda c: _rows(c, sql, (ENGINE_STATUS[status], *params, limit)))
+            for r in self.read_one(lambda c: _rows(c, sql, (ENGINE_STATUS[status], *params, limit)))
         ]
 
     def path(self, traverser_id: str) -> dict[str, Any]:
@@ -406,7 +406,7 @@ class GraphStore(ApprovalTransitions, ConsoleReads):
         """Workers, newest registration first, after the cursor's ``(registered_at, id)``."""
         cond, params, order = keyset(("registered_at", "id"), True, after)
         sql = SQL_WORKERS.format(where=cond, order=order)
-        return [worker_view(r) for r in self._read1(lambda c: _rows(c, sql, (*params, limit)))]
+        return [worker_view(r) for r in self.read_one(lambda c: _rows(c, sql, (*params, limit)))]
 
     def worker_node(self, worker_id: str) -> str:
         """The node a worker serves (never changes: remembered after the first lookup)."""
@@ -420,7 +420,7 @@ class GraphStore(ApprovalTransitions, ConsoleReads):
     def _worker_identity(self, worker_id: str) -> tuple[str, str | None]:
         known = self._worker_nodes.get(worker_id)
         if known is None:
-            row = self._read1(lambda c: _row(c, SQL_GET_WORKER, (worker_id,)))
+            row = self.read_one(lambda c: _row(c, SQL_GET_WORKER, (worker_id,)))
             if row is None:
                 raise NotFound.of("worker", worker_id)
             known = (str(row["node_id"]), row["token_id"])
@@ -430,7 +430,7 @@ class GraphStore(ApprovalTransitions, ConsoleReads):
         return known
 
     def get_worker(self, worker_id: str) -> dict[str, Any]:
-        row = self._read1(lambda c: _row(c, SQL_GET_WORKER, (worker_id,)))
+        row = self.read_one(lambda c: _row(c, SQL_GET_WORKER, (worker_id,)))
         if row is None:
             raise NotFound.of("worker", worker_id)
         return worker_view(row)
@@ -637,7 +637,7 @@ class GraphStore(ApprovalTransitions, ConsoleReads):
         return await self.db.write(fn)
 
     def get_memory(self, scope: str, key: str) -> dict[str, Any]:
-        found = self._read1(lambda c: c.execute(SQL_GET_MEMORY, (scope, key)).fetchone())
+        found = self.read_one(lambda c: c.execute(SQL_GET_MEMORY, (scope, key)).fetchone())
         if found is None:
             raise NotFound.of("memory", f"{scope}/{key}")
         return {"scope": scope, "key": key, "value": fragment(found[0]), "revision": found[1]}
@@ -688,7 +688,7 @@ class GraphStore(ApprovalTransitions, ConsoleReads):
         tasks = await self._claim(worker_id, limit)
         if tasks and tracing.enabled():
             ids = [t["traverser"]["id"] for t in tasks]
-            found = self._read1(
+            found = self.read_one(
                 lambda c: tracing.stored_contexts(lambda q, p: c.execute(q, p).fetchall(), ids)
             )
             tracing.add_to_tasks(tasks, found)
