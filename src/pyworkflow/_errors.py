@@ -154,3 +154,12 @@ class SuspensionSignal(BaseException):
         super().__init__(reason, wait_key)
         self.reason = reason
         self.wait_key = wait_key
+
+
+# Every class here is exported by ``pyworkflow`` and known by that name: a run's recorded error
+# says ``pyworkflow.RetryableError`` (as the stores' own ``pyworkflow.WorkerCrashed`` does), and
+# so do tracebacks, not this private module's path. Pickles find them there too.
+for _cls in list(globals().values()):
+    if isinstance(_cls, type) and issubclass(_cls, BaseException) and _cls.__module__ == __name__:
+        _cls.__module__ = "pyworkflow"
+del _cls

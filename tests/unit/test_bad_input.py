@@ -709,7 +709,7 @@ async def test_misuse_inside_a_run_fails_it_with_a_configuration_error(engine: P
     run = await pyworkflow.wait_for_run(run_id, 10)
     assert run.status == "failed", run
     assert run.error is not None
-    assert run.error["type"] == "pyworkflow._errors.ConfigurationError", run.error["message"]
+    assert run.error["type"] == "pyworkflow.ConfigurationError", run.error["message"]
     # Refused before anything was recorded: no wait was created for the bad call.
     conn = sqlite3.connect(engine)
     try:

@@ -442,7 +442,7 @@ async def _replay_changed(store: Store, change: Change) -> history.Turn:
 
 def _raise_recorded(replayed: history.Turn) -> None:
     """The engine records a turn's NonDeterminismError as the run's failure; raise it again."""
-    if replayed.error is not None and replayed.error["type"] == "pyworkflow._errors.NonDeterminismError":
+    if replayed.error is not None and replayed.error["type"] == "pyworkflow.NonDeterminismError":
         raise NonDeterminismError(replayed.error["message"])
 
 

@@ -118,7 +118,7 @@ async def test_a_run_refuses_to_store_what_would_not_come_back(engine: str, kind
     run_id = await start(measuring, kind)
     run = await wait_for_run(run_id, 10)
     assert run.status == RunStatus.FAILED
-    assert run.error is not None and run.error["type"] == "pyworkflow._errors.SerializationError"
+    assert run.error is not None and run.error["type"] == "pyworkflow.SerializationError"
     assert run.error["message"].startswith(what), run.error["message"]
     events = [e.type for e in await pyworkflow.get_workflow_events(run_id)]
     assert "step_completed" not in events  # nothing was recorded as the step's result
@@ -200,7 +200,7 @@ async def int_keys() -> Any:
 async def test_a_step_result_with_int_keys_is_refused_not_turned_into_strings(engine: str) -> None:
     run = await wait_for_run(await start(int_keys), 10)
     assert run.status == RunStatus.FAILED and run.error is not None
-    assert run.error["type"] == "pyworkflow._errors.SerializationError"
+    assert run.error["type"] == "pyworkflow.SerializationError"
     assert run.error["message"].startswith("result of step 'keyed_by_int' cannot be stored as JSON")
 
 

@@ -55,7 +55,7 @@ async def test_changed_workflow_code_fails_the_run_with_a_clear_error(engine: st
         _registry["replay-test:payment"] = original
     assert run.status == RunStatus.FAILED
     assert run.error is not None
-    assert run.error["type"] == "pyworkflow._errors.NonDeterminismError"
+    assert run.error["type"] == "pyworkflow.NonDeterminismError"
     assert "charge_card#1" in run.error["message"]
 
 
