@@ -4,6 +4,7 @@
     python -m bench.atfgraph_cycles -n 200 --park 2000
     python -m bench.atfgraph_cycles --db postgresql://postgres@127.0.0.1:5432/postgres
                                     # a new database on that server, dropped afterwards
+    python -m bench.atfgraph_cycles -c 8 --capacity 8 --park 0    # more in flight, as many permits
     python -m bench.atfgraph_cycles --db postgresql://... --servers 2
                                     # two graph servers on that one database, a worker each
 
@@ -14,9 +15,10 @@ pipelined statement groups; a statement sent alone is its own, uncounted, transa
 statements sent in those groups, and the latency from ``decide_approval`` returning to the
 handler running again (p50/p99), and the CPU per cycle of each process (servers, workers, this
 client, PostgreSQL's backends). With ``--servers N`` (PostgreSQL) N servers share the database,
-each with its own worker, and the cycles in flight are spread over them round-robin. Then
-``--park`` traversers are left waiting with a capacity-2
-worker: permits in use must be 0 and memory flat.
+each with its own worker, and the cycles in flight are spread over them round-robin. Each worker
+has ``--capacity`` permits (default 2: a handler holds one from its claim to its pause or its
+report, so with 4 cycles in flight the permits, not the server, can set the pace). Then
+``--park`` traversers are left waiting: permits in use must be 0 and memory flat.
 
 The worker runs this module's ``app`` (``--module bench.atfgraph_cycles:app``).
 """
@@ -43,7 +45,10 @@ import httpx
 
 from atfgraph import Agent, Client, current_context
 
-app = Agent(node_id="bench", version="1.0.0", capacity=2)
+#: The worker's permits (handlers running at once): ``--capacity``, which reaches the worker
+#: process, which imports this module, through its environment.
+CAPACITY_VARIABLE = "ATFG_BENCH_CAPACITY"
+app = Agent(node_id="bench", version="1.0.0", capacity=int(os.environ.get(CAPACITY_VARIABLE, "2")))
 
 
 @app.skill()
@@ -166,6 +171,13 @@ class Stack:
             ).json()["items"]
         ) < len(self.urls):
             time.sleep(0.05)
+
+    def capacities(self) -> list[int]:
+        """Each registered worker's permits, as the server knows them."""
+        workers = httpx.get(
+            self.url + "/api/v2/workers", headers={"Authorization": f"Bearer {self.token()}"}, timeout=5
+        ).json()["items"]
+        return sorted(int(w["capacity"]) for w in workers)
 
     def _spawn(self, argv: list[str], env: dict[str, str]) -> subprocess.Popen[bytes]:
         proc = subprocess.Popen(argv, cwd=REPO, env=env, stderr=subprocess.DEVNULL)
@@ -321,11 +333,20 @@ def main() -> None:
         help="graph servers sharing the --db PostgreSQL database (default 1)",
     )
     parser.add_argument(
+        "--capacity",
+        type=int,
+        default=2,
+        help="the worker's permits, handlers running at once (default 2: fewer than the cycles in flight)",
+    )
+    parser.add_argument(
         "--db",
         default=None,
         help="a postgresql:// server URL to run on a new database there (default: SQLite)",
     )
     args = parser.parse_args()
+    if args.capacity < 1:
+        raise SystemExit("--capacity must be at least 1")
+    os.environ[CAPACITY_VARIABLE] = str(args.capacity)  # the workers' environment is a copy of ours
     with tempfile.TemporaryDirectory(prefix="atfg-bench-") as tmp, _database(args.db) as db:
         stack = Stack(Path(tmp), lease_seconds=6.0, db=db, servers=args.servers)
         stack.start()
@@ -333,7 +354,7 @@ def main() -> None:
             report: dict[str, Any] = {
                 "database": "postgresql" if db else "sqlite (synchronous=FULL)",
                 "servers": args.servers,
-                "settings": {"lease_seconds": 6.0, "worker_capacity": app.capacity},
+                "settings": {"lease_seconds": 6.0, "worker_capacity": stack.capacities()},
                 "load_average_1m_before": round(os.getloadavg()[0], 2),
             }
             report["warmup"] = asyncio.run(

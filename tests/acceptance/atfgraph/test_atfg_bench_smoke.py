@@ -14,7 +14,19 @@ ROOT = Path(__file__).resolve().parents[3]
 
 
 def test_approval_cycle_benchmark_runs_and_counts(tmp_path: Path) -> None:
-    argv = [sys.executable, "-m", "bench.atfgraph_cycles", "-n", "12", "-c", "2", "--park", "4"]
+    argv = [
+        sys.executable,
+        "-m",
+        "bench.atfgraph_cycles",
+        "-n",
+        "12",
+        "-c",
+        "2",
+        "--capacity",
+        "3",
+        "--park",
+        "4",
+    ]
     on_postgres = os.environ.get("PYWORKFLOW_TEST_STORE") == "postgresql"
     if on_postgres:
         pg = os.environ.get("PYWORKFLOW_TEST_PG", "postgresql://postgres@127.0.0.1:5432/postgres")
@@ -23,6 +35,8 @@ def test_approval_cycle_benchmark_runs_and_counts(tmp_path: Path) -> None:
     assert proc.returncode == 0, proc.stdout + proc.stderr
     report = json.loads(proc.stdout)
     assert report["servers"] == (2 if on_postgres else 1)
+    # --capacity reached each worker process: the server registered them with it
+    assert report["settings"]["worker_capacity"] == [3] * report["servers"]
     run = report["throughput"]
     assert run["cycles"] == 12 and run["cycles_per_s"] > 0
     # About six requests per cycle at steady state (bench/README.md); a dozen cycles, two in
