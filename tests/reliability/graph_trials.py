@@ -99,14 +99,10 @@ class GraphDeployment:
 
     def start_worker(self, *args: str) -> WorkerProcess:
         worker = WorkerProcess(self.server, MODULE, *args)
-        before = len(self.server.workers())
+        before = self.server.worker_ids()
         worker.start(wait_registered=False)
         self.workers.append(worker)
-        wait_until(
-            lambda: len(self.server.workers()) > before,
-            READY_SECONDS,
-            f"worker never registered: {worker.log}",
-        )
+        self.server.wait_for_new_worker(before, READY_SECONDS, f"worker never registered: {worker.log}")
         return worker
 
     def close(self) -> None:

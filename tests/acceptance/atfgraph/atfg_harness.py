@@ -154,6 +154,15 @@ class ServerProcess:
         items: list[dict[str, Any]] = self.get("/workers")["items"]
         return [w for w in items if node_id is None or w["node_id"] == node_id]
 
+    def worker_ids(self) -> set[str]:
+        """The ids of the workers listed now. A new worker is one whose id was not listed
+        before: counting them is not enough, as a worker that went silent leaves the list
+        meanwhile (seen in the full crash campaign: the count stayed the same for 90 s)."""
+        return {w["id"] for w in self.workers()}
+
+    def wait_for_new_worker(self, before: set[str], seconds: float, message: str) -> None:
+        wait_until(lambda: bool(self.worker_ids() - before), seconds, message)
+
 
 def database_dump(server: ServerProcess) -> str:
     """Every row of every table of the server's database, as text (SQLite: ``iterdump``)."""
@@ -192,7 +201,7 @@ class WorkerProcess:
         self.log = server.home / f"worker-{time.monotonic_ns()}.log"
 
     def start(self, wait_registered: bool = True) -> WorkerProcess:
-        before = len(self.server.workers()) if wait_registered else 0
+        before = self.server.worker_ids() if wait_registered else set()
         with open(self.log, "ab") as log:
             self.proc = subprocess.Popen(
                 [sys.executable, "-m", "atfgraph.worker", "--module", self.module, *self.args],
@@ -202,9 +211,7 @@ class WorkerProcess:
                 stderr=subprocess.STDOUT,
             )
         if wait_registered:
-            wait_until(
-                lambda: len(self.server.workers()) > before, 20, f"worker never registered; see {self.log}"
-            )
+            self.server.wait_for_new_worker(before, 20, f"worker never registered; see {self.log}")
         return self
 
     def kill(self) -> None:
