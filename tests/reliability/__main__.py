@@ -7,6 +7,7 @@ from __future__ import annotations
 import argparse
 import sys
 import tempfile
+import traceback
 from pathlib import Path
 
 from tests.reliability.campaigns import CAMPAIGNS, FAST, FULL, expected_points, run_campaign
@@ -42,8 +43,15 @@ def main(argv: list[str] | None = None) -> int:
         else:
             trials = max(1, round(FAST[(face, backend)] * (ns.scale or 1)))
         print(f"{face} on {backend}: {trials} trials ...", file=sys.stderr, flush=True)
-        figures = run_campaign(face, backend, trials, base / f"{face}-{backend}", ns.seed)
+        try:
+            figures = run_campaign(face, backend, trials, base / f"{face}-{backend}", ns.seed)
+        except Exception:  # the harness itself broke: say so, keep the other campaigns' figures
+            traceback.print_exc()
+            print(f"  CAMPAIGN BROKE {face}/{backend}: no figures", file=sys.stderr, flush=True)
+            failed = True
+            continue
         results.append(figures)
+        print(f"  {figures.row()}", file=sys.stderr, flush=True)  # kept should a later one break
         missing = expected_points(face) - set(figures.crash_points)
         for line in figures.violations[:20]:
             print(f"  VIOLATION {face}/{backend}: {line}", file=sys.stderr)
