@@ -46,11 +46,30 @@ log = logging.getLogger("pyworkflow.store.postgres")
 
 _LOCK_HINT = re.compile(r"/\*(FOR UPDATE(?: OF \w+(?:, \w+)*)?(?: SKIP LOCKED)?)\*/")
 
+# What a named translation steps over (a string literal, a quoted name, a comment, a cast's
+# ``::``) or replaces (a ``:name`` placeholder, group 1).
+_NAMED = re.compile(
+    r"""'(?:[^']|'')*'|"(?:[^"]|"")*"|/\*.*?\*/|--[^\n]*|::|(?<!\w):([A-Za-z_]\w*)""", re.DOTALL
+)
 
-@functools.lru_cache(maxsize=512)
-def translate(sql: str) -> str:
-    """SQLite-flavoured SQL to psycopg's: ``%`` escaped, ``?`` to ``%s``, lock hints applied."""
-    return _LOCK_HINT.sub(r"\1", sql.replace("%", "%%").replace("?", "%s"))
+
+def _named_mark(match: re.Match[str]) -> str:
+    name = match[1]
+    return match[0] if name is None else f"%({name})s"
+
+
+@functools.lru_cache(maxsize=1024)
+def translate(sql: str, named: bool = False) -> str:
+    """A statement in the kit's SQL as psycopg takes it, executed with parameters (a dict when
+    ``named``, else a sequence): ``%`` escaped, ``?`` to ``%s`` (positional) or ``:name`` to
+    ``%(name)s`` (named; casts, literals, quoted names and comments untouched), lock hints applied.
+
+    The callers translate at every execution (cached: one look-up) and hand psycopg
+    ``params or ()``: psycopg reads placeholders and ``%%`` only in a statement given parameters,
+    an empty sequence included (which it still sends as a simple query)."""
+    sql = sql.replace("%", "%%")
+    sql = _NAMED.sub(_named_mark, sql) if named else sql.replace("?", "%s")
+    return _LOCK_HINT.sub(r"\1", sql)
 
 
 class _RowBase(tuple[Any, ...]):
@@ -78,16 +97,20 @@ def _row_factory(cursor: psycopg.Cursor[Any]) -> Callable[[Sequence[Any]], Any]:
     return cls
 
 
+#: A statement's parameters: a sequence for ``?`` placeholders, a dict for ``:name`` ones.
+Params = Sequence[Any] | dict[str, Any]
+
+
 class PgConnection:
-    """A synchronous psycopg connection that speaks the store's SQLite-flavoured SQL."""
+    """A synchronous psycopg connection that speaks the kit's SQL (see :func:`translate`)."""
 
     __slots__ = ("raw",)
 
     def __init__(self, raw: psycopg.Connection[Any]) -> None:
         self.raw = raw
 
-    def execute(self, sql: str, params: Sequence[Any] = ()) -> psycopg.Cursor[Any]:
-        return self.raw.execute(translate(sql), params or None)
+    def execute(self, sql: str, params: Params | None = ()) -> psycopg.Cursor[Any]:
+        return self.raw.execute(translate(sql, isinstance(params, dict)), params or ())
 
     @property
     def usable(self) -> bool:
@@ -95,6 +118,19 @@ class PgConnection:
 
     def close(self) -> None:
         self.raw.close()
+
+
+class AsyncPgConnection:
+    """An asynchronous psycopg connection (one of the PostgreSQL store's pool, lent for one
+    transaction) that speaks the kit's SQL (see :func:`translate`)."""
+
+    __slots__ = ("raw",)
+
+    def __init__(self, raw: psycopg.AsyncConnection[Any]) -> None:
+        self.raw = raw
+
+    async def execute(self, sql: str, params: Params | None = ()) -> psycopg.AsyncCursor[Any]:
+        return await self.raw.execute(translate(sql, isinstance(params, dict)), params or ())
 
 
 #: Seconds to wait for a connection to PostgreSQL before the request is a 503.
