@@ -5,13 +5,25 @@ functions through the group-committing writer, ``read`` in one snapshot, ``reade
 statements), over synchronous psycopg connections, and, for :class:`~pyworkflow.store.PostgresStore`,
 single statements sent by its writers in pipelined groups (:meth:`GroupCommitWriter.submit`: a
 group's ``BEGIN``, statements and ``COMMIT`` are one round trip; their rows are plain tuples).
-The connections it hands to write functions and readers take SQL as written for SQLite (the graph
-server's store and identity use one set of statements for both dialects):
 
-- ``?`` placeholders become ``%s``;
-- a lock hint written as an SQL comment, ``/*FOR UPDATE*/`` or ``/*FOR UPDATE SKIP LOCKED*/``,
-  becomes the clause (SQLite, which has one writer, reads it as a comment);
-- rows answer both ``row[0]`` and ``row["name"]``, like ``sqlite3.Row``.
+**One SQL style.** Every statement in the code is written one way, SQLite's, whichever database
+runs it (the graph server's store and identity use one set of statements for both dialects;
+pyworkflow's PostgreSQL store has statements of its own, written the same way), and
+:func:`translate` is the one place that turns it into psycopg's:
+
+- ``?`` placeholders (parameters a sequence) become ``%s``; ``:name`` placeholders (parameters a
+  dict, as SQLite wants them) become ``%(name)s``, never in a ``::type`` cast, a string literal,
+  a quoted name or a comment;
+- ``%`` is escaped (a ``LIKE`` pattern keeps working);
+- a lock hint written as an SQL comment, ``/*FOR UPDATE*/`` or ``/*FOR UPDATE OF r SKIP
+  LOCKED*/``, becomes the clause (SQLite, which has one writer, reads it as a comment; a
+  statement only PostgreSQL runs may write the clause itself).
+
+Every path that sends a statement translates it: :meth:`PgConnection.execute` (the connections
+handed to write functions and readers), :meth:`AsyncPgConnection.execute` (the PostgreSQL
+store's pool) and the pipelined statements of :meth:`GroupCommitWriter.submit`. The translation
+is cached, so a statement pays one dictionary look-up per execution. Rows of the synchronous
+connections answer both ``row[0]`` and ``row["name"]``, like ``sqlite3.Row``.
 
 Several processes may share one database: every transition locks the rows it reads before it
 changes them (the lock hints), claims and sweeps skip rows another process holds, and each
@@ -45,7 +57,6 @@ T = TypeVar("T")
 log = logging.getLogger("pyworkflow.store.postgres")
 
 _LOCK_HINT = re.compile(r"/\*(FOR UPDATE(?: OF \w+(?:, \w+)*)?(?: SKIP LOCKED)?)\*/")
-
 # What a named translation steps over (a string literal, a quoted name, a comment, a cast's
 # ``::``) or replaces (a ``:name`` placeholder, group 1).
 _NAMED = re.compile(
@@ -237,13 +248,19 @@ class PostgresDatabase(GroupCommitWriter[PgConnection]):
         cursor = raw.cursor
         with raw.pipeline():
             raw.execute("BEGIN")
-            cursors = [cursor(row_factory=tuple_row).execute(job.sql, job.params) for job in jobs]  # type: ignore[arg-type]
+            cursors = [
+                cursor(row_factory=tuple_row).execute(
+                    translate(job.sql, isinstance(job.params, dict)), job.params or ()
+                )
+                for job in jobs
+            ]
             raw.execute("COMMIT")
         for job, cur in zip(jobs, cursors, strict=True):
             job.value = _rows_of(cur)
 
     def _send_one(self, conn: PgConnection, job: Job) -> Rows:
-        return _rows_of(conn.raw.cursor(row_factory=tuple_row).execute(job.sql, job.params))  # type: ignore[arg-type]
+        sql = translate(job.sql, isinstance(job.params, dict))
+        return _rows_of(conn.raw.cursor(row_factory=tuple_row).execute(sql, job.params or ()))
 
     # -- reads ----------------------------------------------------------------------------------
 
@@ -301,8 +318,8 @@ class PostgresDatabase(GroupCommitWriter[PgConnection]):
                 try:
                     if conn is None or not conn.usable:
                         conn = _connect(self.url)
-                    conn.raw.execute(
-                        "SELECT pg_notify(c, p) FROM unnest(%s::text[], %s::text[]) AS n(c, p)",
+                    conn.execute(
+                        "SELECT pg_notify(c, p) FROM unnest(?::text[], ?::text[]) AS n(c, p)",
                         ([c for c, _ in notes], [p for _, p in notes]),
                     )
                     break
