@@ -388,7 +388,7 @@ class PostgresStore:
             if not found:
                 raise WorkflowNotFoundError(f"no run {after!r} to continue the list after")
             cursor = found[0]
-        sql, params = list_runs_sql(status, workflow, cursor, "?")
+        sql, params = list_runs_sql(status, workflow, cursor)
         return [run_from_row(r) for r in await self._fetch(sql, (*params, int(limit)))]
 
     async def get_events(self, run_id: str, *, after_seq: int = 0, limit: int = 10_000) -> list[Event]:
@@ -683,7 +683,7 @@ class PostgresStore:
         limit: int = 100,
     ) -> list[WaitRecord]:
 
-        sql, params = list_waits_sql(status, kinds, "?")
+        sql, params = list_waits_sql(status, kinds)
         return [wait_from_row(r) for r in await self._fetch(sql, (*params, limit))]
 
     async def resolve_wait(
