@@ -29,7 +29,7 @@ async def _busy_writer(store: PostgresStore, seconds: float) -> asyncio.Future[o
     """Keep every writer busy so that what is submitted next waits and forms one group."""
     tasks = []
     for _ in store._writer._threads:
-        tasks.append(asyncio.ensure_future(store._alone("SELECT pg_sleep(%s)", (seconds,))))
+        tasks.append(asyncio.ensure_future(store._alone("SELECT pg_sleep(?)", (seconds,))))
         for _ in range(200):  # taken by one writer before the next is submitted
             await asyncio.sleep(0.01)
             if not store._writer._queue:
@@ -160,14 +160,14 @@ async def test_callers_on_many_loops_share_the_writer(pg_database: str, pg_store
 async def test_write_functions_and_statements_share_the_writer_and_survive_a_lost_connection(
     pg_database: str,
 ) -> None:
-    """The database class the graph server uses: write functions (SQLite-flavoured SQL) and
-    statements (psycopg's, rows as plain tuples) through one writer; a connection lost under a
-    write fails that write, and the next one reconnects."""
+    """The database class the graph server uses: write functions and statements (rows as plain
+    tuples), both in the kit's SQL, through one writer; a connection lost under a write fails
+    that write, and the next one reconnects."""
     schema = [Migration("test", 1, "t", "CREATE TABLE t (k text PRIMARY KEY);")]
     db = PostgresDatabase(pg_database, migrations=schema)
     try:
         await db.write(lambda conn: conn.execute("INSERT INTO t (k) VALUES (?)", ("a",)))
-        rows = await db.submit("INSERT INTO t (k) VALUES (%s) RETURNING k, 1", ("s",), key="s")
+        rows = await db.submit("INSERT INTO t (k) VALUES (?) RETURNING k, 1", ("s",), key="s")
         assert rows == [("s", 1)] and type(rows[0]) is tuple
         with psycopg.connect(pg_database, autocommit=True) as admin:
             admin.execute(

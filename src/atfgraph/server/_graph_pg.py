@@ -9,6 +9,9 @@ sends the caller to the write function.
 
 A statement that fails rolls back its group, and each statement of the group is then run again
 alone; a function is a whole transition (its audit entry included), so that is safe.
+
+The statements are written as all the server's SQL is (``?`` placeholders; the kit's writer
+translates them for psycopg, see ``pyworkflow.store._pg_db.translate``).
 """
 
 from __future__ import annotations
@@ -26,18 +29,18 @@ from ._identity import AuditEntry, audit_values
 from ._refusals import Conflict, LeaseLost, NotFound
 from ._stamps import iso
 
-_STEPS = "%s::text[], %s::int[], %s::text[], %s::text[], %s::bytea[], %s::bytea[]"
+_STEPS = "?::text[], ?::int[], ?::text[], ?::text[], ?::bytea[], ?::bytea[]"
 # Lease up to N tasks for a worker; may lock several runs (SKIP LOCKED), so it runs alone.
-SQL_FN_CLAIM = "SELECT * FROM atfg_claim(%s, %s, %s, %s, %s)"
-SQL_FN_SAVE_CHECKPOINT = f"SELECT atfg_save_checkpoint(%s, %s, %s, %s, %s, %s, {_STEPS})"
+SQL_FN_CLAIM = "SELECT * FROM atfg_claim(?, ?, ?, ?, ?)"
+SQL_FN_SAVE_CHECKPOINT = f"SELECT atfg_save_checkpoint(?, ?, ?, ?, ?, ?, {_STEPS})"
 SQL_FN_REQUEST_APPROVAL = (
-    f"SELECT * FROM atfg_request_approval(%s, %s, %s, %s, %s, %s, %s, %s, %s, {_STEPS}, %s::text[], %s)"
+    f"SELECT * FROM atfg_request_approval(?, ?, ?, ?, ?, ?, ?, ?, ?, {_STEPS}, ?::text[], ?)"
 )
-SQL_FN_DECIDE = "SELECT * FROM atfg_decide(%s, %s, %s, %s, %s, %s::text[], %s)"
-SQL_FN_SUBMIT = "SELECT * FROM atfg_submit(%s, %s, %s, %s, %s, %s, %s, %s::text[], %s)"
-SQL_FN_END_ATTEMPT = f"SELECT atfg_end_attempt(%s, %s, %s, %s, %s, %s, {_STEPS})"
+SQL_FN_DECIDE = "SELECT * FROM atfg_decide(?, ?, ?, ?, ?, ?::text[], ?)"
+SQL_FN_SUBMIT = "SELECT * FROM atfg_submit(?, ?, ?, ?, ?, ?, ?, ?::text[], ?)"
+SQL_FN_END_ATTEMPT = f"SELECT atfg_end_attempt(?, ?, ?, ?, ?, ?, {_STEPS})"
 # One traverser, read in a writer's group (a read, key ""): no round trip of its own.
-SQL_TRAVERSER = "SELECT * FROM atfg_traverser(%s)"
+SQL_TRAVERSER = "SELECT * FROM atfg_traverser(?)"
 # The run an approval belongs to (never changes): the key of its decision.
 SQL_APPROVAL_RUN = "SELECT run_id FROM waits WHERE id = ? AND kind = 'approval'"
 

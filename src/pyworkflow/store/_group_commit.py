@@ -294,7 +294,9 @@ class GroupCommitWriter(Generic[C]):
     def submit(self, sql: str, params: Any, key: str | None = "") -> asyncio.Future[Rows]:
         """Hand one statement to the writers (``key``: the run it locks, ``""`` for a read,
         ``None`` to run alone); the future, on the running loop, settles with its rows after its
-        transaction ended. A caller that stops waiting does not stop the statement."""
+        transaction ended. A caller that stops waiting does not stop the statement. ``sql`` is
+        the kit's SQL, as a write function's: ``?`` placeholders with a sequence of ``params``,
+        ``:name`` with a dict (PostgreSQL's database translates it for psycopg)."""
         loop = asyncio.get_running_loop()
         future: asyncio.Future[Rows] = loop.create_future()
         self._put(Job(None, sql, params, key, loop, future, self._deadline(None)))

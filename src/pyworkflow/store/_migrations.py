@@ -73,6 +73,10 @@ CREATE TABLE IF NOT EXISTS schema_migrations (
     PRIMARY KEY (component, version)
 )
 """
+#: A migration applied (both dialects).
+SQL_RECORD_MIGRATION = (
+    "INSERT INTO schema_migrations (component, version, name, applied_at) VALUES (?, ?, ?, ?)"
+)
 
 
 def refuse_newer_schema(applied: set[tuple[Any, Any]], migrations: Sequence[Migration]) -> None:
@@ -110,7 +114,7 @@ def apply_migrations(conn: sqlite3.Connection, migrations: Sequence[Migration]) 
             for statement in split_statements(migration.sql):
                 conn.execute(statement)
             conn.execute(
-                "INSERT INTO schema_migrations (component, version, name, applied_at) VALUES (?, ?, ?, ?)",
+                SQL_RECORD_MIGRATION,
                 (migration.component, migration.version, migration.name, time.time()),
             )
             done.append(migration)
@@ -125,6 +129,7 @@ def apply_migrations(conn: sqlite3.Connection, migrations: Sequence[Migration]) 
 
 #: Key of the transaction-scoped advisory lock that serializes migrators of one database.
 PG_MIGRATION_LOCK = 0x7079_776F_726B  # "pywork"
+SQL_PG_MIGRATION_LOCK = "SELECT pg_advisory_xact_lock(?)"
 
 _PG_VERSION_TABLE = """
 CREATE TABLE IF NOT EXISTS schema_migrations (
@@ -150,9 +155,11 @@ def apply_postgres_migrations(conn: _PgConnection, migrations: Sequence[Migratio
     the previous one committed (READ COMMITTED reads after the lock), so the schema is built once."""
     if not migrations:
         return []
+    from ._pg_db import translate  # psycopg's, like ``conn``; its module imports this one
+
     done: list[Migration] = []
     with conn.transaction():
-        conn.execute("SELECT pg_advisory_xact_lock(%s)", (PG_MIGRATION_LOCK,))
+        conn.execute(translate(SQL_PG_MIGRATION_LOCK), (PG_MIGRATION_LOCK,))
         conn.execute(_PG_VERSION_TABLE)
         applied = {
             (row[0], row[1])
@@ -168,8 +175,7 @@ def apply_postgres_migrations(conn: _PgConnection, migrations: Sequence[Migratio
                 for statement in split_statements(migration.sql):
                     conn.execute(statement)
             conn.execute(
-                "INSERT INTO schema_migrations (component, version, name, applied_at)"
-                " VALUES (%s, %s, %s, %s)",
+                translate(SQL_RECORD_MIGRATION),
                 (migration.component, migration.version, migration.name, time.time()),
             )
             done.append(migration)

@@ -5,13 +5,25 @@ functions through the group-committing writer, ``read`` in one snapshot, ``reade
 statements), over synchronous psycopg connections, and, for :class:`~pyworkflow.store.PostgresStore`,
 single statements sent by its writers in pipelined groups (:meth:`GroupCommitWriter.submit`: a
 group's ``BEGIN``, statements and ``COMMIT`` are one round trip; their rows are plain tuples).
-The connections it hands to write functions and readers take SQL as written for SQLite (the graph
-server's store and identity use one set of statements for both dialects):
 
-- ``?`` placeholders become ``%s``;
-- a lock hint written as an SQL comment, ``/*FOR UPDATE*/`` or ``/*FOR UPDATE SKIP LOCKED*/``,
-  becomes the clause (SQLite, which has one writer, reads it as a comment);
-- rows answer both ``row[0]`` and ``row["name"]``, like ``sqlite3.Row``.
+**One SQL style.** Every statement in the code is written one way, SQLite's, whichever database
+runs it (the graph server's store and identity use one set of statements for both dialects;
+pyworkflow's PostgreSQL store has statements of its own, written the same way), and
+:func:`translate` is the one place that turns it into psycopg's:
+
+- ``?`` placeholders (parameters a sequence) become ``%s``; ``:name`` placeholders (parameters a
+  dict, as SQLite wants them) become ``%(name)s``, never in a ``::type`` cast, a string literal,
+  a quoted name or a comment;
+- ``%`` is escaped (a ``LIKE`` pattern keeps working);
+- a lock hint written as an SQL comment, ``/*FOR UPDATE*/`` or ``/*FOR UPDATE OF r SKIP
+  LOCKED*/``, becomes the clause (SQLite, which has one writer, reads it as a comment; a
+  statement only PostgreSQL runs may write the clause itself).
+
+Every path that sends a statement translates it: :meth:`PgConnection.execute` (the connections
+handed to write functions and readers), :meth:`AsyncPgConnection.execute` (the PostgreSQL
+store's pool) and the pipelined statements of :meth:`GroupCommitWriter.submit`. The translation
+is cached, so a statement pays one dictionary look-up per execution. Rows of the synchronous
+connections answer both ``row[0]`` and ``row["name"]``, like ``sqlite3.Row``.
 
 Several processes may share one database: every transition locks the rows it reads before it
 changes them (the lock hints), claims and sweeps skip rows another process holds, and each
@@ -45,12 +57,30 @@ T = TypeVar("T")
 log = logging.getLogger("pyworkflow.store.postgres")
 
 _LOCK_HINT = re.compile(r"/\*(FOR UPDATE(?: OF \w+(?:, \w+)*)?(?: SKIP LOCKED)?)\*/")
+# What a named translation steps over (a string literal, a quoted name, a comment, a cast's
+# ``::``) or replaces (a ``:name`` placeholder, group 1).
+_NAMED = re.compile(
+    r"""'(?:[^']|'')*'|"(?:[^"]|"")*"|/\*.*?\*/|--[^\n]*|::|(?<!\w):([A-Za-z_]\w*)""", re.DOTALL
+)
 
 
-@functools.lru_cache(maxsize=512)
-def translate(sql: str) -> str:
-    """SQLite-flavoured SQL to psycopg's: ``%`` escaped, ``?`` to ``%s``, lock hints applied."""
-    return _LOCK_HINT.sub(r"\1", sql.replace("%", "%%").replace("?", "%s"))
+def _named_mark(match: re.Match[str]) -> str:
+    name = match[1]
+    return match[0] if name is None else f"%({name})s"
+
+
+@functools.lru_cache(maxsize=1024)
+def translate(sql: str, named: bool = False) -> str:
+    """A statement in the kit's SQL as psycopg takes it, executed with parameters (a dict when
+    ``named``, else a sequence): ``%`` escaped, ``?`` to ``%s`` (positional) or ``:name`` to
+    ``%(name)s`` (named; casts, literals, quoted names and comments untouched), lock hints applied.
+
+    The callers translate at every execution (cached: one look-up) and hand psycopg
+    ``params or ()``: psycopg reads placeholders and ``%%`` only in a statement given parameters,
+    an empty sequence included (which it still sends as a simple query)."""
+    sql = sql.replace("%", "%%")
+    sql = _NAMED.sub(_named_mark, sql) if named else sql.replace("?", "%s")
+    return _LOCK_HINT.sub(r"\1", sql)
 
 
 class _RowBase(tuple[Any, ...]):
@@ -78,16 +108,20 @@ def _row_factory(cursor: psycopg.Cursor[Any]) -> Callable[[Sequence[Any]], Any]:
     return cls
 
 
+#: A statement's parameters: a sequence for ``?`` placeholders, a dict for ``:name`` ones.
+Params = Sequence[Any] | dict[str, Any]
+
+
 class PgConnection:
-    """A synchronous psycopg connection that speaks the store's SQLite-flavoured SQL."""
+    """A synchronous psycopg connection that speaks the kit's SQL (see :func:`translate`)."""
 
     __slots__ = ("raw",)
 
     def __init__(self, raw: psycopg.Connection[Any]) -> None:
         self.raw = raw
 
-    def execute(self, sql: str, params: Sequence[Any] = ()) -> psycopg.Cursor[Any]:
-        return self.raw.execute(translate(sql), params or None)
+    def execute(self, sql: str, params: Params | None = ()) -> psycopg.Cursor[Any]:
+        return self.raw.execute(translate(sql, isinstance(params, dict)), params or ())
 
     @property
     def usable(self) -> bool:
@@ -95,6 +129,19 @@ class PgConnection:
 
     def close(self) -> None:
         self.raw.close()
+
+
+class AsyncPgConnection:
+    """An asynchronous psycopg connection (one of the PostgreSQL store's pool, lent for one
+    transaction) that speaks the kit's SQL (see :func:`translate`)."""
+
+    __slots__ = ("raw",)
+
+    def __init__(self, raw: psycopg.AsyncConnection[Any]) -> None:
+        self.raw = raw
+
+    async def execute(self, sql: str, params: Params | None = ()) -> psycopg.AsyncCursor[Any]:
+        return await self.raw.execute(translate(sql, isinstance(params, dict)), params or ())
 
 
 #: Seconds to wait for a connection to PostgreSQL before the request is a 503.
@@ -201,13 +248,19 @@ class PostgresDatabase(GroupCommitWriter[PgConnection]):
         cursor = raw.cursor
         with raw.pipeline():
             raw.execute("BEGIN")
-            cursors = [cursor(row_factory=tuple_row).execute(job.sql, job.params) for job in jobs]  # type: ignore[arg-type]
+            cursors = [
+                cursor(row_factory=tuple_row).execute(
+                    translate(job.sql, isinstance(job.params, dict)), job.params or ()
+                )
+                for job in jobs
+            ]
             raw.execute("COMMIT")
         for job, cur in zip(jobs, cursors, strict=True):
             job.value = _rows_of(cur)
 
     def _send_one(self, conn: PgConnection, job: Job) -> Rows:
-        return _rows_of(conn.raw.cursor(row_factory=tuple_row).execute(job.sql, job.params))  # type: ignore[arg-type]
+        sql = translate(job.sql, isinstance(job.params, dict))
+        return _rows_of(conn.raw.cursor(row_factory=tuple_row).execute(sql, job.params or ()))
 
     # -- reads ----------------------------------------------------------------------------------
 
@@ -265,8 +318,8 @@ class PostgresDatabase(GroupCommitWriter[PgConnection]):
                 try:
                     if conn is None or not conn.usable:
                         conn = _connect(self.url)
-                    conn.raw.execute(
-                        "SELECT pg_notify(c, p) FROM unnest(%s::text[], %s::text[]) AS n(c, p)",
+                    conn.execute(
+                        "SELECT pg_notify(c, p) FROM unnest(?::text[], ?::text[]) AS n(c, p)",
                         ([c for c, _ in notes], [p for _, p in notes]),
                     )
                     break

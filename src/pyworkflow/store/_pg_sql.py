@@ -1,5 +1,10 @@
-"""The PostgreSQL store's SQL, one statement per purpose (psycopg placeholders; the server-side
-functions ``pyworkflow_*`` come from migrations 0002-0004 and 0007-0009)."""
+"""The PostgreSQL store's SQL, one statement per purpose (the server-side functions
+``pyworkflow_*`` come from migrations 0002-0004 and 0007-0009).
+
+Written in the one style of all the kit's SQL: ``?`` placeholders for parameters given as a
+sequence, ``:name`` for parameters given as a dict; every path that sends a statement translates
+it for psycopg with :func:`._pg_db.translate` (cached). These statements only ever run on
+PostgreSQL, so they write their row locks (``FOR UPDATE``) as plain clauses."""
 
 from __future__ import annotations
 
@@ -10,106 +15,106 @@ CHANNEL = "pyworkflow_queue"
 
 # The run's lock, and the fence of a turn in the same round trip (queue row may be gone).
 SQL_LOCK_RUN = """
-SELECT r.status, q.epoch FROM runs r LEFT JOIN queue q ON q.run_id = r.id WHERE r.id = %s FOR UPDATE OF r
+SELECT r.status, q.epoch FROM runs r LEFT JOIN queue q ON q.run_id = r.id WHERE r.id = ? FOR UPDATE OF r
 """
 # Next event number of a run: the primary key makes MAX(seq) one index probe; the run lock held
 # by the caller makes it race-free.
 SQL_APPEND_EVENT = """
 INSERT INTO events (run_id, seq, at, type, key, data)
-VALUES (%(run)s, (SELECT COALESCE(MAX(seq), 0) + 1 FROM events WHERE run_id = %(run)s), %(at)s, %(type)s,
-        %(key)s, %(data)s)
+VALUES (:run, (SELECT COALESCE(MAX(seq), 0) + 1 FROM events WHERE run_id = :run), :at, :type,
+        :key, :data)
 """
 # A new run, its queue row (optionally leased at once to the process that starts it) and its
 # first event, in one statement (so one round trip, no BEGIN/COMMIT); NOTIFY when nobody holds it.
 SQL_CREATE_RUN = """
 WITH r AS (
     INSERT INTO runs (id, workflow, status, input, created_at, updated_at)
-    VALUES (%(run)s, %(workflow)s, %(status)s, %(input)s, %(now)s, %(now)s)
+    VALUES (:run, :workflow, :status, :input, :now, :now)
 ), q AS (
     INSERT INTO queue (run_id, available_at, wake_seq, epoch, lease_owner, lease_expires_at)
-    VALUES (%(run)s, %(now)s, 0, %(epoch)s, %(owner)s, %(expires)s)
+    VALUES (:run, :now, 0, :epoch, :owner, :expires)
 ), e AS (
-    INSERT INTO events (run_id, seq, at, type) VALUES (%(run)s, 1, %(now)s, 'run_created')
+    INSERT INTO events (run_id, seq, at, type) VALUES (:run, 1, :now, 'run_created')
 )
-SELECT pg_notify('pyworkflow_queue', '') WHERE %(notify)s
+SELECT pg_notify('pyworkflow_queue', '') WHERE :notify
 """
 SQL_NOTIFY = f"NOTIFY {CHANNEL}"
-SQL_SET_RUN_STATUS = "UPDATE runs SET status = %s, updated_at = %s WHERE id = %s"
+SQL_SET_RUN_STATUS = "UPDATE runs SET status = ?, updated_at = ? WHERE id = ?"
 SQL_FINISH_RUN = """
-UPDATE runs SET status = %s, result = %s, error = %s, updated_at = %s, finished_at = %s WHERE id = %s
+UPDATE runs SET status = ?, result = ?, error = ?, updated_at = ?, finished_at = ? WHERE id = ?
 """
 # Give a lease back (release): the row stays, unleased and due now.
 SQL_UNLEASE = """
-UPDATE queue SET lease_owner = NULL, lease_expires_at = NULL, available_at = %s WHERE run_id = %s
+UPDATE queue SET lease_owner = NULL, lease_expires_at = NULL, available_at = ? WHERE run_id = ?
 """
-SQL_DELETE_QUEUE = "DELETE FROM queue WHERE run_id = %s"
-# Runs a claim would take: unleased rows that became due between %(after)s and %(due)s, and rows
+SQL_DELETE_QUEUE = "DELETE FROM queue WHERE run_id = ?"
+# Runs a claim would take: unleased rows that became due between :after and :due, and rows
 # whose lease ran out; with the epoch and due time that tell one wake-up of a run from the next.
 SQL_READY_IDS = """
 SELECT run_id, epoch, available_at FROM queue
 WHERE node_id IS NULL
-  AND ((lease_owner IS NULL AND available_at <= %(due)s AND available_at >= %(after)s)
-       OR (lease_owner IS NOT NULL AND lease_expires_at < %(now)s AND available_at <= %(now)s))
-ORDER BY available_at LIMIT %(limit)s
+  AND ((lease_owner IS NULL AND available_at <= :due AND available_at >= :after)
+       OR (lease_owner IS NOT NULL AND lease_expires_at < :now AND available_at <= :now))
+ORDER BY available_at LIMIT :limit
 """
 SQL_ANY_READY = """
 SELECT 1 FROM queue
-WHERE node_id IS NULL AND available_at <= %(now)s AND (lease_expires_at IS NULL OR lease_expires_at < %(now)s)
+WHERE node_id IS NULL AND available_at <= :now AND (lease_expires_at IS NULL OR lease_expires_at < :now)
 LIMIT 1
 """
 # Several queue rows at once: locked in run id order first (the order groups lock runs in), so a
 # heartbeat never waits in a cycle with a group that holds some of the same runs. By owner, and
 # only pyworkflow's rows (a remote run's lease is its node's workers').
 SQL_HEARTBEAT = """
-UPDATE queue SET lease_expires_at = %(expires)s
-WHERE run_id IN (SELECT run_id FROM queue WHERE lease_owner = %(owner)s AND node_id IS NULL
+UPDATE queue SET lease_expires_at = :expires
+WHERE run_id IN (SELECT run_id FROM queue WHERE lease_owner = :owner AND node_id IS NULL
                  ORDER BY run_id FOR UPDATE)
-  AND lease_owner = %(owner)s AND node_id IS NULL
+  AND lease_owner = :owner AND node_id IS NULL
 """
 SQL_EXPIRE_LEASES = """
-UPDATE queue SET lease_expires_at = %(expires)s
-WHERE run_id IN (SELECT run_id FROM queue WHERE lease_owner = ANY(%(owners)s) AND node_id IS NULL
+UPDATE queue SET lease_expires_at = :expires
+WHERE run_id IN (SELECT run_id FROM queue WHERE lease_owner = ANY(:owners) AND node_id IS NULL
                  ORDER BY run_id FOR UPDATE)
-  AND lease_owner = ANY(%(owners)s) AND node_id IS NULL
+  AND lease_owner = ANY(:owners) AND node_id IS NULL
 """
 SQL_LEASE_OWNERS = """
 SELECT DISTINCT lease_owner FROM queue
-WHERE lease_owner IS NOT NULL AND lease_expires_at >= %s AND node_id IS NULL
+WHERE lease_owner IS NOT NULL AND lease_expires_at >= ? AND node_id IS NULL
 """
 SQL_NEXT_DUE = """
 SELECT LEAST(
     (SELECT MIN(COALESCE(lease_expires_at, available_at)) FROM queue WHERE node_id IS NULL),
     (SELECT MIN(expires_at) FROM waits WHERE status = 'pending' AND expires_at IS NOT NULL))
 """
-SQL_STEP = "SELECT status FROM steps WHERE run_id = %s AND step_key = %s"
+SQL_STEP = "SELECT status FROM steps WHERE run_id = ? AND step_key = ?"
 SQL_UPSERT_STEP = """
 INSERT INTO steps (run_id, step_key, status, attempt, result, error, delivered, updated_at)
-VALUES (%(run)s, %(key)s, %(status)s, %(attempt)s, %(result)s, %(error)s, %(delivered)s, %(now)s)
+VALUES (:run, :key, :status, :attempt, :result, :error, :delivered, :now)
 ON CONFLICT (run_id, step_key) DO UPDATE SET
     status = EXCLUDED.status, attempt = EXCLUDED.attempt, result = EXCLUDED.result, error = EXCLUDED.error,
     delivered = GREATEST(steps.delivered, EXCLUDED.delivered), updated_at = EXCLUDED.updated_at
 """
-SQL_DELETE_CHECKPOINT = "DELETE FROM checkpoints WHERE run_id = %s AND scope = %s AND name = %s"
+SQL_DELETE_CHECKPOINT = "DELETE FROM checkpoints WHERE run_id = ? AND scope = ? AND name = ?"
 # A step's checkpoints, deleted with its final failure (its completion and the end of a run do it
 # server-side, migration 0009); primary key prefix.
-SQL_DELETE_STEP_CHECKPOINTS = "DELETE FROM checkpoints WHERE run_id = %s AND scope = %s"
-SQL_WAIT_BY_KEY = f"SELECT {WAIT_COLUMNS} FROM waits WHERE run_id = %s AND wait_key = %s"
-SQL_WAIT_BY_ID = f"SELECT {WAIT_COLUMNS} FROM waits WHERE id = %s"
+SQL_DELETE_STEP_CHECKPOINTS = "DELETE FROM checkpoints WHERE run_id = ? AND scope = ?"
+SQL_WAIT_BY_KEY = f"SELECT {WAIT_COLUMNS} FROM waits WHERE run_id = ? AND wait_key = ?"
+SQL_WAIT_BY_ID = f"SELECT {WAIT_COLUMNS} FROM waits WHERE id = ?"
 # A wait by its first token or by one handed out again later (wait_tokens).
 SQL_WAIT_BY_TOKEN = f"""
-SELECT {WAIT_COLUMNS} FROM waits WHERE token_digest = %(digest)s
+SELECT {WAIT_COLUMNS} FROM waits WHERE token_digest = :digest
 UNION ALL
-SELECT {WAIT_COLUMNS} FROM waits WHERE id = (SELECT wait_id FROM wait_tokens WHERE token_digest = %(digest)s)
+SELECT {WAIT_COLUMNS} FROM waits WHERE id = (SELECT wait_id FROM wait_tokens WHERE token_digest = :digest)
 LIMIT 1
 """
 SQL_INSERT_WAIT = """
 INSERT INTO waits (id, run_id, wait_key, kind, name, step_key, token_digest, status, created_at, expires_at,
                    payload_schema)
-VALUES (%s, %s, %s, %s, %s, %s, %s, 'pending', %s, %s, %s)
+VALUES (?, ?, ?, ?, ?, ?, ?, 'pending', ?, ?, ?)
 """
-SQL_INSERT_WAIT_TOKEN = "INSERT INTO wait_tokens (token_digest, wait_id) VALUES (%s, %s)"
+SQL_INSERT_WAIT_TOKEN = "INSERT INTO wait_tokens (token_digest, wait_id) VALUES (?, ?)"
 SQL_CANCEL_WAITS = """
-UPDATE waits SET status = 'cancelled', resolved_at = %s WHERE run_id = %s AND status = 'pending'
+UPDATE waits SET status = 'cancelled', resolved_at = ? WHERE run_id = ? AND status = 'pending'
 """
 # A run's state in one statement (one snapshot, one round trip): each row is a step (columns
 # 1-6), a wait (7-19) or a checkpoint (20-23), told apart by column 0.
@@ -123,41 +128,41 @@ _NULLS_WAIT = (
 )
 _NULLS_CHECKPOINT = "NULL::text, NULL::text, NULL::bytea, NULL::integer"
 SQL_STATE = f"""
-SELECT 1, {_STEP_COLUMNS}, {_NULLS_WAIT}, {_NULLS_CHECKPOINT} FROM steps WHERE run_id = %(run)s
+SELECT 1, {_STEP_COLUMNS}, {_NULLS_WAIT}, {_NULLS_CHECKPOINT} FROM steps WHERE run_id = :run
 UNION ALL
-SELECT 2, {_NULLS_STEP}, {WAIT_COLUMNS}, {_NULLS_CHECKPOINT} FROM waits WHERE run_id = %(run)s
+SELECT 2, {_NULLS_STEP}, {WAIT_COLUMNS}, {_NULLS_CHECKPOINT} FROM waits WHERE run_id = :run
 UNION ALL
-SELECT 3, {_NULLS_STEP}, {_NULLS_WAIT}, {_CHECKPOINT_COLUMNS} FROM checkpoints WHERE run_id = %(run)s
+SELECT 3, {_NULLS_STEP}, {_NULLS_WAIT}, {_CHECKPOINT_COLUMNS} FROM checkpoints WHERE run_id = :run
 """
-SQL_GET_RUN = f"SELECT {RUN_COLUMNS} FROM runs WHERE id = %s"
+SQL_GET_RUN = f"SELECT {RUN_COLUMNS} FROM runs WHERE id = ?"
 SQL_EVENTS = """
-SELECT run_id, seq, at, type, key, data FROM events WHERE run_id = %s AND seq > %s ORDER BY seq LIMIT %s
+SELECT run_id, seq, at, type, key, data FROM events WHERE run_id = ? AND seq > ? ORDER BY seq LIMIT ?
 """
 
 # The hot turn writes, one statement each (migration 0002): they return 'ok' or why they refused.
-SQL_FN_COMPLETE_STEP = "SELECT pyworkflow_complete_step(%s, %s, %s, %s, %s)"
-SQL_FN_SAVE_CHECKPOINT = "SELECT pyworkflow_save_checkpoint(%s, %s, %s, %s, %s, %s, %s)"
-SQL_FN_SUSPEND_RUN = "SELECT pyworkflow_suspend_run(%s, %s, %s, %s::text[], %s::text[], %s::integer[], %s)"
-SQL_FN_FINISH_RUN = "SELECT pyworkflow_finish_run(%s, %s, %s, %s, %s)"
+SQL_FN_COMPLETE_STEP = "SELECT pyworkflow_complete_step(?, ?, ?, ?, ?)"
+SQL_FN_SAVE_CHECKPOINT = "SELECT pyworkflow_save_checkpoint(?, ?, ?, ?, ?, ?, ?)"
+SQL_FN_SUSPEND_RUN = "SELECT pyworkflow_suspend_run(?, ?, ?, ?::text[], ?::text[], ?::integer[], ?)"
+SQL_FN_FINISH_RUN = "SELECT pyworkflow_finish_run(?, ?, ?, ?, ?)"
 # The runtime's tick (migration 0003): claims, then a row with c_run NULL carrying the next due time.
 SQL_FN_POLL = """
 SELECT c_run, c_epoch, c_wake_seq, c_workflow, c_input, c_resumed, c_next_due
-FROM pyworkflow_poll(%s::text, %s::integer, %s::double precision, %s::double precision, %s::integer)
+FROM pyworkflow_poll(?::text, ?::integer, ?::double precision, ?::double precision, ?::integer)
 """
-SQL_FN_CREATE_WAIT = "SELECT pyworkflow_create_wait(%s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s)"
-SQL_FN_EXPIRE_DUE_WAITS = "SELECT pyworkflow_expire_due_waits(%s::double precision, %s::integer)"
+SQL_FN_CREATE_WAIT = "SELECT pyworkflow_create_wait(?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
+SQL_FN_EXPIRE_DUE_WAITS = "SELECT pyworkflow_expire_due_waits(?::double precision, ?::integer)"
 # A decision and a Celery turn's claim (migration 0004).
-SQL_FN_RESOLVE_WAIT = "SELECT pyworkflow_resolve_wait(%s, %s, %s, %s)"
+SQL_FN_RESOLVE_WAIT = "SELECT pyworkflow_resolve_wait(?, ?, ?, ?)"
 SQL_FN_CLAIM_RUN = """
 SELECT c_run, c_epoch, c_wake_seq, c_workflow, c_input, c_resumed
-FROM pyworkflow_claim_run(%s::text, %s::text, %s::double precision, %s::double precision, %s::integer)
+FROM pyworkflow_claim_run(?::text, ?::text, ?::double precision, ?::double precision, ?::integer)
 """
 # A claim of up to N due runs (every claim goes through pyworkflow_claim_row, migration 0008: the
 # crash limit once) and a cancellation (pyworkflow_end_run, as every end of a run), one statement each.
 SQL_FN_CLAIM = """
 SELECT c_run, c_epoch, c_wake_seq, c_workflow, c_input, c_resumed
-FROM pyworkflow_claim(%s::text, %s::integer, %s::double precision, %s::double precision, %s::integer)
+FROM pyworkflow_claim(?::text, ?::integer, ?::double precision, ?::double precision, ?::integer)
 """
-SQL_FN_CANCEL_RUN = "SELECT pyworkflow_cancel_run(%s::text, %s::double precision)"
+SQL_FN_CANCEL_RUN = "SELECT pyworkflow_cancel_run(?::text, ?::double precision)"
 # The fence of a multi-statement transition: the run's lock and the epoch check (migration 0002).
-SQL_FN_FENCE = "SELECT pyworkflow_fence(%s::text, %s::integer)"
+SQL_FN_FENCE = "SELECT pyworkflow_fence(?::text, ?::integer)"

@@ -1,19 +1,19 @@
 """The building blocks of the PostgreSQL store's multi-statement transitions (run on a
-connection of its async pool, inside one transaction): the fence check (by the server-side
-``pyworkflow_fence``), events, waits, and the outcome of the server-side turn writes."""
+connection of its async pool that speaks the kit's SQL, inside one transaction): the fence check
+(by the server-side ``pyworkflow_fence``), events, waits, and the outcome of the server-side
+turn writes."""
 
 from __future__ import annotations
 
 from typing import Any
 
-import psycopg
-
 from .._errors import StepAlreadyCompletedError
+from ._pg_db import AsyncPgConnection
 from ._pg_sql import SQL_APPEND_EVENT, SQL_FN_FENCE, SQL_INSERT_WAIT, SQL_STEP
 from ._protocol import Fence, NewWait, StepStatus, WaitRecord, WaitStatus
 from ._rows import fence_refused
 
-Conn = psycopg.AsyncConnection[Any]
+Conn = AsyncPgConnection
 
 
 async def _event(conn: Conn, run_id: str, now: float, type_: str, key: str | None = None,

@@ -34,7 +34,9 @@ never wait on each other in a cycle. A transaction that makes a run due sends ``
 pyworkflow_queue`` (delivered at commit, once per transaction); :meth:`PostgresStore.subscribe`
 listens.
 
-The SQL is in :mod:`._pg_sql`, the pieces of the multi-statement transitions in :mod:`._pg_tx`.
+The SQL is in :mod:`._pg_sql` (written as all the kit's SQL is, and translated for psycopg by
+:func:`._pg_db.translate` on every path that sends it), the pieces of the multi-statement
+transitions in :mod:`._pg_tx`.
 The writers are the store's own threads; the async pool and the listener live on a private event
 loop in another daemon thread. The protocol's coroutines await either from the caller's loop, so
 one store serves any number of loops (the local runtime's, each Celery worker's, a test's), and
@@ -58,7 +60,7 @@ from ._group_commit import Rows
 from ._manage import SQL_CANCEL_REASON, retry_run_tx
 from ._migrations import Migration
 from ._migrations import pyworkflow_migrations as _migrations_of
-from ._pg_db import PgConnection, PostgresDatabase
+from ._pg_db import AsyncPgConnection, PgConnection, PostgresDatabase
 from ._pg_sql import (
     CHANNEL,
     SQL_ANY_READY,
@@ -131,7 +133,8 @@ from ._rows import (
 )
 
 T = TypeVar("T")
-Conn = psycopg.AsyncConnection[Any]
+Conn = AsyncPgConnection
+RawConn = psycopg.AsyncConnection[Any]
 log = logging.getLogger("pyworkflow.store.postgres")
 
 
@@ -168,12 +171,12 @@ class PostgresStore:
             target=self._loop.run_forever, name="pyworkflow-postgres", daemon=True
         )
         self._thread.start()
-        self._pool: AsyncConnectionPool[Conn] = asyncio.run_coroutine_threadsafe(
+        self._pool: AsyncConnectionPool[RawConn] = asyncio.run_coroutine_threadsafe(
             self._open_pool(min_size, max_size), self._loop
         ).result()
 
-    async def _open_pool(self, min_size: int, max_size: int) -> AsyncConnectionPool[Conn]:
-        pool: AsyncConnectionPool[Conn] = AsyncConnectionPool(
+    async def _open_pool(self, min_size: int, max_size: int) -> AsyncConnectionPool[RawConn]:
+        pool: AsyncConnectionPool[RawConn] = AsyncConnectionPool(
             self.url, min_size=min_size, max_size=max_size, kwargs={"autocommit": True}, open=False
         )
         await pool.open(wait=True)
@@ -228,7 +231,7 @@ class PostgresStore:
 
         async def run() -> T:
             async with self._pool.connection() as conn, conn.pipeline(), conn.transaction():
-                return await fn(conn)
+                return await fn(AsyncPgConnection(conn))
 
         return await self._on_loop(run())
 
@@ -359,7 +362,7 @@ class PostgresStore:
             # With what must commit with it (an operator's audit entry): a write function on the
             # same writer (not the hot path).
             def tx(conn: PgConnection) -> None:
-                conn.raw.execute(SQL_CREATE_RUN, params)
+                conn.execute(SQL_CREATE_RUN, params)
                 also(conn)
 
             await self._writer.write(tx)
@@ -381,11 +384,11 @@ class PostgresStore:
     ) -> list[RunRecord]:
         cursor = None
         if after is not None:
-            found = await self._fetch(SQL_RUN_CURSOR.replace("?", "%s"), (after,))
+            found = await self._fetch(SQL_RUN_CURSOR, (after,))
             if not found:
                 raise WorkflowNotFoundError(f"no run {after!r} to continue the list after")
             cursor = found[0]
-        sql, params = list_runs_sql(status, workflow, cursor, "%s")
+        sql, params = list_runs_sql(status, workflow, cursor)
         return [run_from_row(r) for r in await self._fetch(sql, (*params, int(limit)))]
 
     async def get_events(self, run_id: str, *, after_seq: int = 0, limit: int = 10_000) -> list[Event]:
@@ -418,7 +421,7 @@ class PostgresStore:
             # An operator's cancellation with its reason and audit entry: a write function on
             # the same writer, so that they commit with the cancellation (not the hot path).
             def tx(conn: PgConnection) -> str:
-                row = conn.raw.execute(SQL_FN_CANCEL_RUN, (run_id, now)).fetchone()
+                row = conn.execute(SQL_FN_CANCEL_RUN, (run_id, now)).fetchone()
                 ended = str(row[0]) if row is not None else "missing"
                 if ended == "ok":
                     if reason is not None:
@@ -680,7 +683,7 @@ class PostgresStore:
         limit: int = 100,
     ) -> list[WaitRecord]:
 
-        sql, params = list_waits_sql(status, kinds, "%s")
+        sql, params = list_waits_sql(status, kinds)
         return [wait_from_row(r) for r in await self._fetch(sql, (*params, limit))]
 
     async def resolve_wait(
@@ -714,7 +717,7 @@ class PostgresStore:
             # The caller's write joins the decision's transaction: a write function on the same
             # writer instead of a pipelined statement (operators' decisions, not the hot path).
             def tx(conn: PgConnection) -> str:
-                row = conn.raw.execute(SQL_FN_RESOLVE_WAIT, params).fetchone()
+                row = conn.execute(SQL_FN_RESOLVE_WAIT, params).fetchone()
                 decided = str(row[0]) if row is not None else "missing"
                 if decided == "ok":
                     also(conn)

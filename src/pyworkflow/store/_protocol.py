@@ -370,7 +370,7 @@ class Store(Protocol):
         schema check); what it raises refuses the decision. ``also(conn)`` is the caller's own
         write (an audit entry), run in the same transaction once the decision is recorded, on the
         kit database's connection (SQLite's, or PostgreSQL's synchronous one, which takes the
-        SQLite-flavoured ``?`` placeholders): the decision and that write commit together."""
+        same SQL): the decision and that write commit together."""
         ...
 
     async def resolve_wait_and_claim(

@@ -77,20 +77,18 @@ def refuse_approval(wait: WaitRecord) -> None:
         )
 
 
-def list_waits_sql(
-    status: WaitStatus | None, kinds: Sequence[WaitKind] | None, mark: str
-) -> tuple[str, list[str]]:
-    """Listing waits for an inbox (``mark`` is the dialect's placeholder); pending ones use the
-    partial index ``waits_pending``."""
+def list_waits_sql(status: WaitStatus | None, kinds: Sequence[WaitKind] | None) -> tuple[str, list[str]]:
+    """Listing waits for an inbox (the caller appends the limit to the parameters); pending ones
+    use the partial index ``waits_pending``."""
     clauses, params = [], []
     if status is not None:
-        clauses.append(f"status = {mark}")
+        clauses.append("status = ?")
         params.append(str(status))
     if kinds:
-        clauses.append(f"kind IN ({', '.join([mark] * len(kinds))})")
+        clauses.append(f"kind IN ({', '.join(['?'] * len(kinds))})")
         params.extend(str(k) for k in kinds)
     where = f"WHERE {' AND '.join(clauses)}" if clauses else ""
-    return f"SELECT {WAIT_COLUMNS} FROM waits {where} ORDER BY created_at LIMIT {mark}", params
+    return f"SELECT {WAIT_COLUMNS} FROM waits {where} ORDER BY created_at LIMIT ?", params
 
 
 def cancel_reason(reason: str) -> bytes:
@@ -105,25 +103,26 @@ SQL_RUN_CURSOR = "SELECT created_at, id FROM runs WHERE id = ?"
 
 
 def list_runs_sql(
-    status: RunStatus | None, workflow: str | None, cursor: Sequence[Any] | None, mark: str
+    status: RunStatus | None, workflow: str | None, cursor: Sequence[Any] | None
 ) -> tuple[str, list[Any]]:
     """A page of runs newest first, ordered by (creation time, id) so that a page ends at one
     place and the next (``cursor``: the last run's ``(created_at, id)``) starts right after it,
     whatever was created meanwhile. ``runs_by_status`` serves a status filter, ``runs_by_created``
-    the others (an index walk bounded by the LIMIT; ``mark`` is the dialect's placeholder)."""
+    the others (an index walk bounded by the LIMIT; the caller appends the limit to the
+    parameters)."""
     clauses: list[str] = []
     params: list[Any] = []
     if status is not None:
-        clauses.append(f"status = {mark}")
+        clauses.append("status = ?")
         params.append(str(status))
     if workflow is not None:
-        clauses.append(f"workflow = {mark}")
+        clauses.append("workflow = ?")
         params.append(workflow)
     if cursor is not None:
-        clauses.append(f"(created_at < {mark} OR (created_at = {mark} AND id < {mark}))")
+        clauses.append("(created_at < ? OR (created_at = ? AND id < ?))")
         params.extend((cursor[0], cursor[0], cursor[1]))
     where = f"WHERE {' AND '.join(clauses)}" if clauses else ""
-    return f"SELECT {RUN_COLUMNS} FROM runs {where} ORDER BY created_at DESC, id DESC LIMIT {mark}", params
+    return f"SELECT {RUN_COLUMNS} FROM runs {where} ORDER BY created_at DESC, id DESC LIMIT ?", params
 
 
 # -- checkpoints: one compare-and-set rule for every face ---------------------------------------

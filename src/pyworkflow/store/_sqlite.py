@@ -323,7 +323,7 @@ class SQLiteStore:
             cursor = reader.execute(SQL_RUN_CURSOR, (after,)).fetchone()
             if cursor is None:
                 raise WorkflowNotFoundError(f"no run {after!r} to continue the list after")
-        sql, params = list_runs_sql(status, workflow, cursor, "?")
+        sql, params = list_runs_sql(status, workflow, cursor)
         return [run_from_row(r) for r in reader.execute(sql, (*params, int(limit)))]
 
     async def get_events(self, run_id: str, *, after_seq: int = 0, limit: int = 10_000) -> list[Event]:
@@ -601,7 +601,7 @@ class SQLiteStore:
         kinds: Sequence[WaitKind] | None = None,
         limit: int = 100,
     ) -> list[WaitRecord]:
-        sql, params = list_waits_sql(status, kinds, "?")
+        sql, params = list_waits_sql(status, kinds)
         return [wait_from_row(r) for r in self.db.reader().execute(sql, (*params, limit))]
 
     async def resolve_wait(
