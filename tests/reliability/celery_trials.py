@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import os
 import secrets
+import shutil
 import signal
 import subprocess
 import sys
@@ -89,6 +90,21 @@ class _Workers:
         return died
 
 
+def _keep_late_trial(cluster: Cluster, driver_err: Path, into: Path) -> None:
+    """A trial whose runs made no progress before the driver's timeout (the driver printed each
+    unfinished run's queue row, waits and last events): every live worker is asked for its
+    threads' stacks (SIGUSR1, registered by the workload module), then the driver's output and
+    every worker's log are copied into ``into``, which outlives the campaign's cleanup."""
+    for proc in cluster.alive():
+        proc.send_signal(signal.SIGUSR1)
+    time.sleep(1.0)
+    into.mkdir(parents=True, exist_ok=True)
+    shutil.copy(driver_err, into / driver_err.name)
+    for log in sorted(cluster.workdir.glob("worker*.log")):
+        shutil.copy(log, into / log.name)
+    print(f"reliability: a late Celery trial's driver output and worker logs are in {into}", file=sys.stderr)
+
+
 def run_celery_campaign(
     storage: str,
     broker: str,
@@ -137,6 +153,8 @@ def run_celery_campaign(
                 workers.reap(killed)
                 time.sleep(0.05)
             figures.trials += 0 if last else 1
+            if driver.returncode == 2:  # runs unfinished in time: keep what tells why
+                _keep_late_trial(cluster, err, workdir / f"late-trial-{trial}")
             if driver.returncode != 0:
                 text = err.read_text(errors="replace")
                 if driver.returncode == 137 and crash_hit(text):

@@ -39,7 +39,10 @@ async def main(storage: str, keys: list[str], celery: list[str] | None, timeout:
             ledger.record(key, "started", run_id=run_id)
         while oracle.unfinished() > 0:
             if loop.time() > deadline:
-                print(f"driver: runs still unfinished after {timeout} s")
+                # A liveness finding: say what each run was waiting for (the harness also asks the
+                # workers for their threads' stacks, tests/reliability/celery_trials.py).
+                print(f"driver: runs still unfinished after {timeout} s", flush=True)
+                print(oracle.stuck_report(), flush=True)
                 return 2
             for hook in await pyworkflow.list_pending_hooks(limit=1000):
                 try:

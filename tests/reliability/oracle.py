@@ -122,6 +122,55 @@ class Oracle:
         )
         return int(rows[0][0]) if rows else 0
 
+    def stuck_report(self, now: float | None = None, limit: int = 20) -> str:
+        """What each unfinished run is waiting for, for a trial whose runs made no progress in
+        time (a liveness finding, not a broken guarantee): the run, its queue row (epoch, wake
+        count, due time, lease holder and how long the lease has left, crashes; times relative
+        to ``now``), its waits and its last events. Read straight from the tables, like the
+        checks."""
+        now = time.time() if now is None else now
+        runs = self.query(
+            "SELECT id, status, node_id, waiting_on FROM runs "
+            f"WHERE status NOT IN ('completed', 'failed', 'cancelled') ORDER BY created_at LIMIT {int(limit)}"
+        )
+        lines = [f"{len(runs)} unfinished run(s) at {now:.3f}:"]
+
+        def ago(value: Any) -> str:
+            return "-" if value is None else f"{float(value) - now:+.2f}s"
+
+        for run_id, status, node_id, waiting_on in runs:
+            safe = str(run_id).replace("'", "''")
+            lines.append(
+                f"- run {run_id} key={self.key_of(run_id)} status={status} node={node_id} "
+                f"waiting_on={waiting_on}"
+            )
+            for epoch, wake_seq, available_at, owner, expires, crashes in self.query(
+                "SELECT epoch, wake_seq, available_at, lease_owner, lease_expires_at, crashes "
+                f"FROM queue WHERE run_id = '{safe}'"
+            ) or [(None,) * 6]:
+                lines.append(
+                    f"  queue: epoch={epoch} wake_seq={wake_seq} due={ago(available_at)} "
+                    f"lease={owner} expires={ago(expires)} crashes={crashes}"
+                    if epoch is not None
+                    else "  queue: no row"
+                )
+            for kind, key, wstatus, expires_at in self.query(
+                "SELECT kind, wait_key, status, expires_at FROM waits "
+                f"WHERE run_id = '{safe}' ORDER BY created_at"
+            ):
+                lines.append(f"  wait {kind} {key}: {wstatus} expires={ago(expires_at)}")
+            events = self.query(
+                f"SELECT seq, type, key, at FROM events WHERE run_id = '{safe}' ORDER BY seq DESC LIMIT 6"
+            )
+            lines.append(
+                "  last events: "
+                + ", ".join(
+                    f"{seq} {type_}{'(' + key + ')' if key else ''} {ago(at)}"
+                    for seq, type_, key, at in reversed(events)
+                )
+            )
+        return "\n".join(lines)
+
     def key_of(self, run_id: str) -> str:
         """The trial's key of one run (its first argument; a traverser's own id)."""
         safe = run_id.replace("'", "''")

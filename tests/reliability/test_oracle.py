@@ -81,3 +81,55 @@ async def test_a_clean_run_has_no_violation_and_each_broken_guarantee_is_found(
              " SELECT id, 0, 'ghost', 1e12 FROM runs")  # fmt: skip
     assert "live lease on 'k', which is completed" in found()
     assert "'k' ended and still has a queue row" in found()
+
+
+async def test_a_stuck_run_is_described_by_its_queue_row_waits_and_events(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    db = tmp_path / "stuck.db"
+    monkeypatch.setenv("RELIABILITY_LEDGER", str(tmp_path / "ledger.jsonl"))
+    pyworkflow.configure(storage=f"sqlite:///{db}", poll_interval=0.02)
+    try:
+        run_id = await pyworkflow.start(workload.trial, "stuck-key", 0.0)
+        while not await pyworkflow.list_pending_hooks():  # parked on its step hook, not finished
+            await asyncio.sleep(0.02)
+    finally:
+        await pyworkflow.shutdown()
+    oracle = Oracle(f"sqlite:///{db}")
+    # As if a worker had died holding the run's lease: the report names the holder and the lease.
+    _sql(db, f"INSERT OR REPLACE INTO queue (run_id, available_at, wake_seq, epoch, lease_owner, "
+             f"lease_expires_at, crashes) VALUES ('{run_id}', 0, 3, 7, 'w-dead', 1e12, 2)")  # fmt: skip
+    report = oracle.stuck_report(now=100.0)
+    assert report.startswith("1 unfinished run(s) at 100.000:")
+    assert f"- run {run_id} key=stuck-key status=suspended" in report
+    assert "queue: epoch=7 wake_seq=3 due=-100.00s lease=w-dead expires=+999999999900.00s crashes=2" in report
+    assert "wait step_hook " in report and ": pending expires=+" in report
+    assert "run_created" in report and "wait_created" in report
+    _sql(db, f"DELETE FROM queue WHERE run_id = '{run_id}'")
+    assert "queue: no row" in oracle.stuck_report()
+
+
+def test_a_process_serving_the_workload_dumps_its_threads_on_sigusr1(tmp_path: Path) -> None:
+    """What the Celery campaign asks of its workers when a trial's runs are late."""
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    err = tmp_path / "worker.err"
+    code = "import tests.reliability.workload, sys, time; print('ready', flush=True); time.sleep(30)"
+    with open(err, "wb") as out:
+        proc = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, stderr=out)
+    try:
+        assert proc.stdout is not None and proc.stdout.readline().strip() == b"ready"
+        proc.send_signal(signal.SIGUSR1)
+        deadline = time.monotonic() + 10
+        while "most recent call first" not in err.read_text():
+            assert time.monotonic() < deadline, err.read_text()
+            time.sleep(0.05)
+        assert proc.poll() is None  # the dump does not end the process
+    finally:
+        proc.kill()
+        proc.wait(10)
+        if proc.stdout is not None:
+            proc.stdout.close()

@@ -9,11 +9,18 @@ ledger line (:mod:`tests.reliability.ledger`), keyed by the run's ``key`` argume
 from __future__ import annotations
 
 import asyncio
+import faulthandler
+import signal
 from typing import Any
 
 from tests.reliability.ledger import Ledger
 
 from pyworkflow import load_step_checkpoint, save_step_checkpoint, sleep, step, step_hook, workflow
+
+# A process serving these runs (a Celery worker imports this module) writes every thread's stack
+# to its stderr on SIGUSR1: the harness asks for them when a trial's runs make no progress in time.
+if hasattr(signal, "SIGUSR1"):
+    faulthandler.register(signal.SIGUSR1, all_threads=True)
 
 #: The ledger names that are side effects of a run: at most 1 + the crashes that hit it.
 EFFECTS = ("prepare", "setup", "token", "publish")
