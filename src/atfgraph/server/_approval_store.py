@@ -21,6 +21,7 @@ from ._graph_sql import (
     SQL_APPROVAL_BY_KEY,
     SQL_APPROVAL_SCHEMA,
     SQL_DECIDE,
+    SQL_DECISION_TERMS,
     SQL_DROP_QUEUE_ROW,
     SQL_GET_APPROVAL,
     SQL_INSERT_APPROVAL,
@@ -133,6 +134,20 @@ class ApprovalTransitions:
         if row is None:
             raise NotFound.of("approval", approval_id)
         return None if row["payload_schema"] is None else loads(row["payload_schema"])
+
+    async def decision_terms(self, approval_id: str) -> tuple[Any, bool]:
+        """What a decision reads before its transaction: the approval's response schema, decoded
+        (None: it declares none), and whether it is assigned. One read, off the event loop on
+        PostgreSQL; NotFound when there is no such approval."""
+        if self._pg is not None:
+            found = await self._pg.decision_terms(approval_id)
+        else:
+            row = self.read_one(lambda c: c.execute(SQL_DECISION_TERMS, (approval_id,)).fetchone())
+            found = None if row is None else (row[0], bool(row[1]))
+        if found is None:
+            raise NotFound.of("approval", approval_id)
+        schema, assigned = found
+        return (None if schema is None else loads(schema)), assigned
 
     def get_approval(self, approval_id: str) -> dict[str, Any]:
         row = self.read_one(lambda c: _row(c, SQL_GET_APPROVAL, (approval_id,)))

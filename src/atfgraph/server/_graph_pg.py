@@ -25,6 +25,7 @@ from pyworkflow.store import GroupCommitWriter, check_revision
 
 from .._json import fragment, loads
 from ._graph_rows import STEP_STATUS_IN, StepRecord, approval_view, step_view, traverser_view
+from ._graph_sql import IS_APPROVAL, SQL_DECISION_TERMS
 from ._identity import AuditEntry, audit_values
 from ._refusals import Conflict, LeaseLost, NotFound
 from ._stamps import iso
@@ -42,7 +43,7 @@ SQL_FN_END_ATTEMPT = f"SELECT atfg_end_attempt(?, ?, ?, ?, ?, ?, {_STEPS})"
 # One traverser, read in a writer's group (a read, key ""): no round trip of its own.
 SQL_TRAVERSER = "SELECT * FROM atfg_traverser(?)"
 # The run an approval belongs to (never changes): the key of its decision.
-SQL_APPROVAL_RUN = "SELECT run_id FROM waits WHERE id = ? AND kind = 'approval'"
+SQL_APPROVAL_RUN = f"SELECT w.run_id FROM waits w WHERE w.id = ? AND {IS_APPROVAL}"
 
 #: An outcome that hands the transition to the Python write function (nothing was written).
 FALLBACK = "fallback"
@@ -56,18 +57,21 @@ APPROVAL_FIELDS = (
     "id", "traverser_id", "operation_key", "status", "prompt", "checkpoint", "decided_by",
     "response", "created_at", "expires_at", "decided_at",
 )  # fmt: skip
-_APPROVAL_BYTES = ("prompt", "checkpoint", "response")
-#: The response schemas of a claimed task's approvals (primary key lookups).
-SQL_APPROVAL_SCHEMAS = (
-    "SELECT id, payload_schema FROM waits WHERE id IN ({ids}) AND payload_schema IS NOT NULL"
-)
+_APPROVAL_BYTES = ("prompt", "checkpoint", "response", "response_schema")
 _STEP_BYTES = ("result", "error")
 #: Approvals whose run a decision's key is remembered for (started over when full).
 _APPROVAL_RUNS_MAX = 10_000
 
 
-def steps_params(steps: Sequence[StepRecord]) -> tuple[list[Any], ...]:
-    """The reported steps as the functions' six arrays (statuses as the engine records them)."""
+_NO_STEPS: tuple[None, ...] = (None,) * 6
+
+
+def steps_params(steps: Sequence[StepRecord]) -> tuple[list[Any] | None, ...]:
+    """The reported steps as the functions' six arrays (statuses as the engine records them);
+    six NULLs when there are none (atfg_record_steps returns at once), which spares the driver
+    working out the element type of six empty lists on most writes."""
+    if not steps:
+        return _NO_STEPS
     return (
         [s.key for s in steps],
         [s.seq for s in steps],
@@ -158,7 +162,6 @@ class PgTransitions:
             traverser = dict(zip(TRAVERSER_FIELDS, row[:17], strict=True))
             checkpoints, steps, approvals = (loads(x) if x is not None else [] for x in row[17:])
             approval_rows = [_unhex(a, _APPROVAL_BYTES) for a in approvals]
-            self._response_schemas(approval_rows)
             for a in approval_rows:
                 self._remember(a["id"], traverser["id"])
             tasks.append(
@@ -180,17 +183,11 @@ class PgTransitions:
             )
         return tasks
 
-    def _response_schemas(self, approvals: list[dict[str, Any]]) -> None:
-        """Add each approval's response schema (the claim function predates them): one indexed
-        read for the task's approvals, when it has any."""
-        for a in approvals:
-            a["response_schema"] = None
-        if approvals:
-            ids = [a["id"] for a in approvals]
-            sql = SQL_APPROVAL_SCHEMAS.format(ids=", ".join("?" * len(ids)))
-            found = dict(self._reader().execute(sql, ids).fetchall())
-            for a in approvals:
-                a["response_schema"] = found.get(a["id"])
+    async def decision_terms(self, approval_id: str) -> tuple[bytes | None, bool] | None:
+        """The approval's response schema and whether it is assigned; None: no such approval.
+        Pipelined by the writer, so the event loop does not wait on the round trip."""
+        rows = await self._call(SQL_DECISION_TERMS, (approval_id,), "")
+        return None if not rows else (rows[0][0], bool(rows[0][1]))
 
     async def save_checkpoint(
         self,

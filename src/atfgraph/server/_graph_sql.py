@@ -179,18 +179,30 @@ INSERT INTO waits (id, run_id, wait_key, kind, name, step_key, status, created_a
                    checkpoint, payload_schema)
 VALUES (?, ?, ?, 'approval', ?, '', 'pending', ?, ?, ?, ?, ?)
 """
-SQL_GET_APPROVAL = APPROVAL_ROW + "WHERE w.id = ? AND w.kind = 'approval'"
+# An approval found by its key (id, or run and operation key, or run): its kind is tested on the
+# row found, written so that no index can serve the test. With ``w.kind = 'approval'``
+# PostgreSQL's planner could choose waits_by_kind (kind, status, created_at) over the key's index
+# on a new database, whose tables have no statistics yet, keep that plan for the connection, and
+# scan every approval on each lookup (PostgreSQL migration 0015 says what it cost). Searches by
+# kind (the approval lists, the inbox) keep the plain test, which waits_by_kind is there to serve.
+IS_APPROVAL = "w.kind || '' = 'approval'"
+SQL_GET_APPROVAL = APPROVAL_ROW + f"WHERE w.id = ? AND {IS_APPROVAL}"
 # What a decision's response must match, read before deciding (primary key).
-SQL_APPROVAL_SCHEMA = "SELECT payload_schema FROM waits WHERE id = ? AND kind = 'approval'"
+SQL_APPROVAL_SCHEMA = f"SELECT w.payload_schema FROM waits w WHERE w.id = ? AND {IS_APPROVAL}"
+# What a decision reads before its transaction: the response schema, and whether the approval is
+# assigned (the transaction checks the assignment again). One statement, by primary keys.
+SQL_DECISION_TERMS = (
+    "SELECT w.payload_schema, EXISTS (SELECT 1 FROM atfg_assignments a WHERE a.wait_id = w.id) "
+    f"FROM waits w WHERE w.id = ? AND {IS_APPROVAL}"
+)
 # The approval with its run's lock (the run is what a decision changes) and its own row's, so
 # that a decision that waited for another reads the approval as that one left it.
 SQL_LOCK_APPROVAL = (
-    APPROVAL_ROW
-    + "JOIN runs r ON r.id = w.run_id WHERE w.id = ? AND w.kind = 'approval' /*FOR UPDATE OF r, w*/"
+    APPROVAL_ROW + f"JOIN runs r ON r.id = w.run_id WHERE w.id = ? AND {IS_APPROVAL} /*FOR UPDATE OF r, w*/"
 )
 # Identity lookup (the UNIQUE (run_id, wait_key) index).
-SQL_APPROVAL_BY_KEY = APPROVAL_ROW + "WHERE w.run_id = ? AND w.wait_key = ? AND w.kind = 'approval'"
-SQL_APPROVALS_OF = APPROVAL_ROW + "WHERE w.run_id = ? AND w.kind = 'approval' ORDER BY w.created_at"
+SQL_APPROVAL_BY_KEY = APPROVAL_ROW + f"WHERE w.run_id = ? AND w.wait_key = ? AND {IS_APPROVAL}"
+SQL_APPROVALS_OF = APPROVAL_ROW + f"WHERE w.run_id = ? AND {IS_APPROVAL} ORDER BY w.created_at"
 # The approval list of GET /approvals, oldest first then by id, under the conditions given
 # (``{where}``: status, traverser, operation key, time, the cursor; ``{order}``). Pending ones
 # walk waits_pending; one traverser's the (run_id, wait_key) index; else waits_by_kind. Every

@@ -285,20 +285,20 @@ class Service:
             audit = AuditEntry(who, "approval.decide", approval_id, "allowed", {"link_id": link.id})
             if link.kind is LinkKind.PAGE:
                 checks.append(lambda conn, now: self.links.use(conn, link, decision, now))
-        elif self.store.read_one(lambda conn: assignees_of(conn, approval_id)) is not None:
-            # Checked again in the decision's transaction: an escalation may re-assign it.
-            checks.append(lambda conn, now: _check_assigned(conn, who, approval_id))
-        also = None
-        if checks:
-
-            def also(conn: Any, now: float) -> None:
-                for check in checks:
-                    check(conn, now)
-
         try:
-            schema = self.store.approval_schema(approval_id)
+            schema, assigned = await self.store.decision_terms(approval_id)
+            if link is None and assigned:
+                # Checked again in the decision's transaction: an escalation may re-assign it.
+                checks.append(lambda conn, now: _check_assigned(conn, who, approval_id))
             if schema is not None and decision == "approved":
                 check_response(schema, None if response is None else loads(response))
+            also = None
+            if checks:
+
+                def also(conn: Any, now: float) -> None:
+                    for check in checks:
+                        check(conn, now)
+
             approval, node = await self.store.decide(approval_id, decision, response, who.name, audit, also)
         except Refusal as exc:
             await self._refused(who, "approval.decide", approval_id, exc.code)
