@@ -112,6 +112,18 @@ def _row_factory(cursor: psycopg.Cursor[Any]) -> Callable[[Sequence[Any]], Any]:
 Params = Sequence[Any] | dict[str, Any]
 
 
+def for_psycopg(sql: str, params: Params | None) -> tuple[str, Params]:
+    """A statement and its parameters as psycopg's ``execute`` takes them (see :func:`translate`):
+    every path that sends the kit's SQL to PostgreSQL goes through here."""
+    return translate(sql, isinstance(params, dict)), params or ()
+
+
+def _statement(job: Job) -> tuple[str, Params]:
+    """A writer's statement job (``sql`` set, not ``fn``) as psycopg takes it."""
+    assert job.sql is not None
+    return for_psycopg(job.sql, job.params)
+
+
 class PgConnection:
     """A synchronous psycopg connection that speaks the kit's SQL (see :func:`translate`)."""
 
@@ -121,7 +133,7 @@ class PgConnection:
         self.raw = raw
 
     def execute(self, sql: str, params: Params | None = ()) -> psycopg.Cursor[Any]:
-        return self.raw.execute(translate(sql, isinstance(params, dict)), params or ())
+        return self.raw.execute(*for_psycopg(sql, params))
 
     @property
     def usable(self) -> bool:
@@ -141,7 +153,7 @@ class AsyncPgConnection:
         self.raw = raw
 
     async def execute(self, sql: str, params: Params | None = ()) -> psycopg.AsyncCursor[Any]:
-        return await self.raw.execute(translate(sql, isinstance(params, dict)), params or ())
+        return await self.raw.execute(*for_psycopg(sql, params))
 
 
 #: Seconds to wait for a connection to PostgreSQL before the request is a 503.
@@ -248,19 +260,13 @@ class PostgresDatabase(GroupCommitWriter[PgConnection]):
         cursor = raw.cursor
         with raw.pipeline():
             raw.execute("BEGIN")
-            cursors = [
-                cursor(row_factory=tuple_row).execute(
-                    translate(job.sql, isinstance(job.params, dict)), job.params or ()
-                )
-                for job in jobs
-            ]
+            cursors = [cursor(row_factory=tuple_row).execute(*_statement(job)) for job in jobs]
             raw.execute("COMMIT")
         for job, cur in zip(jobs, cursors, strict=True):
             job.value = _rows_of(cur)
 
     def _send_one(self, conn: PgConnection, job: Job) -> Rows:
-        sql = translate(job.sql, isinstance(job.params, dict))
-        return _rows_of(conn.raw.cursor(row_factory=tuple_row).execute(sql, job.params or ()))
+        return _rows_of(conn.raw.cursor(row_factory=tuple_row).execute(*_statement(job)))
 
     # -- reads ----------------------------------------------------------------------------------
 
