@@ -22,7 +22,6 @@ from pyworkflow.store._pg_db import translate
 #: The statements that find an approval by its id, by (run, operation key) or by its run.
 BY_KEY = {
     "SQL_GET_APPROVAL": ("a-1",),
-    "SQL_APPROVAL_SCHEMA": ("a-1",),
     "SQL_DECISION_TERMS": ("a-1",),
     "SQL_LOCK_APPROVAL": ("a-1",),
     "SQL_APPROVAL_BY_KEY": ("r-1", "review-1"),

@@ -19,7 +19,6 @@ from ._graph_rows import Conn, StepRecord, _row, _rows, approval_view, new_id
 from ._graph_sql import (
     APPROVAL_STATUS_WHERE,
     SQL_APPROVAL_BY_KEY,
-    SQL_APPROVAL_SCHEMA,
     SQL_DECIDE,
     SQL_DECISION_TERMS,
     SQL_DROP_QUEUE_ROW,
@@ -127,13 +126,6 @@ class ApprovalTransitions:
             return approval_view(approval), paused
 
         return await self.db.write(fn)
-
-    def approval_schema(self, approval_id: str) -> Any:
-        """The approval's response schema, decoded (None: it declares none)."""
-        row = self.read_one(lambda c: _row(c, SQL_APPROVAL_SCHEMA, (approval_id,)))
-        if row is None:
-            raise NotFound.of("approval", approval_id)
-        return None if row["payload_schema"] is None else loads(row["payload_schema"])
 
     async def decision_terms(self, approval_id: str) -> tuple[Any, bool]:
         """What a decision reads before its transaction: the approval's response schema, decoded

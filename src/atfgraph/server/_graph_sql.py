@@ -187,8 +187,6 @@ VALUES (?, ?, ?, 'approval', ?, '', 'pending', ?, ?, ?, ?, ?)
 # kind (the approval lists, the inbox) keep the plain test, which waits_by_kind is there to serve.
 IS_APPROVAL = "w.kind || '' = 'approval'"
 SQL_GET_APPROVAL = APPROVAL_ROW + f"WHERE w.id = ? AND {IS_APPROVAL}"
-# What a decision's response must match, read before deciding (primary key).
-SQL_APPROVAL_SCHEMA = f"SELECT w.payload_schema FROM waits w WHERE w.id = ? AND {IS_APPROVAL}"
 # What a decision reads before its transaction: the response schema, and whether the approval is
 # assigned (the transaction checks the assignment again). One statement, by primary keys.
 SQL_DECISION_TERMS = (

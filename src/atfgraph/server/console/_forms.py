@@ -74,7 +74,7 @@ async def decide(request: Request, approval_id: str) -> Response:
     decision = _text(form, "decision")
     store = _store(request)
     try:
-        fields = schema_fields(store.approval_schema(approval_id))
+        fields = schema_fields((await store.decision_terms(approval_id))[0])
     except NotFound:
         fields = None
     answer = read_answer(form, fields, "response", note_key="note")
