@@ -32,14 +32,16 @@ def keys(db: SQLiteDatabase) -> list[str]:
 async def hold_writer(
     db: GroupCommitWriter[sqlite3.Connection],
 ) -> tuple[threading.Event, asyncio.Future[None]]:
-    """Keep the writer busy until the event is set, so that what is submitted next is one batch."""
+    """Keep the writer thread busy until the event is set, so that what is submitted next is one
+    batch. (Submitted from another thread: a write from this loop with nothing else to do would
+    run inline, on the loop itself.)"""
     release, started = threading.Event(), threading.Event()
 
     def busy(conn: sqlite3.Connection) -> None:
         started.set()
         release.wait(10)
 
-    held = asyncio.ensure_future(db.write(busy))
+    held = asyncio.ensure_future(asyncio.to_thread(db.write_sync, busy))
     await asyncio.to_thread(started.wait, 10)
     return release, held
 
@@ -86,7 +88,8 @@ async def test_a_failing_function_is_only_its_callers_error(db: SQLiteDatabase) 
 
         return fn
 
-    futures = [db.write(insert(k)) for k in ("p", "bad", "q")]  # type: ignore[arg-type]
+    futures = [asyncio.ensure_future(db.write(insert(k))) for k in ("p", "bad", "q")]  # type: ignore[arg-type]
+    await asyncio.sleep(0)  # each queued behind the held writer
     release.set()
     await held
     outcomes = await asyncio.gather(*futures, return_exceptions=True)
@@ -99,8 +102,9 @@ async def test_a_failing_function_is_only_its_callers_error(db: SQLiteDatabase) 
 
 async def test_functions_and_statements_share_a_batch(db: SQLiteDatabase) -> None:
     release, held = await hold_writer(db)
-    fn = db.write(lambda conn: conn.execute("INSERT INTO t (k) VALUES ('f')").rowcount)
+    fn = asyncio.ensure_future(db.write(lambda conn: conn.execute("INSERT INTO t (k) VALUES ('f')").rowcount))
     st = db.submit("INSERT INTO t (k) VALUES (?) RETURNING k", ("s",), key="s")
+    await asyncio.sleep(0)  # both queued behind the held writer
     release.set()
     await held
     assert await fn == 1 and await st == [("s",)]
@@ -192,3 +196,71 @@ async def test_closing_commits_the_deferred_writes(tmp_path: Path, monkeypatch: 
         assert keys(reopened) == ["last"]
     finally:
         reopened.close()
+
+
+# -- inline writes -------------------------------------------------------------------------------
+
+
+async def test_a_write_with_nobody_to_share_its_commit_runs_inline(db: SQLiteDatabase) -> None:
+    where: list[int] = []
+
+    def fn(conn: sqlite3.Connection) -> str:
+        where.append(threading.get_ident())
+        conn.execute("INSERT INTO t (k) VALUES ('one')")
+        return "one"
+
+    commits, inline = db.commits, db.inline_commits
+    assert await db.write(fn) == "one"
+    assert where == [threading.get_ident()]  # the caller's thread, not the writer's
+    assert (db.commits - commits, db.inline_commits - inline) == (1, 1)
+    other = sqlite3.connect(db.path)  # committed: another connection sees it
+    try:
+        assert other.execute("SELECT k FROM t").fetchall() == [("one",)]
+    finally:
+        other.close()
+
+
+async def test_concurrent_writes_still_share_commits(db: SQLiteDatabase) -> None:
+    commits, inline = db.commits, db.inline_commits
+    await asyncio.gather(*(db.write(_insert(f"k{i}")) for i in range(200)))
+    assert len(keys(db)) == 200
+    # Two hundred callers ready together: at most the last few run inline, the rest share commits.
+    assert db.inline_commits - inline <= 3
+    assert db.commits - commits <= 10
+
+
+async def test_an_inline_write_never_waits_on_another_process_lock(db: SQLiteDatabase) -> None:
+    """While another connection holds the write lock, the loop keeps running: the write goes to
+    the writer thread, which waits for the lock, and commits once it is free."""
+    holder = sqlite3.connect(db.path, isolation_level=None, check_same_thread=False)
+    holder.execute("BEGIN IMMEDIATE")
+    try:
+        inline = db.inline_commits
+        write = asyncio.ensure_future(db.write(_insert("after-the-lock")))
+        ticks = 0
+        for _ in range(20):  # 0.2 s in which the loop must keep turning
+            await asyncio.sleep(0.01)
+            ticks += 1
+        assert not write.done() and ticks == 20
+    finally:
+        holder.execute("ROLLBACK")
+        holder.close()
+    await asyncio.wait_for(write, 10)
+    assert keys(db) == ["after-the-lock"]
+    assert db.inline_commits == inline  # the writer thread committed it
+
+
+async def test_a_deferred_write_queued_behind_a_busy_inline_attempt_keeps_its_place(
+    db: SQLiteDatabase, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(_group_commit, "DEFER_LINGER", 60.0)
+    outcomes: list[BaseException | None] = []
+    db.write_deferred(_insert("deferred"), outcomes.append)
+    holder = sqlite3.connect(db.path, isolation_level=None, check_same_thread=False)
+    holder.execute("BEGIN IMMEDIATE")
+    write = asyncio.ensure_future(db.write(_insert("caller")))
+    await asyncio.sleep(0.05)  # the inline attempt found the lock held and queued both
+    holder.execute("ROLLBACK")
+    holder.close()
+    await asyncio.wait_for(write, 10)
+    assert keys(db) == ["deferred", "caller"] and outcomes == [None]

@@ -29,6 +29,19 @@ costs no commit of its own, or is committed alone :data:`DEFER_LINGER` seconds a
 queued if no write came. Jobs run in the order they were queued, so it is applied before any
 later write, of its run or another's.
 
+**Inline writes.** A waiting caller is what the writer thread saves: while one caller's commit
+flushes, the others queue behind it and share the next commit. A caller with nobody to share
+with (the writer idle, no caller's job queued, and at most :data:`INLINE_MAX_READY` other
+callbacks ready on its event loop: one run at a time) gains nothing from the thread and pays two
+thread hand-offs per commit. So on a database that allows it (``inline=True`` to
+:meth:`GroupCommitWriter._start_writer`: SQLite's single writer), :meth:`GroupCommitWriter.write`
+runs such a job on the caller's own thread, with the deferred jobs queued before it, in one
+transaction, exactly as the writer would have. The event loop is held for that one transaction
+(a few statements and the flush); it does not wait for another process: when another process
+holds the file's write lock (past :data:`INLINE_BUSY_MS`), nothing runs inline and the jobs go
+to the writer thread, which waits as usual. (A batch in which one job fails re-runs each job
+alone, as the writer does, on the caller's thread.)
+
 Either way, a connection lost in the middle fails the callers of the work in flight (whether it
 committed is unknown, as for any call), and the writer reconnects for the next. A free writer
 takes every job submitted since a writer last looked (up to :data:`MAX_GROUP`); with several
@@ -75,6 +88,14 @@ DEFER_LINGER = 0.01
 #: Seconds a write may wait for the database by default (the graph server's ``--write-timeout``).
 WRITE_TIMEOUT = 10.0
 _NEVER = float("inf")
+#: Milliseconds an inline write waits for another process's write lock before it hands its jobs
+#: to the writer thread (which waits up to the write timeout).
+INLINE_BUSY_MS = 1
+#: Callbacks other than the caller's that may be ready on its event loop for a write to run
+#: inline: the ends of the turn before (a task's done callback, a waiter woken) are not writers
+#: that would share the commit; at most this many could, and they then share the next one.
+INLINE_MAX_READY = 2
+_MANY = range(INLINE_MAX_READY + 1)  # a loop that does not show what is ready (uvloop): never
 #: Runs of a write function that failed alone with a transient error (see ``_transient``).
 _TRANSIENT_RETRIES = 3
 #: A job's value before it ran.
@@ -210,12 +231,22 @@ class GroupCommitWriter(Generic[C]):
         conn: C | None = None,
         writers: int = 1,
         write_timeout: float | None = WRITE_TIMEOUT,
+        inline: bool = False,
     ) -> None:
         """Start ``writers`` threads; the first one starts with ``conn``, the others connect when
-        they first have work. Jobs wait at most ``write_timeout`` seconds (None: no bound)."""
+        they first have work. Jobs wait at most ``write_timeout`` seconds (None: no bound).
+        ``inline``: a caller with nobody to share a commit with runs its write on its own thread
+        (one writer only; the database's :meth:`_begin` must fail at once, as unavailable, while
+        another process holds the write lock after :meth:`_bound_wait` of ``INLINE_BUSY_MS``)."""
         self.write_timeout = check_write_timeout(write_timeout)
         self._cv = threading.Condition(threading.Lock())
         self._queue: list[Job] = []
+        #: whether ``write`` may run a job inline, and whether a thread (the writer, or an inline
+        #: caller) has the connection now; ``inline_commits`` counts the inline transactions
+        self.inline = inline and writers <= 1
+        self._busy = False
+        self._holder: int | None = None  # the thread running a write inline
+        self.inline_commits = 0
         #: jobs in the queue that a caller waits for (deferred ones are the rest), and when the
         #: oldest deferred job still queued was queued
         self._urgent = 0
@@ -225,10 +256,11 @@ class GroupCommitWriter(Generic[C]):
         self.groups = 0
         self.statements = 0
         count = max(1, writers)
+        self._slots = [_Slot(conn if k == 0 else None) for k in range(count)]
         self._threads = [
             threading.Thread(
                 target=self._run,
-                args=(_Slot(conn if k == 0 else None),),
+                args=(self._slots[k],),
                 name=name if count == 1 else f"{name}-{k}",
                 daemon=True,
             )
@@ -260,9 +292,66 @@ class GroupCommitWriter(Generic[C]):
         :class:`DatabaseUnavailableError` if the database took no write within ``timeout``
         seconds (default: :attr:`write_timeout`); then ``fn`` did not commit."""
         loop = asyncio.get_running_loop()
+        if self.inline and len(getattr(loop, "_ready", _MANY)) <= INLINE_MAX_READY:
+            # Next to nothing else is ready on this loop: nobody would share the commit.
+            job = Job(fn, None, None, None, None, None, self._deadline(timeout))
+            if self._write_inline(job):
+                if job.error is not None:
+                    raise job.error
+                value: T = job.value
+                return value
         future: asyncio.Future[T] = loop.create_future()
         self._put(Job(fn, None, None, None, loop, future, self._deadline(timeout)))
         return await future
+
+    def _write_inline(self, job: Job) -> bool:
+        """Run ``job`` (and the deferred jobs queued before it) on this thread if the writer is
+        idle and no caller's job is queued; False if it did not run (the caller queues it)."""
+        with self._cv:
+            if self._busy or self._urgent or self._closing:
+                return False
+            jobs = self._queue[: MAX_GROUP - 1]
+            del self._queue[: MAX_GROUP - 1]
+            jobs.append(job)
+            self._busy = True
+            self._holder = threading.get_ident()
+        ran = False
+        started = time.perf_counter()
+        try:
+            ran = self._functions_inline(self._slots[0], jobs)
+        finally:
+            with self._cv:
+                self._busy = False
+                self._holder = None
+                if not ran:  # back to the front of the queue, in order, for the writer
+                    self._queue[:0] = jobs[:-1]
+                    if len(self._queue) == len(jobs) - 1 and self._queue:
+                        self._deferred_at = time.monotonic()
+                if self._queue or self._closing:
+                    self._cv.notify()
+        if ran:
+            self.inline_commits += 1
+            _deliver(jobs[:-1])
+            GROUP_COMMIT_SECONDS.observe(time.perf_counter() - started)
+            GROUP_COMMIT_BATCH.observe(len(jobs))
+        return ran
+
+    def _functions_inline(self, slot: _Slot[C], jobs: list[Job]) -> bool:
+        """:meth:`_functions` on the caller's thread, beginning without waiting for another
+        process's write lock: False, with nothing run, when the transaction could not begin."""
+        try:
+            conn = self._connection(slot)
+            self._bound_wait(conn, INLINE_BUSY_MS / 1000)
+            self._begin(conn)
+        except Exception:
+            # Not begun (the lock is held, the file is gone, the connection failed): the writer
+            # thread runs these jobs as usual and gives each caller its outcome.
+            with contextlib.suppress(Exception):
+                if slot.conn is not None:
+                    self._rollback(slot.conn)
+            return False
+        self._functions(slot, jobs, begun=True)
+        return True
 
     def write_deferred(self, fn: Callable[[C], Any], then: Callable[[BaseException | None], None]) -> None:
         """Queue ``fn`` to run in the transaction of the next caller's write (or alone after
@@ -279,8 +368,8 @@ class GroupCommitWriter(Generic[C]):
 
     def write_sync(self, fn: Callable[[C], T], *, timeout: float | None = None) -> T:
         """Blocking form of :meth:`write`, for code that has no event loop."""
-        if threading.current_thread() in self._threads:
-            raise RuntimeError("write_sync called from the writer thread")
+        if threading.current_thread() in self._threads or self._holder == threading.get_ident():
+            raise RuntimeError("write_sync called from the writer thread (or a write running inline)")
         future: concurrent.futures.Future[T] = concurrent.futures.Future()
         self._put(Job(fn, None, None, None, None, future, self._deadline(timeout)))
         return future.result()
@@ -320,8 +409,8 @@ class GroupCommitWriter(Generic[C]):
         try:
             while True:
                 with cv:
-                    while not self._urgent and not self._closing:
-                        if not queue:
+                    while self._busy or (not self._urgent and not self._closing):
+                        if self._busy or not queue:  # an inline caller has the connection
                             cv.wait()
                             continue
                         # Only deferred jobs: wait for a caller's write to join them, a while.
@@ -339,6 +428,7 @@ class GroupCommitWriter(Generic[C]):
                         cv.notify()
                     else:
                         self._urgent = 0
+                    self._busy = self.inline
                 started = time.perf_counter()
                 try:
                     self._execute(slot, jobs)
@@ -350,6 +440,9 @@ class GroupCommitWriter(Generic[C]):
                         raise
                     log.exception("group commit failed")
                 finally:
+                    if self.inline:
+                        with cv:
+                            self._busy = False
                     _deliver(jobs)
                     # Once per batch, after its callers were released: two histogram updates.
                     GROUP_COMMIT_SECONDS.observe(time.perf_counter() - started)
@@ -402,8 +495,9 @@ class GroupCommitWriter(Generic[C]):
         """Let the next transaction on ``conn`` wait for the database until the earliest
         deadline of ``jobs``."""
         deadline = min(job.deadline for job in jobs)
-        if deadline != _NEVER:
-            self._bound_wait(conn, max(0.0, deadline - time.monotonic()))
+        # No deadline (deferred jobs): the database's longest wait (an inline write may have
+        # left a short one on the connection).
+        self._bound_wait(conn, _NEVER if deadline == _NEVER else max(0.0, deadline - time.monotonic()))
 
     def _as_unavailable(self, exc: BaseException) -> BaseException:
         """``exc`` as the callers see it: :class:`DatabaseUnavailableError` when the database
@@ -454,7 +548,8 @@ class GroupCommitWriter(Generic[C]):
 
     # -- write functions
 
-    def _functions(self, slot: _Slot[C], jobs: list[Job]) -> None:
+    def _functions(self, slot: _Slot[C], jobs: list[Job], *, begun: bool = False) -> None:
+        """Run write functions in one transaction (``begun``: already open on ``slot``)."""
         try:
             conn = self._connection(slot)
         except BaseException as exc:  # the database is unreachable: every job gets the error
@@ -462,8 +557,9 @@ class GroupCommitWriter(Generic[C]):
                 job.error = exc
             return
         try:
-            self._wait_bound(conn, jobs)
-            self._begin(conn)
+            if not begun:
+                self._wait_bound(conn, jobs)
+                self._begin(conn)
             for job in jobs:
                 job.value = job.fn(conn)  # type: ignore[misc]
             self._commit(conn)

@@ -130,7 +130,9 @@ class SQLiteDatabase(GroupCommitWriter[sqlite3.Connection]):
         self._local = threading.local()
         self._readers: list[sqlite3.Connection] = []
         self._readers_lock = threading.Lock()
-        self._start_writer(f"sqlite-writer:{Path(self.path).name}", conn=conn, write_timeout=write_timeout)
+        self._start_writer(
+            f"sqlite-writer:{Path(self.path).name}", conn=conn, write_timeout=write_timeout, inline=True
+        )
 
     # -- the writer's transactions (see GroupCommitWriter) ----------------------------------------
 
@@ -142,7 +144,9 @@ class SQLiteDatabase(GroupCommitWriter[sqlite3.Connection]):
         conn.execute("BEGIN IMMEDIATE")
 
     def _bound_wait(self, conn: sqlite3.Connection, seconds: float) -> None:
-        wanted = max(1, min(self._busy_timeout_ms, int(seconds * 1000)))
+        wanted = (
+            self._busy_timeout_ms if seconds * 1000 >= self._busy_timeout_ms else max(1, int(seconds * 1000))
+        )
         current = getattr(conn, "busy_ms", None)
         if current is None or abs(current - wanted) > _BUSY_SLACK_MS:
             conn.execute(f"PRAGMA busy_timeout = {wanted}")
