@@ -50,6 +50,7 @@ from pyworkflow import (
     workflow,
 )
 
+from ._disk import ceiling, commit_floor
 from ._fsyncs import STRACE_ARGS, FsyncCounter, strace_available
 from ._observers import Observer, fresh_database, make_observer, storage_url
 
@@ -546,7 +547,7 @@ TARGET_FSYNCS_ONE = {"A": 4.0, "B": 3.0}
 LABELS = {"A": "start+suspend", "B": "resume+complete", "C": "plain (3 steps)"}
 
 
-def report_mode(mode: str, m: dict[str, Any]) -> None:
+def report_mode(mode: str, m: dict[str, Any], floor: dict[str, Any] | None = None) -> None:
     print(f"  {MODES[mode]}:")
     for name, p in m["phases"].items():
         target = TARGETS[mode][name]
@@ -558,6 +559,9 @@ def report_mode(mode: str, m: dict[str, Any]) -> None:
             limit = TARGET_FSYNCS_ONE.get(name) if mode == "one_at_a_time" else None
             mark = "" if limit is None else f" [target <= {limit:g}: {'ok' if fs <= limit else 'OVER'}]"
             counts += f", {fs:.3f} fsyncs/run (strace){mark}"
+        most = None if floor is None else ceiling(floor, p["commits_per_run"])
+        if most is not None:
+            counts += f"; the disk's ceiling at that many commits: {most:.0f} runs/s"
         print(f"    phase {name} {LABELS[name]:<16} {p['runs_per_s']:>9.1f} runs/s median of [{runs}] "
               f"[target {target:.0f}: {ok}]; {counts}")  # fmt: skip
     cpu = "; ".join(
@@ -585,8 +589,14 @@ def report(result: dict[str, Any]) -> None:
     print(f"HITL benchmark: N={cfg['n']}, store={store}, {cfg['cpus']} CPUs, Python {cfg['python']}")
     print(f"  settings: {cfg['settings']}")
     print(f"  fsyncs: {cfg['fsyncs']}")
+    floor = result.get("commit_floor")
+    if floor:
+        print(f"  this disk: a bare SQLite commit of {floor['pages_per_commit']} pages (synchronous="
+              f"{floor['synchronous']}, no engine) takes {floor['median_ms']:.3f} ms median, p90 "
+              f"{floor['p90_ms']:.3f} ms ({floor['commits_per_s']:.0f} commits/s, "
+              f"{floor['commits']} in a row)")  # fmt: skip
     for mode, m in result["modes"].items():
-        report_mode(mode, m)
+        report_mode(mode, m, floor if mode == "one_at_a_time" else None)
     load = f"{cfg['loadavg_at_start'][0]} / {cfg['loadavg_at_end'][0]}"
     print(f"  load average (1 min) at start/end: {load} on {cfg['cpus']} CPUs; "
           f"timed repetitions of A-C per mode: {result['repetitions']} (fresh file each)")  # fmt: skip
@@ -680,6 +690,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         },
         "modes": {},
     }
+    if args.store == "sqlite":  # what one run at a time can reach on this disk at best
+        result["commit_floor"] = commit_floor(workdir, settings.synchronous)
     repeat = args.repeat or (1 if args.quick else 3)
     for mode in modes:
         rounds = []

@@ -28,6 +28,8 @@ def test_hitl_benchmark_quick_runs_both_modes(tmp_path: Path) -> None:
         "phase C plain",
         "resume+complete, suspended runs",
         "poll_interval=0.02 (non-default)",
+        "this disk: a bare SQLite commit of 6 pages",
+        "the disk's ceiling at that many commits",
     )
     for line in expected:
         assert line in proc.stdout, proc.stdout
@@ -48,6 +50,9 @@ def test_hitl_benchmark_quick_runs_both_modes(tmp_path: Path) -> None:
     assert all(p["commits_per_run"] >= 2 for p in one.values()), one
     if counted:
         assert all(p["fsyncs_per_run"] >= 1 for p in one.values()), one
+    floor = result["commit_floor"]
+    assert floor["pages_per_commit"] == 6 and floor["synchronous"] == "FULL"
+    assert 0 < floor["median_ms"] <= floor["p90_ms"] and floor["commits_per_s"] > 0
 
 
 def test_parked_benchmark_small_runs_every_part(tmp_path: Path) -> None:
