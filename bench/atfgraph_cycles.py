@@ -130,7 +130,8 @@ class Stack:
             "ATFGRAPH_SERVER": self.url,
             "ATFGRAPH_HOME": str(home),
             "ATFGRAPH_LEASE_SECONDS": str(lease_seconds),
-            "PYTHONPATH": str(REPO),
+            # This checkout's code, before any installed copy: a worktree's bench runs its own.
+            "PYTHONPATH": os.pathsep.join([str(REPO / "src"), str(REPO)]),
         }
         self.db = db or str(home / "bench.db")
         self.home = home

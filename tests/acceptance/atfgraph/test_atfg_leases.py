@@ -224,3 +224,40 @@ async def test_a_frozen_worker_gets_no_work_and_its_lost_attempts_go_to_one_that
     other.kill()
     after = await client.submit("tester.sleeper", {"seconds": 0}, max_attempts=1)
     assert await after.result(timeout=30) == {"attempt": 1}
+
+
+async def test_a_worker_that_went_away_mid_poll_is_leased_nothing(server: ServerProcess) -> None:
+    """A claim's long poll whose client closed its connection wakes for new work and leases none
+    of it: the task stays queued for the next claim (the poll's disconnect check)."""
+    async with httpx.AsyncClient(base_url=server.url + "/api/v2", headers=server.headers("worker")) as http:
+        registered = await http.post("/workers", json={"node_id": "leavers", "version": "1", "capacity": 1})
+        assert registered.status_code == 201, registered.text
+        worker_id = registered.json()["id"]
+        # The poll, by hand on a socket of its own, closed while it waits.
+        reader, writer = await asyncio.open_connection("127.0.0.1", server.port)
+        body = b'{"max": 1, "wait_seconds": 10}'
+        head = "".join(f"{k}: {v}\r\n" for k, v in server.headers("worker").items())
+        writer.write(
+            f"POST /api/v2/workers/{worker_id}/claim HTTP/1.1\r\nHost: x\r\n{head}"
+            f"Content-Type: application/json\r\nContent-Length: {len(body)}\r\n\r\n".encode()
+            + body
+        )
+        await writer.drain()
+        await asyncio.sleep(0.3)  # the poll is waiting
+        writer.close()
+        await writer.wait_closed()
+        assert await reader.read() == b""  # nothing was answered before it went away
+        await asyncio.sleep(0.2)  # the server saw the connection close
+        # The worker is live (a heartbeat: a silent worker's polls get nothing anyway) ...
+        beat = await http.post(f"/workers/{worker_id}/heartbeat", json={})
+        assert beat.status_code == 200, beat.text
+        owner = {"Authorization": server.headers("owner")["Authorization"]}
+        created = await http.post("/traversers", json={"target": "leavers.hold", "input": {}}, headers=owner)
+        assert created.status_code == 201, created.text
+        await asyncio.sleep(0.3)  # ... so only its going away keeps the woken poll from a lease
+        got = await http.get(f"/traversers/{created.json()['id']}", headers=owner)
+        assert got.json()["status"] == "queued", got.json()
+        assert (await http.post(f"/workers/{worker_id}/heartbeat", json={})).status_code == 200
+        claimed = await http.post(f"/workers/{worker_id}/claim", json={"max": 1})
+        (task,) = claimed.json()["tasks"]
+        assert task["traverser"]["id"] == created.json()["id"] and task["epoch"] == 1

@@ -49,3 +49,36 @@ def test_stamped_adds_an_iso_field_beside_each_named_instant() -> None:
         "finished_at_iso": None,
         "other": 2.0,
     }
+
+
+@pytest.mark.parametrize(
+    "seconds",
+    [
+        0.9999995,  # rounds up into the next second
+        0.0000005,  # half a microsecond: half to even, down
+        0.0000015,  # ... up
+        -0.0000004,  # before the epoch, within a microsecond of it
+        -0.9999996,
+        -1.0000004,
+        1764601469.9999996,
+        1764601469.5,
+    ],
+)
+def test_iso_rounds_the_fraction_as_datetime_does(seconds: float) -> None:
+    assert iso(seconds) == _reference(seconds)
+
+
+def test_iso_agrees_with_datetime_across_many_seconds_and_fractions() -> None:
+    rng = random.Random(11)
+    instants = [rng.uniform(-2.0e9, 4.1e9) for _ in range(2000)]
+    instants += [k / 7 for k in range(-3000, 3000)]
+    instants += [1.0e9 + (2 * k + 1) / 2e6 for k in range(2000)]  # exact half microseconds
+    instants += [1764601469 + k * 0.000137 for k in range(3000)]  # many within one second
+    assert [iso(s) for s in instants] == [_reference(s) for s in instants]
+
+
+def test_the_memo_of_written_seconds_stays_bounded() -> None:
+    for n in range(_stamps._SECONDS_MAX * 2 + 10):
+        iso(1.0e9 + n + 0.25)
+    assert 0 < len(_stamps._SECONDS) <= _stamps._SECONDS_MAX
+    assert iso(1.0e9 + 7.25) == _reference(1.0e9 + 7.25)
