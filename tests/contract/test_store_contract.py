@@ -25,6 +25,7 @@ from pyworkflow import (
 from pyworkflow.store import (
     Claim,
     NewWait,
+    RunState,
     RunStatus,
     StepStatus,
     Store,
@@ -394,6 +395,46 @@ async def test_wake_during_a_turn_keeps_the_queue_row(store: Store) -> None:
     assert state.waits[wait.wait_key].status == WaitStatus.RECEIVED
     await store.complete_run(again.fence, b"1", now=T0 + 2)
     assert not await store.has_ready(now=T0 + 2)
+
+
+async def test_a_claim_gives_the_state_replay_starts_from(store: Store) -> None:
+    """A new run's claim starts from nothing; a resumed run's gives what load_state reads (on
+    SQLite read in the claim's own transaction: ``Claim.state``), by either way of claiming."""
+    store_name = type(store).__name__
+    fresh = await _started(store)
+    assert await fresh.load_state(store) == RunState()
+
+    for way in ("tick", "decision"):
+        digest = secrets.token_bytes(32)
+        claim = await _started(store)
+        await store.complete_step(claim.fence, "a#1", b'{"done":1}', now=T0)
+        await store.save_checkpoint(claim.fence, "s#1", "", b'{"n":1}', expected_revision=0, now=T0)
+        wait = await store.create_wait(claim.fence, _wait(token=digest), now=T0)
+        await store.suspend_run(claim.fence, notified=[wait.id], delivered={}, now=T0)
+        if way == "tick":
+            await store.resolve_wait(token_digest=digest, payload=b'{"ok":true}', now=T0 + 1)
+            [again] = await store.claim("w1", limit=1, now=T0 + 1, lease_ttl=TTL, max_crashes=3)
+        else:
+            _, woke = await store.resolve_wait_and_claim(
+                token_digest=digest, payload=b'{"ok":true}', now=T0 + 1, check=None,
+                owner="w1", lease_ttl=TTL, max_crashes=3,
+            )  # fmt: skip
+            # A store may leave the woken run to a tick (PostgreSQL's wakes the runtimes instead).
+            [again] = (
+                [woke] if woke is not None
+                else await store.claim("w1", limit=1, now=T0 + 1, lease_ttl=TTL, max_crashes=3)
+            )  # fmt: skip
+        assert again.resumed is True
+        if store_name == "SQLiteStore":
+            assert again.state is not None  # read with the claim, not by the runtime after it
+        state = await again.load_state(store)
+        assert state == await store.load_state(claim.fence.run_id)
+        assert (
+            state.steps["a#1"].status == StepStatus.COMPLETED and state.steps["a#1"].result == b'{"done":1}'
+        )
+        assert state.waits[wait.wait_key].status == WaitStatus.RECEIVED
+        assert state.waits[wait.wait_key].payload == b'{"ok":true}'
+        assert state.checkpoints[("s#1", "")].value == b'{"n":1}'
 
 
 async def test_complete_and_fail_run_cancel_pending_waits(store: Store) -> None:

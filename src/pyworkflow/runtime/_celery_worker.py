@@ -25,7 +25,7 @@ from celery import Celery  # type: ignore[import-untyped]
 from .. import _clock, _tracing
 from .._crashpoints import crashpoint
 from .._engine import execute_turn
-from ..store import Purger, RunState, metrics, open_store, parse_age, tracing
+from ..store import Purger, metrics, open_store, parse_age, tracing
 from ._celery import TURN_TASK, CeleryOptions, CeleryStore, celery_store, dispatch, make_app
 from ._local import _dead_local_owners, owner_id
 
@@ -99,7 +99,7 @@ class Worker:
                 self._active += 1
             metrics.PERMITS_IN_USE.inc()
             try:
-                state = await self.store.load_state(run_id) if claim.resumed else RunState()
+                state = await claim.load_state(self.store)
                 suspended = await execute_turn(self.store, claim, state)
             except Exception:
                 # Not the workflow's failure (execute_turn records those) but ours, e.g. the

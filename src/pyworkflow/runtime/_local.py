@@ -166,7 +166,7 @@ class LocalRuntime:
         run_id = claim.fence.run_id
         try:
             if state is None:
-                state = await self.store.load_state(run_id) if claim.resumed else RunState()
+                state = await claim.load_state(self.store)
             self.turns += 1
             await execute_turn(self.store, claim, state)
         except asyncio.CancelledError:

@@ -136,6 +136,16 @@ class Claim:
     workflow: str
     input: bytes
     resumed: bool  # False for a run's first turn (nothing to load)
+    #: the run's state, read in the claim's own transaction (SQLite); None: not read, the
+    #: runtime loads it (:meth:`Store.load_state`) if ``resumed``
+    state: RunState | None = None
+
+    async def load_state(self, store: Store) -> RunState:
+        """What replay of this turn starts from: the state the claim read, else a resumed
+        run's state from ``store``, else a new run's empty state."""
+        if self.state is not None:
+            return self.state
+        return await store.load_state(self.fence.run_id) if self.resumed else RunState()
 
 
 @dataclass(slots=True)
