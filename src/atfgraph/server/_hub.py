@@ -4,7 +4,12 @@ A transition that can end a wait notifies here after its transaction commits. On
 owns a SQLite file, so that is all there is to it. Servers sharing a PostgreSQL database also
 forward each notification to the others (``forward``, sent with NOTIFY) and wake their own
 waiters for the others' (``wake``, fed by LISTEN). A waiter subscribes *before* it checks the
-store, so a notification between the check and the wait is not lost.
+store, so a notification between the check and the wait is not lost, and it stays subscribed
+until it unsubscribes, so none is lost while it handles the one before either.
+
+A notification may say the status the transition committed (``notify(key, status)``): a client
+following a traverser until it reaches some statuses then reads it again only when the status
+is one of them, or not said (another server's notification, a transition that does not say).
 """
 
 from __future__ import annotations
@@ -12,10 +17,33 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Callable
 
+#: Statuses a listener keeps before it looks; past that they collapse into one unknown status.
+_MAX_NOTIFIED = 64
+
+
+class Listener:
+    """One waiter's subscription to a key: what was notified on it since the waiter last looked
+    (:meth:`Hub.take`), each a status or None (not said)."""
+
+    __slots__ = ("_fut", "notified")
+
+    def __init__(self) -> None:
+        self.notified: list[str | None] = []
+        self._fut: asyncio.Future[None] | None = None
+
+    def _notify(self, status: str | None) -> None:
+        if len(self.notified) < _MAX_NOTIFIED:
+            self.notified.append(status)
+        else:
+            self.notified[:] = [None]
+        fut = self._fut
+        if fut is not None and not fut.done():
+            fut.set_result(None)
+
 
 class Hub:
     def __init__(self) -> None:
-        self._waiters: dict[str, set[asyncio.Future[bool]]] = {}
+        self._waiters: dict[str, set[Listener]] = {}
         #: set when the server begins to shut down: long polls answer at once from then on
         self.closing = False
         #: passes each notification on to the other servers sharing the database (PostgreSQL)
@@ -32,31 +60,37 @@ class Hub:
         for key in list(self._waiters):
             self.wake(key)
 
-    def subscribe(self, key: str) -> asyncio.Future[bool]:
-        fut: asyncio.Future[bool] = asyncio.get_running_loop().create_future()
-        self._waiters.setdefault(key, set()).add(fut)
-        return fut
+    def subscribe(self, key: str) -> Listener:
+        """Listen on ``key`` until :meth:`unsubscribe` (subscribe before checking the store)."""
+        listener = Listener()
+        self._waiters.setdefault(key, set()).add(listener)
+        return listener
 
-    def unsubscribe(self, key: str, fut: asyncio.Future[bool]) -> None:
+    def unsubscribe(self, key: str, listener: Listener) -> None:
         waiters = self._waiters.get(key)
         if waiters is not None:
-            waiters.discard(fut)
+            waiters.discard(listener)
             if not waiters:
                 del self._waiters[key]
 
-    def notify(self, key: str) -> None:
-        """A transition committed: wake this server's waiters on ``key``, and the other servers'."""
-        self.wake(key)
+    def notify(self, key: str, status: str | None = None) -> None:
+        """A transition committed: wake this server's waiters on ``key``, and the other servers'.
+        ``status``: the status it committed, when the caller knows it for certain."""
+        self.wake(key, status)
         if self.forward is not None:
             self.forward(key)
 
-    def wake(self, key: str) -> None:
+    def wake(self, key: str, status: str | None = None) -> None:
         """Wake this server's waiters on ``key``."""
         if key.startswith(_NODE):
             self._generation[key] = self._generation.get(key, 0) + 1
-        for fut in self._waiters.pop(key, ()):
-            if not fut.done():
-                fut.set_result(True)
+        for listener in self._waiters.get(key, ()):
+            listener._notify(status)
+
+    def take(self, listener: Listener) -> list[str | None]:
+        """What was notified to ``listener`` since it last took, oldest first."""
+        notified, listener.notified = listener.notified, []
+        return notified
 
     def generation(self, key: str) -> int:
         return self._generation.get(key, 0)
@@ -72,22 +106,30 @@ class Hub:
         long polls themselves never skip a claim on it."""
         return self._empty_at.get(key) != self._generation.get(key, 0)
 
-    async def wait(self, fut: asyncio.Future[bool], timeout: float) -> bool:
-        """Wait for a notification on ``fut`` (the caller's own, from :meth:`subscribe`); False on
-        timeout. The timeout settles ``fut`` with False itself: no shield and no ``wait_for``
-        task per wait (those were 2 % of the graph server's GIL under ``bench.atfgraph_cycles``)."""
-        if timeout <= 0 or self.closing or fut.done():
-            return fut.done()
-        timer = asyncio.get_running_loop().call_later(timeout, _time_up, fut)
+    async def wait(self, listener: Listener, timeout: float) -> bool:
+        """Wait until something is notified to ``listener`` (at once if something already was);
+        False on timeout. The timeout is a timer on the listener's own future: no shield and no
+        ``wait_for`` task per wait (those were 2 % of the graph server's GIL under
+        ``bench.atfgraph_cycles``)."""
+        if listener.notified:
+            return True
+        if timeout <= 0 or self.closing:
+            return False
+        loop = asyncio.get_running_loop()
+        fut: asyncio.Future[None] = loop.create_future()
+        listener._fut = fut
+        timer = loop.call_later(timeout, _time_up, fut)
         try:
-            return await fut
+            await fut
         finally:
             timer.cancel()
+            listener._fut = None
+        return bool(listener.notified)
 
 
-def _time_up(fut: asyncio.Future[bool]) -> None:
+def _time_up(fut: asyncio.Future[None]) -> None:
     if not fut.done():
-        fut.set_result(False)
+        fut.set_result(None)
 
 
 _NODE = "node:"

@@ -174,20 +174,26 @@ async def _follow(
     request: Request, traverser_id: str, wanted: set[str], timeout: float, code: int
 ) -> Response:
     """Answer with the traverser once its status is in ``wanted`` (at once if empty), or at the
-    deadline with whatever it is then."""
+    deadline with whatever it is then. Woken by a transition, it reads the traverser again
+    unless the transition said its status and that status is not wanted (a claim's "running"
+    for a client waiting for "waiting"): the reads of a poll are the first, the last and one per
+    notification whose status it cannot rule out."""
     store, hub = store_of(request), hub_of(request)
+    key = traverser_key(traverser_id)
     deadline = time.monotonic() + timeout
-    while True:
-        fut = hub.subscribe(traverser_key(traverser_id))
-        try:
-            view = await store.read_traverser(traverser_id)
+    listener = hub.subscribe(key)
+    try:
+        view = await store.read_traverser(traverser_id)
+        while True:
             remaining = deadline - time.monotonic()
             if not wanted or view["status"] in wanted or remaining <= 0 or hub.closing:
                 return ok(view, code)
-            if not await hub.wait(fut, remaining):
+            if not await hub.wait(listener, remaining):
                 return ok(await store.read_traverser(traverser_id), code)
-        finally:
-            hub.unsubscribe(traverser_key(traverser_id), fut)
+            if any(status is None or status in wanted for status in hub.take(listener)):
+                view = await store.read_traverser(traverser_id)
+    finally:
+        hub.unsubscribe(key, listener)
 
 
 def _parse_statuses(raw: str | None) -> set[str]:
@@ -233,7 +239,7 @@ async def complete(request: Request, traverser_id: str) -> Response:
     result = f.json("result", required=False) or b"null"
     wanted = await next_claim(request, f)
     await store_of(request).complete(traverser_id, f.integer("epoch"), result, f.steps())
-    hub_of(request).notify(traverser_key(traverser_id))
+    hub_of(request).notify(traverser_key(traverser_id), TraverserStatus.SUCCEEDED.value)
     return ok({"status": TraverserStatus.SUCCEEDED.value, "tasks": await hand_out(request, wanted)})
 
 
@@ -575,7 +581,7 @@ async def hand_out(request: Request, wanted: tuple[str, int] | None) -> list[dic
 
 def _announce(hub: Hub, tasks: list[dict[str, Any]]) -> None:
     for task in tasks:  # clients following a traverser see it running
-        hub.notify(traverser_key(task["traverser"]["id"]))
+        hub.notify(traverser_key(task["traverser"]["id"]), TraverserStatus.RUNNING.value)
 
 
 @router.post("/workers/{worker_id}/release", response_model=S.WorkerReleased)

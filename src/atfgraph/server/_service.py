@@ -25,7 +25,7 @@ from pyworkflow import validate_payload
 from pyworkflow.store import WaitKind, WaitRecord, crashpoint
 
 from .._json import dumps, dumps_read, fragment, loads
-from .._models import DECISIONS
+from .._models import DECISIONS, TraverserStatus
 from . import _tracing as tracing
 from ._assign import Assignees, Escalation, assignees_of, deadline_with, write_assignment
 from ._graph_rows import Lease, StepRecord
@@ -250,7 +250,7 @@ class Service:
         )  # fmt: skip
         if paused:
             crashpoint("server_after_approval_requested")
-            self.hub.notify(traverser_key(traverser_id))
+            self.hub.notify(traverser_key(traverser_id), TraverserStatus.WAITING.value)
             if epoch is not None:
                 self.store.attempts.ended(traverser_id, epoch, "paused")
             log.info(

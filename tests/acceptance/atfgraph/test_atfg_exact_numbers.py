@@ -5,6 +5,7 @@ range are kept exactly, as integers."""
 
 from __future__ import annotations
 
+import time
 from collections.abc import AsyncIterator
 from typing import Any
 
@@ -21,6 +22,18 @@ BELOW = "-9223372036854775809"  # -2**63 - 1
 @pyworkflow.workflow(name="exact-numbers:ledger")
 async def ledger() -> Any:
     return await pyworkflow.hook("operator_answer")
+
+
+def settled_dump(server: ServerProcess) -> str:
+    """:func:`database_dump` once it stayed the same for longer than the notifier's poll."""
+    previous, deadline = database_dump(server), time.monotonic() + 20
+    while time.monotonic() < deadline:
+        time.sleep(0.7)
+        current = database_dump(server)
+        if current == previous:
+            return current
+        previous = current
+    raise AssertionError("the database kept changing with nothing sent to the server")
 
 
 @pytest.fixture
@@ -67,7 +80,9 @@ async def test_every_value_a_body_carries_refuses_numbers_it_would_not_keep(
         ("PUT", "/memory/s/k", '{"value": [-1e400]}', "body.value[0]"),
         ("POST", f"/workers/{w}/heartbeat", f'{{"leases": [], "stats": {{"n": {BIG}}}}}', "body.stats.n"),
     ]
-    before = database_dump(server)
+    # The server's notifier drains the outbox rows of the approval and the hook created above
+    # on its own schedule (every 0.5 s): wait for the database to settle before comparing.
+    before = settled_dump(server)
     for method, path, body, where in refused:
         response = await http.request(method, "/api/v2" + path, content=body.encode())
         assert response.status_code == 422, (path, response.text)

@@ -1,5 +1,7 @@
-"""The hub's long-poll waits: a notification ends one with True, its timeout with False, a
-cancelled waiter is cancelled (and its timer with it), and a closing hub answers at once."""
+"""The hub's long-poll waits: a notification ends one with True, its timeout with False; a
+listener keeps what was notified while it was not waiting (nothing is lost between two waits)
+and the status each notification said; a cancelled waiter leaves no timer; a closing hub wakes
+everyone and answers later waits at once."""
 
 from __future__ import annotations
 
@@ -8,34 +10,59 @@ import time
 
 import pytest
 
-from atfgraph.server._hub import Hub, node_key
+from atfgraph.server import _hub
+from atfgraph.server._hub import Hub, node_key, traverser_key
 
 
 async def test_a_notification_ends_the_wait_with_true() -> None:
     hub = Hub()
-    fut = hub.subscribe(node_key("n"))
+    listener = hub.subscribe(node_key("n"))
     asyncio.get_running_loop().call_later(0.02, hub.notify, node_key("n"))
     started = time.monotonic()
-    assert await hub.wait(fut, 5.0) is True
+    assert await hub.wait(listener, 5.0) is True
     assert time.monotonic() - started < 1.0
+    assert hub.take(listener) == [None] and hub.take(listener) == []
 
 
-async def test_the_timeout_ends_the_wait_with_false_and_a_later_notification_is_harmless() -> None:
+async def test_the_timeout_ends_the_wait_with_false() -> None:
     hub = Hub()
     key = node_key("n")
-    fut = hub.subscribe(key)
+    listener = hub.subscribe(key)
     started = time.monotonic()
-    assert await hub.wait(fut, 0.05) is False
+    assert await hub.wait(listener, 0.05) is False
     assert 0.04 <= time.monotonic() - started < 1.0
-    hub.notify(key)  # the timed-out waiter is still subscribed: nothing breaks
-    hub.unsubscribe(key, fut)
-    assert await hub.wait(hub.subscribe(key), 0) is False  # no time: answers at once
+    assert await hub.wait(listener, 0) is False  # no time: answers at once
+    hub.unsubscribe(key, listener)
+    hub.notify(key)  # after unsubscribing: not delivered
+    assert hub.take(listener) == []
+
+
+async def test_notifications_between_waits_are_kept_with_their_statuses() -> None:
+    hub = Hub()
+    key = traverser_key("t")
+    listener = hub.subscribe(key)
+    other = hub.subscribe(traverser_key("u"))
+    hub.notify(key, "running")
+    hub.notify(key, "waiting")
+    hub.notify(key)  # a status not said (another server's notification)
+    assert await hub.wait(listener, 5.0) is True  # already notified: at once
+    assert hub.take(listener) == ["running", "waiting", None]
+    assert hub.take(other) == []
+
+
+async def test_a_listener_that_never_looks_keeps_a_bounded_list() -> None:
+    hub = Hub()
+    listener = hub.subscribe(traverser_key("t"))
+    for _ in range(_hub._MAX_NOTIFIED * 3):
+        hub.notify(traverser_key("t"), "running")
+    notified = hub.take(listener)
+    assert 1 <= len(notified) <= _hub._MAX_NOTIFIED and None in notified  # "something happened"
 
 
 async def test_a_cancelled_waiter_is_cancelled_and_leaves_no_timer() -> None:
     hub = Hub()
-    fut = hub.subscribe(node_key("n"))
-    waiter = asyncio.ensure_future(hub.wait(fut, 60.0))
+    listener = hub.subscribe(node_key("n"))
+    waiter = asyncio.ensure_future(hub.wait(listener, 60.0))
     await asyncio.sleep(0.01)
     waiter.cancel()
     with pytest.raises(asyncio.CancelledError):
@@ -43,12 +70,14 @@ async def test_a_cancelled_waiter_is_cancelled_and_leaves_no_timer() -> None:
     loop = asyncio.get_running_loop()
     timers = [h for h in getattr(loop, "_scheduled", []) if not h.cancelled() and h.when() > loop.time() + 30]
     assert timers == []
+    hub.notify(node_key("n"))  # a notification after the cancellation is harmless
+    assert hub.take(listener) == [None]
 
 
 async def test_closing_wakes_every_waiter_and_later_waits_answer_at_once() -> None:
     hub = Hub()
-    futs = [hub.subscribe(node_key(f"n{k}")) for k in range(3)]
-    waits = [asyncio.ensure_future(hub.wait(f, 60.0)) for f in futs]
+    listeners = [hub.subscribe(node_key(f"n{k}")) for k in range(3)]
+    waits = [asyncio.ensure_future(hub.wait(listener, 60.0)) for listener in listeners]
     await asyncio.sleep(0.01)
     hub.close()
     assert await asyncio.wait_for(asyncio.gather(*waits), 1.0) == [True, True, True]
