@@ -39,9 +39,19 @@ def _python(command: str) -> list[str]:
     return [sys.executable, *argv[1:]]
 
 
+def _ctrl_c_stops() -> None:
+    """In the child: Ctrl-C's signal at its default, as a terminal gives it. A test run started
+    in the background of a non-interactive shell has SIGINT ignored, children inherit that, and
+    Python then installs no KeyboardInterrupt handler (nor asyncio.run its own), so the SIGINT
+    below would not stop the serving process."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
 def _serve_until(command: str, cwd: Path, pattern: str, seconds: float = 60) -> str:
     """Run the README's serve command until its log matches ``pattern``, then Ctrl-C it."""
-    proc = subprocess.Popen(_python(command), cwd=cwd, env=_env(), stderr=subprocess.PIPE, text=True)
+    proc = subprocess.Popen(
+        _python(command), cwd=cwd, env=_env(), stderr=subprocess.PIPE, text=True, preexec_fn=_ctrl_c_stops
+    )
     assert proc.stderr is not None
     lines: queue.Queue[str] = queue.Queue()
     reader = threading.Thread(target=lambda: [lines.put(line) for line in proc.stderr or ()], daemon=True)
@@ -56,7 +66,12 @@ def _serve_until(command: str, cwd: Path, pattern: str, seconds: float = 60) -> 
                 raise AssertionError(f"serve() never logged {pattern!r} in {seconds} s:\n{log}") from None
     finally:
         proc.send_signal(signal.SIGINT)
-        proc.wait(30)
+        try:
+            proc.wait(30)
+        except subprocess.TimeoutExpired:
+            proc.kill()  # not left running after the test failed
+            proc.wait()
+            raise
         reader.join(30)
         proc.stderr.close()
     while not lines.empty():

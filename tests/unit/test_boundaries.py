@@ -67,4 +67,4 @@ def test_the_walker_resolves_relative_imports_and_sees_private_names() -> None:
     assert not private("pyworkflow.store") and not private("__future__")
     service = [(m, n) for f, _, m, n in imports("atfgraph") if f.endswith("server/_service.py")]
     assert ("atfgraph.server._store", ("GraphStore",)) in service
-    assert ("atfgraph._models", ("DECISIONS",)) in service
+    assert ("atfgraph._models", ("DECISIONS", "TraverserStatus")) in service
