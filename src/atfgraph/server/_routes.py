@@ -183,14 +183,17 @@ async def _follow(
     deadline = time.monotonic() + timeout
     listener = hub.subscribe(key)
     try:
-        view = await store.read_traverser(traverser_id)
+        view, fresh = await store.read_traverser(traverser_id), True
         while True:
             remaining = deadline - time.monotonic()
-            if not wanted or view["status"] in wanted or remaining <= 0 or hub.closing:
+            if not wanted or view["status"] in wanted:
                 return ok(view, code)
+            if remaining <= 0 or hub.closing:  # whatever it is now: not a view a wake-up skipped
+                return ok(view if fresh else await store.read_traverser(traverser_id), code)
             if not await hub.wait(listener, remaining):
                 return ok(await store.read_traverser(traverser_id), code)
-            if any(status is None or status in wanted for status in hub.take(listener)):
+            fresh = any(status is None or status in wanted for status in hub.take(listener))
+            if fresh:
                 view = await store.read_traverser(traverser_id)
     finally:
         hub.unsubscribe(key, listener)

@@ -1,0 +1,98 @@
+"""A traverser's long poll (``_follow``, behind ``GET /traversers/{id}?wait_for=`` and
+submit-and-follow) on a real store and hub: it skips the read for a notification whose status
+it does not want, and still answers the traverser as it is now, never a view it skipped past."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from types import SimpleNamespace
+from typing import Any
+
+import pytest
+
+from atfgraph.server import _routes
+from atfgraph.server._hub import Hub, traverser_key
+from atfgraph.server._store import GraphStore
+
+
+class _Clock:
+    """``time.monotonic`` for ``_routes``: the poll's deadline is set at ``now`` = 0; a test
+    moves ``now`` past it."""
+
+    def __init__(self) -> None:
+        self.now = 0.0
+
+    def monotonic(self) -> float:
+        return self.now
+
+
+def _request(store: GraphStore, hub: Hub) -> Any:
+    return SimpleNamespace(app=SimpleNamespace(state=SimpleNamespace(store=store, hub=hub)))
+
+
+async def _queued(store: GraphStore) -> tuple[str, str, list[str]]:
+    """A queued traverser and a worker of its node: (traverser id, worker id, the traverser
+    reads made through the store from now on)."""
+    worker = (await store.register_worker("n", "1", 1))["id"]
+    view, _ = await store.submit("n.skill", b"{}", max_attempts=1)
+    reads: list[str] = []
+    original = store.read_traverser
+
+    async def counted(traverser_id: str) -> dict[str, Any]:
+        reads.append(traverser_id)
+        return await original(traverser_id)
+
+    store.read_traverser = counted  # type: ignore[method-assign]
+    return str(view["id"]), str(worker), reads
+
+
+async def test_a_skipped_wake_up_is_not_the_answer_at_the_deadline(
+    store: GraphStore, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    clock = _Clock()
+    monkeypatch.setattr(_routes, "time", clock)
+    hub = Hub()
+    traverser_id, worker, reads = await _queued(store)
+    follow = asyncio.ensure_future(
+        _routes._follow(_request(store, hub), traverser_id, {"succeeded"}, 10.0, 200)
+    )
+    await asyncio.sleep(0.05)  # it read "queued" and waits
+    assert reads == [traverser_id]
+    (task,) = await store.claim(worker, 1)
+    assert task["traverser"]["status"] == "running"
+    clock.now = 100.0  # the deadline passes as the claim is announced
+    hub.notify(traverser_key(traverser_id), "running")
+    answer = json.loads((await asyncio.wait_for(follow, 5)).body)
+    assert answer["status"] == "running"  # read again at the deadline, not the skipped "queued"
+
+
+async def test_a_wake_up_with_an_unwanted_status_reads_nothing_and_a_wanted_one_answers(
+    store: GraphStore,
+) -> None:
+    hub = Hub()
+    traverser_id, worker, reads = await _queued(store)
+    follow = asyncio.ensure_future(
+        _routes._follow(_request(store, hub), traverser_id, {"running", "succeeded"}, 10.0, 200)
+    )
+    await asyncio.sleep(0.05)
+    hub.notify(traverser_key(traverser_id), "waiting")  # said, and not wanted: no read
+    await asyncio.sleep(0.05)
+    assert reads == [traverser_id] and not follow.done()
+    await store.claim(worker, 1)
+    hub.notify(traverser_key(traverser_id), "running")  # wanted: read, and the answer
+    answer = json.loads((await asyncio.wait_for(follow, 5)).body)
+    assert answer["status"] == "running" and len(reads) == 2
+
+
+async def test_a_notification_that_says_nothing_always_reads(store: GraphStore) -> None:
+    hub = Hub()
+    traverser_id, worker, reads = await _queued(store)
+    follow = asyncio.ensure_future(
+        _routes._follow(_request(store, hub), traverser_id, {"running"}, 10.0, 200)
+    )
+    await asyncio.sleep(0.05)
+    await store.claim(worker, 1)
+    hub.notify(traverser_key(traverser_id))  # another server's, or a transition that does not say
+    answer = json.loads((await asyncio.wait_for(follow, 5)).body)
+    assert answer["status"] == "running" and len(reads) == 2
