@@ -266,10 +266,13 @@ class Agent:
             **({} if escalate is None else {"escalate": escalate}),
             **({"decision_link": decision_link} if decision_link else {}),
         )
-        if pause and attempt.claim_next is not None:
-            body["claim"] = attempt.claim_next
+        read_timeout = attempt.ask_next(body) if pause else None
         with tracing.approval_request(attempt.context.traverser_id, operation_key):
-            answer = await attempt.call("POST", "/approvals", body)
+            try:
+                answer = await attempt.call("POST", "/approvals", body, read_timeout=read_timeout)
+            except BaseException:
+                attempt.freeing = False  # refused or unanswered: the handler has its permit
+                raise
             approval: dict[str, Any] = answer["approval"]
             attempt.approvals[operation_key] = approval
             minted = answer.get("decision_link")
@@ -280,6 +283,7 @@ class Agent:
             if answer["paused"]:
                 attempt.next_tasks = answer.get("tasks") or []
                 raise _TraversalPaused(approval)
+            attempt.freeing = False  # decided already: the handler goes on in its permit
         return dict(approval) if minted is None else {**approval, "decision_link": minted}
 
     pause = request_approval  # the retained alias of the durable mechanism

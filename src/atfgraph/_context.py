@@ -77,8 +77,11 @@ class _Attempt:
     pending_steps: list[dict[str, Any]] = field(default_factory=list)
     seq: int = 0
     #: what a report that frees this attempt's permit (a pause, the completion) asks the server
-    #: to hand out with its answer (the worker's id and one task), None: nothing
+    #: to hand out with its answer (the worker's id, one task, how long the answer may wait for
+    #: one), None: nothing
     claim_next: dict[str, Any] | None = None
+    #: such a report is out: no handler runs in the permit while its answer waits for work
+    freeing: bool = False
     #: the tasks such an answer carried, for the worker to start once this attempt is over
     next_tasks: list[dict[str, Any]] = field(default_factory=list)
     #: calls under the lease waiting for their answer: while one is out, that answer (not a
@@ -86,6 +89,16 @@ class _Attempt:
     calls_in_flight: int = 0
     #: how long the lease lasts without a heartbeat (the server's answer to the claim)
     lease_seconds: float = 30.0
+
+    def ask_next(self, body: dict[str, Any]) -> float | None:
+        """Ask in ``body``, a report that frees this attempt's permit, for the next task (see
+        ``claim_next``); the read timeout its answer needs, which may wait for work (None: the
+        transport's own, nothing asked)."""
+        if self.claim_next is None:
+            return None
+        body["claim"] = self.claim_next
+        self.freeing = True
+        return float(self.claim_next.get("wait_seconds") or 0.0) + 15.0
 
     def next_seq(self) -> int:
         self.seq += 1

@@ -4,9 +4,11 @@ most ``capacity`` handlers at once and reports each attempt's outcome under its 
 Round trips per task: one claim (which carries the task's checkpoints, recorded steps and
 approvals, so the handler's reads are local), one call per write the handler makes (child steps
 ride along with the next write), and one to report the outcome. The report that frees a permit
-(the completion, or the approval request that pauses) asks for the next task in its answer, so
-a busy worker claims nothing separately between tasks; it long-polls only when that answer
-brought none. Heartbeats extend all of a worker's leases in one request every lease/3 seconds.
+(the completion, or the approval request that pauses) asks for the next task in its answer, and
+that answer may wait for one (``report_wait_seconds``: a long poll riding on the report, after
+the report has committed), so a worker claims nothing on its own between tasks; it long-polls
+separately only when that answer brought none. Heartbeats extend all of a worker's leases in
+one request every lease/3 seconds.
 
 A handler that pauses ends with ``_TraversalPaused`` after the server has closed its lease: the
 worker just frees the permit. Nothing of a waiting traverser stays in the worker.
@@ -30,6 +32,10 @@ from ._json import dumps
 from ._transport import Transport, q
 
 log = logging.getLogger("atfgraph.worker")
+
+#: The default of ``Worker.report_wait_seconds``: work that comes within a second of a report is
+#: handed out in its answer; an idle worker then long-polls with one claim of its own.
+REPORT_WAIT_SECONDS = 1.0
 
 
 @dataclass(slots=True)
@@ -67,6 +73,7 @@ class Worker:
         claim_wait_seconds: float = 20.0,
         grace_seconds: float = 10.0,
         token: str | None = None,
+        report_wait_seconds: float | None = None,
     ) -> None:
         self.agent = agent
         self.capacity = capacity or agent.capacity
@@ -74,6 +81,13 @@ class Worker:
         self.transport = Transport(server_url, timeout=30.0, token=token, kind="worker")
         self.claim_wait_seconds = claim_wait_seconds
         self.grace_seconds = grace_seconds
+        #: How long the answer to a report that frees a permit may wait for the next task (a
+        #: long poll riding on the report; after it the worker claims on its own). Short: until
+        #: that answer comes the worker does not know how its report went, and a stopping
+        #: worker waits for it (at most half the grace).
+        if report_wait_seconds is None:
+            report_wait_seconds = min(REPORT_WAIT_SECONDS, claim_wait_seconds, grace_seconds / 2)
+        self.report_wait_seconds = report_wait_seconds
         self.stats = WorkerStats()
         self.worker_id: str | None = None
         self.lease_seconds = 30.0
@@ -84,11 +98,16 @@ class Worker:
 
     @property
     def permits_in_use(self) -> int:
-        return len(self._running)
+        """Permits a handler runs in: not one whose report is out and only waits for the next
+        task (the claim loop still counts it taken, for the task that answer may bring)."""
+        return sum(1 for r in self._running.values() if r.attempt is None or not r.attempt.freeing)
 
     def stop(self) -> None:
         """Stop claiming; running handlers get ``grace_seconds`` to finish, then are released."""
         self._stopping.set()
+        for running in self._running.values():  # their reports ask for no next task
+            if running.attempt is not None:
+                running.attempt.claim_next = None
 
     # -- main loop -----------------------------------------------------------------------------
 
@@ -165,7 +184,7 @@ class Worker:
         self.stats.claimed += 1
         handle = asyncio.create_task(self._execute(task), name=f"atfgraph:{trav['target']}:{trav['id']}")
         self._running[trav["id"]] = _Running(trav["id"], task["epoch"], handle)
-        self.stats.permits_in_use = len(self._running)
+        self.stats.permits_in_use = self.permits_in_use
 
     async def _drain(self) -> None:
         if not self._running:
@@ -199,7 +218,7 @@ class Worker:
         if self.worker_id is None:  # stopped before it ever registered
             return
         leases = [{"id": r.traverser_id, "epoch": r.epoch} for r in self._running.values()]
-        self.stats.permits_in_use = len(self._running)
+        self.stats.permits_in_use = self.permits_in_use
         body = {"leases": leases, "stats": asdict(self.stats)}
         try:
             answer = await self.transport.request("POST", f"/workers/{q(self.worker_id)}/heartbeat", body)
@@ -238,7 +257,9 @@ class Worker:
             checkpoints={name: (c["value"], c["revision"]) for name, c in task["checkpoints"].items()},
             steps={s["key"]: s for s in task["steps"]},
             approvals={a["operation_key"]: a for a in task["approvals"]},
-            claim_next=None if self._stopping.is_set() else {"worker_id": self.worker_id, "max": 1},
+            claim_next=None
+            if self._stopping.is_set()
+            else {"worker_id": self.worker_id, "max": 1, "wait_seconds": self.report_wait_seconds},
             lease_seconds=self.lease_seconds,
         )
         running = self._running.get(ident)
@@ -259,7 +280,7 @@ class Worker:
             if not self._stopping.is_set():
                 for following in attempt.next_tasks:
                     self._start(following)
-            self.stats.permits_in_use = len(self._running)
+            self.stats.permits_in_use = self.permits_in_use
             self._slot_freed.set()
 
     async def _attempt(self, attempt: _Attempt, trav: dict[str, Any]) -> None:
@@ -276,9 +297,7 @@ class Worker:
             async with asyncio.timeout(skill.timeout_seconds):
                 result = await skill.fn(**kwargs)
             body = attempt.leased(result=_jsonable(result))
-            if attempt.claim_next is not None and not self._stopping.is_set():
-                body["claim"] = attempt.claim_next
-            answer = await self._report(attempt, path + "/complete", body)
+            answer = await self._report(attempt, path + "/complete", body, attempt.ask_next(body))
             attempt.next_tasks = answer.get("tasks") or []
             self.stats.succeeded += 1
             tracing.mark("succeeded")
@@ -323,11 +342,13 @@ class Worker:
             tracing.mark("failed")
 
     @staticmethod
-    async def _report(attempt: _Attempt, path: str, body: dict[str, Any]) -> Any:
+    async def _report(
+        attempt: _Attempt, path: str, body: dict[str, Any], read_timeout: float | None = None
+    ) -> Any:
         """Report under the lease, retrying while the server is unreachable (``_Attempt.call``);
         a lease lost in the meantime means another attempt has taken over, so the outcome is
-        dropped (``_LeaseLost``)."""
-        return await attempt.call("POST", path, body)
+        dropped (``_LeaseLost``). ``read_timeout``: for an answer that may wait for the next task."""
+        return await attempt.call("POST", path, body, read_timeout=read_timeout)
 
 
 def _jsonable(result: Any) -> Any:

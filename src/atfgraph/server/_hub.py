@@ -10,6 +10,12 @@ until it unsubscribes, so none is lost while it handles the one before either.
 A notification may say the status the transition committed (``notify(key, status)``): a client
 following a traverser until it reaches some statuses then reads it again only when the status
 is one of them, or not said (another server's notification, a transition that does not say).
+
+Work queued for a node wakes one claim poll, not all of them: the poll that is woken claims,
+and passes the notification on to the next waiter if its claim took as many tasks as it asked
+for (more may be queued) or if it leaves without claiming (``pass_on``, and ``unsubscribe`` of a
+listener with a notification it did not take). So N polls on one node (workers, and reports
+whose answer waits for the next task) cost one claim per task, not N.
 """
 
 from __future__ import annotations
@@ -27,6 +33,11 @@ class Listener:
 
     __slots__ = ("_fut", "notified")
 
+    @property
+    def waiting(self) -> bool:
+        """Whether its waiter is in :meth:`Hub.wait` now (not busy with what it was woken for)."""
+        return self._fut is not None
+
     def __init__(self) -> None:
         self.notified: list[str | None] = []
         self._fut: asyncio.Future[None] | None = None
@@ -43,7 +54,8 @@ class Listener:
 
 class Hub:
     def __init__(self) -> None:
-        self._waiters: dict[str, set[Listener]] = {}
+        # Per key, its listeners in the order they subscribed (a dict as an ordered set).
+        self._waiters: dict[str, dict[Listener, None]] = {}
         #: set when the server begins to shut down: long polls answer at once from then on
         self.closing = False
         #: passes each notification on to the other servers sharing the database (PostgreSQL)
@@ -57,21 +69,27 @@ class Hub:
         """Wake every waiter and make later waits return at once (graceful shutdown: a long
         poll must not hold the server past its shutdown timeout)."""
         self.closing = True
-        for key in list(self._waiters):
-            self.wake(key)
+        for waiters in list(self._waiters.values()):
+            for listener in list(waiters):
+                listener._notify(None)
 
     def subscribe(self, key: str) -> Listener:
         """Listen on ``key`` until :meth:`unsubscribe` (subscribe before checking the store)."""
         listener = Listener()
-        self._waiters.setdefault(key, set()).add(listener)
+        self._waiters.setdefault(key, {})[listener] = None
         return listener
 
     def unsubscribe(self, key: str, listener: Listener) -> None:
+        """Stop listening. A claim poll's listener that leaves with a notification it did not
+        :meth:`take` passes it on to another waiter on the node."""
         waiters = self._waiters.get(key)
         if waiters is not None:
-            waiters.discard(listener)
+            waiters.pop(listener, None)
             if not waiters:
                 del self._waiters[key]
+        if listener.notified and key.startswith(_NODE) and not self.closing:
+            listener.notified = []
+            self.pass_on(key)
 
     def notify(self, key: str, status: str | None = None) -> None:
         """A transition committed: wake this server's waiters on ``key``, and the other servers'.
@@ -81,11 +99,29 @@ class Hub:
             self.forward(key)
 
     def wake(self, key: str, status: str | None = None) -> None:
-        """Wake this server's waiters on ``key``."""
+        """Wake this server's waiters on ``key``: every follower of a traverser, one claim poll
+        of a node (see the module's docstring)."""
         if key.startswith(_NODE):
             self._generation[key] = self._generation.get(key, 0) + 1
-        for listener in self._waiters.get(key, ()):
+            self.pass_on(key)
+            return
+        for listener in list(self._waiters.get(key, ())):
             listener._notify(status)
+
+    def pass_on(self, key: str) -> None:
+        """Wake one claim poll on node ``key`` that has nothing notified yet, one in
+        :meth:`wait` before one busy claiming; none when all of them already have something."""
+        busy = None
+        for listener in self._waiters.get(key, ()):
+            if listener.notified:
+                continue
+            if listener.waiting:
+                listener._notify(None)
+                return
+            if busy is None:
+                busy = listener
+        if busy is not None:
+            busy._notify(None)
 
     def take(self, listener: Listener) -> list[str | None]:
         """What was notified to ``listener`` since it last took, oldest first."""
@@ -102,8 +138,9 @@ class Hub:
     def may_have_work(self, key: str) -> bool:
         """Whether node ``key`` may have queued work: False only when a claim found nothing and
         no notification on it (here or, on PostgreSQL, from another server) came since. A hint
-        for the claims that ride on reports (a wrong False only means the worker long-polls);
-        long polls themselves never skip a claim on it."""
+        for the claims that ride on reports, which skip their first read on it (a wrong False,
+        work that came due without a notification, only means the worker's own long poll finds
+        it, at most the report's wait later); a worker's claim requests never skip one."""
         return self._empty_at.get(key) != self._generation.get(key, 0)
 
     async def wait(self, listener: Listener, timeout: float) -> bool:

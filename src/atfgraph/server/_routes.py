@@ -227,7 +227,10 @@ async def cancel(request: Request, traverser_id: str, who: Annotated[Principal, 
 
 _LEASED = {"epoch": _INT, "worker_id": _STR, "steps": _STEPS}
 #: The next tasks a report that frees a permit may ask for (see next_claim).
-_NEXT_CLAIM = B.obj({"worker_id": _STR, "max": _integer(1, MAX_CLAIM)}, ["worker_id", "max"])
+_NEXT_CLAIM = B.obj(
+    {"worker_id": _STR, "max": _integer(1, MAX_CLAIM), "wait_seconds": _number(_MAX_CLAIM_WAIT)},
+    ["worker_id", "max"],
+)
 
 
 @router.post(
@@ -519,67 +522,82 @@ async def claim(request: Request, worker_id: str) -> Response:
     limit = f.integer("max", minimum=1, maximum=MAX_CLAIM)
     wait = f.number("wait_seconds", required=False, maximum=_MAX_CLAIM_WAIT) or 0.0
     await as_worker(request, worker_id)
+    tasks = await _lease_tasks(request, worker_id, limit, wait, alone=True)
+    return ok({"tasks": tasks, "lease_seconds": store_of(request).lease_seconds})
+
+
+async def _lease_tasks(
+    request: Request, worker_id: str, limit: int, wait: float, *, alone: bool = False
+) -> list[dict[str, Any]]:
+    """Lease up to ``limit`` tasks of the worker's node, waiting up to ``wait`` seconds for work to
+    be queued: the one rule of a claim, whether it is a request of its own (``alone``) or rides
+    on a report. A claim riding on a report does not read a node whose queue a claim found empty
+    with nothing queued since (the hub's hint): it answers at once without a wait, or waits for
+    a notification. A worker that went away mid-poll is handed nothing."""
     store, hub = store_of(request), hub_of(request)
-    node = store.worker_node(worker_id)
+    key = node_key(store.worker_node(worker_id))
+    if not alone and wait <= 0 and not hub.may_have_work(key):
+        return []
     deadline = time.monotonic() + wait
-    while True:
-        fut = hub.subscribe(node_key(node))
-        try:
-            # A worker that went away mid-poll must not be handed leases it will never run.
-            if await request.is_disconnected():
-                tasks = []
-                break
-            generation = hub.generation(node_key(node))
-            tasks = await store.claim(worker_id, limit)
-            if not tasks:
-                hub.found_nothing(node_key(node), generation)
+    tasks: list[dict[str, Any]] = []
+    # Subscribed before the store is read: work queued from here on wakes the wait. A
+    # notification this poll did not answer with a claim goes on to another poll when it leaves.
+    listener = hub.subscribe(key)
+    try:
+        first = True
+        while True:
+            if (alone or wait > 0) and await request.is_disconnected():
+                return []
+            if alone or not first or hub.may_have_work(key):
+                hub.take(listener)  # what woke this poll is answered by this claim
+                generation = hub.generation(key)
+                tasks = await store.claim(worker_id, limit)
+                if not tasks:
+                    hub.found_nothing(key, generation)
+                elif len(tasks) >= limit:
+                    hub.pass_on(key)  # as many as it asked for: more may be queued
+            first = False
             remaining = deadline - time.monotonic()
             if tasks or remaining <= 0 or hub.closing:
                 break
-            await hub.wait(fut, min(remaining, 5.0))
-        finally:
-            hub.unsubscribe(node_key(node), fut)
+            await hub.wait(listener, min(remaining, 5.0))
+    finally:
+        hub.unsubscribe(key, listener)
     _announce(hub, tasks)
-    return ok({"tasks": tasks, "lease_seconds": store.lease_seconds})
+    return tasks
 
 
-async def next_claim(request: Request, f: Fields) -> tuple[str, int] | None:
+async def next_claim(request: Request, f: Fields) -> tuple[str, int, float] | None:
     """The optional ``claim`` of a worker's report that frees a permit (a completion, a pause):
-    ``{"worker_id": ..., "max": n}`` asks for up to n queued tasks in the answer, so that a
-    busy worker needs no claim request of its own between tasks. Checked before anything
-    changes."""
+    ``{"worker_id": ..., "max": n, "wait_seconds": w}`` asks for up to n tasks in the answer, so
+    that a worker needs no claim request of its own between tasks. With ``wait_seconds`` the
+    answer comes once a task is queued or after that long, as a claim's long poll (the report
+    itself is committed first, and the traverser's followers are told at once). Checked before
+    anything changes."""
     raw = f.obj("claim", required=False)
     if raw is None:
         return None
     g = Fields(raw, "body.claim")
-    wanted = g.key("worker_id"), g.integer("max", minimum=1, maximum=MAX_CLAIM)
+    worker_id = g.key("worker_id")
+    limit = g.integer("max", minimum=1, maximum=MAX_CLAIM)
+    wait = g.number("wait_seconds", required=False, maximum=_MAX_CLAIM_WAIT) or 0.0
     try:
-        await as_worker(request, wanted[0])  # another credential's worker: 403 before any change
+        await as_worker(request, worker_id)  # another credential's worker: 403 before any change
     except NotFound:
         pass  # an unknown worker: the report stands and hand_out gives it nothing
-    return wanted
+    return worker_id, limit, wait
 
 
-async def hand_out(request: Request, wanted: tuple[str, int] | None) -> list[dict[str, Any]]:
-    """Lease what ``wanted`` asks for, without waiting (nothing queued: an empty list). The
-    report it rides on has already committed, so a refusal here (an unknown worker) only
-    means no task comes with it."""
+async def hand_out(request: Request, wanted: tuple[str, int, float] | None) -> list[dict[str, Any]]:
+    """Lease what ``wanted`` asks for (see next_claim). The report it rides on has already
+    committed, so a refusal here (an unknown worker) only means no task comes with it."""
     if wanted is None:
         return []
-    store, hub = store_of(request), hub_of(request)
+    worker_id, limit, wait = wanted
     try:
-        key = node_key(store.worker_node(wanted[0]))
-        if not hub.may_have_work(key):
-            return []  # a claim found the node's queue empty and nothing was queued since
-        generation = hub.generation(key)
-        tasks = await store.claim(*wanted)
+        return await _lease_tasks(request, worker_id, limit, wait)
     except Refusal:
         return []
-    if tasks:
-        _announce(hub, tasks)
-    else:
-        hub.found_nothing(key, generation)
-    return tasks
 
 
 def _announce(hub: Hub, tasks: list[dict[str, Any]]) -> None:

@@ -1,10 +1,13 @@
 """The next task rides on the report that frees a permit: a completion or a pausing approval
 request may carry ``claim`` and its answer the worker's next task, so a busy worker makes no claim
-request between tasks. Against a real server (and, at the end, a real worker in this process)."""
+request between tasks; with ``claim.wait_seconds`` the answer waits for one (a long poll riding on
+the committed report), so an idle one makes none either. Against a real server (and real workers
+in this process)."""
 
 from __future__ import annotations
 
 import asyncio
+import time
 from typing import Any
 
 import httpx
@@ -196,3 +199,181 @@ async def test_a_heartbeat_stops_only_the_attempt_it_spoke_for(server: ServerPro
     finally:
         worker._running.clear()
         await worker.transport.aclose()
+
+
+async def test_a_completion_may_wait_for_the_next_task(http: httpx.AsyncClient, client: Client) -> None:
+    """With ``wait_seconds`` the report commits at once (its followers see it), and its answer
+    comes when work is queued for the node: a task submitted while it waits."""
+    worker = await _worker(http, "nw")
+    first = await _submit(http, "nw.s")
+    task = await _claim(http, worker)
+    body = {"epoch": task["epoch"], "result": 7, "claim": {"worker_id": worker, "max": 1, "wait_seconds": 10}}
+    started = time.monotonic()
+    report = asyncio.create_task(http.post(f"/traversers/{first}/complete", json=body))
+    # The completion is committed before the answer: a client following the traverser sees it.
+    assert await client.handle(first).result(timeout=5) == 7
+    await asyncio.sleep(0.3)
+    assert not report.done()  # still waiting for work
+    second = await _submit(http, "nw.s")
+    answer = await asyncio.wait_for(report, 10)
+    assert answer.status_code == 200, answer.text
+    assert answer.json()["status"] == "succeeded"
+    (following,) = answer.json()["tasks"]
+    assert following["traverser"]["id"] == second
+    assert time.monotonic() - started < 5  # answered by the work, not by its deadline
+    view = (await http.get(f"/traversers/{second}")).json()
+    assert (view["status"], view["attempt"]) == ("running", 1)
+    # Nothing queued for its whole wait: the answer comes at the deadline with no task.
+    body = {"epoch": following["epoch"], "claim": {"worker_id": worker, "max": 1, "wait_seconds": 0.5}}
+    started = time.monotonic()
+    idle = await http.post(f"/traversers/{second}/complete", json=body)
+    assert idle.status_code == 200, idle.text
+    assert idle.json() == {"status": "succeeded", "tasks": []}
+    assert 0.4 < time.monotonic() - started < 5
+
+
+async def test_a_pause_may_wait_for_its_own_continuation(http: httpx.AsyncClient) -> None:
+    """A pausing approval request that waits: the decision queues the traverser's continuation,
+    which comes back in the pause's own answer, leased to the same worker."""
+    worker = await _worker(http, "nc")
+    first = await _submit(http, "nc.s")
+    task = await _claim(http, worker)
+    body = {
+        "traverser_id": first,
+        "operation_key": "k",
+        "prompt": "ok?",
+        "epoch": task["epoch"],
+        "claim": {"worker_id": worker, "max": 1, "wait_seconds": 10},
+    }
+    pause = asyncio.create_task(http.post("/approvals", json=body))
+    for _ in range(100):  # the pause commits before its answer waits
+        view = (await http.get(f"/traversers/{first}")).json()
+        if view["status"] == "waiting":
+            break
+        await asyncio.sleep(0.05)
+    assert view["status"] == "waiting"
+    assert not pause.done()
+    decided = await http.post(f"/approvals/{view['waiting_on']}/decide", json={"decision": "approved"})
+    assert decided.status_code == 200, decided.text
+    answer = await asyncio.wait_for(pause, 10)
+    assert answer.status_code == 200, answer.text
+    assert answer.json()["paused"] is True
+    (continuation,) = answer.json()["tasks"]
+    assert continuation["traverser"]["id"] == first
+    assert continuation["epoch"] > task["epoch"]
+    assert [a["status"] for a in continuation["approvals"]] == ["approved"]
+
+
+@pytest.mark.parametrize("wait", [-1, 30.5, "5", True, [], {}])
+async def test_a_bad_wait_is_refused_before_the_report_changes_anything(
+    http: httpx.AsyncClient, wait: Any
+) -> None:
+    worker, first, task, second = await _one_held_one_queued(http, "nb")
+    claim = {"worker_id": worker, "max": 1, "wait_seconds": wait}
+    done = await http.post(f"/traversers/{first}/complete", json={"epoch": task["epoch"], "claim": claim})
+    assert done.status_code == 422, done.text
+    assert done.json()["error"]["code"] == "validation_error"
+    assert "body.claim.wait_seconds" in done.json()["error"]["message"]
+    paused = await http.post(
+        "/approvals",
+        json={
+            "traverser_id": first,
+            "operation_key": "k",
+            "prompt": "?",
+            "epoch": task["epoch"],
+            "claim": claim,
+        },
+    )
+    assert paused.status_code == 422, paused.text
+    assert (await http.get(f"/traversers/{first}")).json()["status"] == "running"
+    assert (await http.get(f"/traversers/{second}")).json()["status"] == "queued"
+    assert (await http.get("/approvals", params={"traverser_id": first})).json()["items"] == []
+
+
+async def test_a_worker_gone_from_a_waiting_report_is_leased_nothing(server: ServerProcess) -> None:
+    """A report whose answer waits for work, and whose client closed its connection meanwhile:
+    the report stands, and the work queued later stays queued for the next claim."""
+    headers = server.headers("worker")
+    async with httpx.AsyncClient(base_url=server.url + "/api/v2", headers=headers, timeout=30) as http:
+        worker = await _worker(http, "ng")
+        owner = {"Authorization": server.headers("owner")["Authorization"]}
+        created = await http.post("/traversers", json={"target": "ng.s", "input": {}}, headers=owner)
+        first = created.json()["id"]
+        task = await _claim(http, worker)
+        reader, writer = await asyncio.open_connection("127.0.0.1", server.port)
+        body = (
+            b'{"epoch": %d, "worker_id": "%s", "claim": {"worker_id": "%s", "max": 1, "wait_seconds": 10}}'
+            % (task["epoch"], worker.encode(), worker.encode())
+        )
+        head = "".join(f"{k}: {v}\r\n" for k, v in headers.items())
+        writer.write(
+            f"POST /api/v2/traversers/{first}/complete HTTP/1.1\r\nHost: x\r\n{head}"
+            f"Content-Type: application/json\r\nContent-Length: {len(body)}\r\n\r\n".encode()
+            + body
+        )
+        await writer.drain()
+        await asyncio.sleep(0.3)  # the report committed, its answer is waiting
+        assert not reader._buffer, bytes(reader._buffer)  # type: ignore[attr-defined]  # no answer yet
+        writer.close()
+        await writer.wait_closed()
+        await asyncio.sleep(0.2)
+        assert (await http.get(f"/traversers/{first}", headers=owner)).json()["status"] == "succeeded"
+        assert (await http.post(f"/workers/{worker}/heartbeat", json={})).status_code == 200
+        created = await http.post("/traversers", json={"target": "ng.s", "input": {}}, headers=owner)
+        await asyncio.sleep(0.3)  # the waiting answer woke, saw its client gone, and leased nothing
+        got = await http.get(f"/traversers/{created.json()['id']}", headers=owner)
+        assert got.json()["status"] == "queued", got.json()
+
+
+async def test_an_idle_worker_makes_no_claim_of_its_own_between_tasks(
+    server: ServerProcess, client: Client
+) -> None:
+    """Tasks that come one at a time, each after the last one finished: the completion's answer
+    waits for the next, so the server sees per task only the client's submission and result and
+    the worker's completion (and a pause's continuation comes in the pause's answer)."""
+    worker = Worker(tester_app, server.url, capacity=1, report_wait_seconds=5)
+    running = asyncio.create_task(worker.run())
+    try:
+        first = await client.submit("tester.lookup", {"ticket": "t-first"})  # the worker's first claim
+        assert await first.result(timeout=30) == {"ticket": "T-FIRST"}
+        await asyncio.sleep(0.2)  # its completion's answer is now waiting for work
+        before = (await client.request("GET", "/stats"))["requests"]
+        for i in range(10):
+            handle = await client.submit("tester.lookup", {"ticket": f"t-{i}"})
+            assert await handle.result(timeout=30) == {"ticket": f"T-{i}"}
+        pausing = await client.submit("tester.pausing", {"prompt": "go?"})
+        waiting = await client.wait_for_status(pausing.id, "waiting", 30)
+        assert waiting.waiting_on is not None
+        await client.decide_approval(waiting.waiting_on, "approved")
+        assert (await pausing.result(timeout=30))["attempt"] == 2
+        requests = (await client.request("GET", "/stats"))["requests"] - before
+    finally:
+        worker.stop()
+        await asyncio.wait_for(running, 30)
+    # 10 x (submit, result, completion) + the pause: submit, wait, decide, result, the pause
+    # request, the completion; the two /stats reads; no claims (a heartbeat may fall in it).
+    assert requests <= 30 + 6 + 2 + 2, requests
+    # claimed: each attempt started (the pausing one twice)
+    assert worker.stats.claimed == 13 and worker.stats.succeeded == 12 and worker.stats.paused == 1
+    assert worker.stats.lost == 0
+
+
+async def test_a_stopping_worker_is_not_held_by_a_waiting_report(
+    server: ServerProcess, client: Client
+) -> None:
+    """A report's answer waits at most ``report_wait_seconds`` (a second, or half the grace),
+    and no new report asks for work once stopping: the worker stops within its grace, having
+    counted its last completion."""
+    assert Worker(tester_app, server.url).report_wait_seconds == 1.0
+    worker = Worker(tester_app, server.url, capacity=1, grace_seconds=4, report_wait_seconds=3)
+    assert Worker(tester_app, server.url, grace_seconds=1).report_wait_seconds == 0.5
+    running = asyncio.create_task(worker.run())
+    try:
+        handle = await client.submit("tester.lookup", {"ticket": "t"})
+        assert await handle.result(timeout=30) == {"ticket": "T"}
+    finally:
+        started = time.monotonic()
+        worker.stop()
+        await asyncio.wait_for(running, 30)
+    assert time.monotonic() - started < 4
+    assert worker.stats.succeeded == 1 and worker.stats.lost == 0 and worker.stats.released == 0
