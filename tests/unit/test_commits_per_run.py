@@ -98,3 +98,26 @@ async def test_one_run_at_a_time_commits(engine: Any) -> None:
         "run_created", "step_completed", "checkpoint_saved", "wait_created", "run_suspended",
         "wait_received", "run_resumed", "checkpoint_deleted", "step_completed", "run_completed",
     ]  # fmt: skip
+
+
+async def test_checkpoints_of_the_log_are_rare(engine: Any) -> None:
+    """A commit checkpoints the write-ahead log into the file only past 10,000 frames (SQLite's
+    default is 1,000): 200 runs one at a time write some 5,000 frames, which at the default would
+    have been checkpointed (each time: two fsyncs and every page written, paid by one unlucky
+    commit), and leave the database file itself unwritten."""
+    db = engine
+    await db.check_writable()
+    path = Path(db.path)
+    before = path.stat()
+    for i in range(200):
+        run_id = await pyworkflow.start(hitl, 100 + i)
+        await pyworkflow.wait_for_run(run_id, 10, until=("suspended",))
+        await pyworkflow.resume_hook(TOKENS[-1], {"approved": True})
+        assert (await pyworkflow.wait_for_run(run_id, 10)).status == "completed"
+    await db.check_writable()
+    frames = (Path(f"{path}-wal").stat().st_size - 32) // (4096 + 24)
+    assert 2_000 < frames < 10_000, frames
+    after = path.stat()
+    assert (after.st_mtime_ns, after.st_size) == (before.st_mtime_ns, before.st_size)
+    (limit,) = db.reader().execute("PRAGMA wal_autocheckpoint").fetchone()
+    assert limit == 10_000

@@ -39,6 +39,16 @@ _SYNCHRONOUS = {"OFF", "NORMAL", "FULL", "EXTRA"}
 #: are keyed by random ids, so a batch of writes touches pages all over each B-tree; with the
 #: default cache most of them are read back from the OS on every batch. A cap, not an allocation.
 _CACHE_KIB = 64 * 1024
+#: WAL frames after which a commit checkpoints the log into the file (SQLite's default is 1,000,
+#: about 4 MB). A checkpoint costs two fsyncs plus a write of each distinct page in the log, and
+#: the commit that triggers it waits for it. With runs keyed by random ids those pages lie all
+#: over a big file, so at the default one run in about fifty paid some 5 ms more for a checkpoint
+#: when a million runs were parked: the p99 of a resume grew with the file. Ten times the frames
+#: make checkpoints ten times rarer (under one resume in 400), and cheaper per frame, as the
+#: pages written again and again (the queue, the ends of the indexes) are copied once per
+#: checkpoint instead of once per thousand frames; the log grows to about 40 MB before it is
+#: reused (docs/scaling.md).
+WAL_AUTOCHECKPOINT_PAGES = 10_000
 
 
 class _Connection(sqlite3.Connection):
@@ -60,6 +70,7 @@ def _connect(path: str, synchronous: str, busy_timeout_ms: int) -> sqlite3.Conne
     _set_wal(conn, busy_timeout_ms / 1000)
     conn.execute(f"PRAGMA synchronous = {synchronous}")
     conn.execute(f"PRAGMA cache_size = -{_CACHE_KIB}")
+    conn.execute(f"PRAGMA wal_autocheckpoint = {WAL_AUTOCHECKPOINT_PAGES}")
     conn.execute("PRAGMA foreign_keys = ON")
     return conn
 
