@@ -1,8 +1,10 @@
 """A million waiting runs (issue 14, item 3): what parking N runs costs and what stays flat.
 
     .venv/bin/python -m bench.parked [--n 1000000] [--probes 1000] [--deadlines 1000] [--dir DIR]
+    .venv/bin/python -m bench.parked --store postgresql [--url postgresql://postgres@127.0.0.1:5432/postgres]
 
-Workload (pyworkflow's local runtime, SQLite, ``synchronous=FULL``): a run of ``bench.parked`` is one
+Workload (pyworkflow's local runtime; SQLite, ``synchronous=FULL``, or a new database on the
+PostgreSQL server at ``--url``, created and dropped by the benchmark): a run of ``bench.parked`` is one
 step that saves a ~200-byte checkpoint and waits on a ``step_hook``; every other run (odd ``i``)
 has a deadline, spread uniformly between one hour and 25 hours from when it parked (so none falls
 due while the benchmark runs). Runs are parked in batches of ``--batch`` concurrent ``start`` calls.
@@ -10,10 +12,12 @@ due while the benchmark runs). Runs are parked in batches of ``--batch`` concurr
 Measured, each on the database of N parked runs ("big") and, where a ratio is asked for, on one of
 1,000 parked runs ("small") built the same way:
 
-* parking: seconds and runs/s; database bytes per waiting run (file + WAL after a checkpoint, less
-  the empty database), target at most 2 KB;
+* parking: seconds and runs/s; database bytes per waiting run (SQLite: file + WAL after a
+  checkpoint; PostgreSQL: its tables with their indexes and TOAST, as parked, dead rows included;
+  less the empty database), target at most 2 KB;
 * resume+complete of ``--probes`` runs picked at random among the parked ones, one at a time
-  (``resume_hook`` until the run is completed), p50/p99, big against small, target p99 within 1.5x;
+  (``resume_hook`` until the run is completed), p50/p99/p99.9/max, big against small, target p99
+  within 1.5x;
   the two databases are alternated in blocks (each block reopens its database and warms up first);
 * lateness of ``--deadlines`` deadlines falling due at the same moment among the N parked runs
   (``on_timeout="return"``: from the deadline until the resumed step sees ``STEP_HOOK_TIMEOUT``),
@@ -25,13 +29,14 @@ Measured, each on the database of N parked runs ("big") and, where a ratio is as
   (``atfgraph.server.GraphStore.console_inbox``, 50 waits) and its pending counts, median of 20,
   target under 50 ms (last: opening the graph store adds atfgraph's tables to the file).
 
-Figures are printed and written as JSON to ``bench/results/parked-sqlite.json`` (or ``--out``).
+Figures are printed and written as JSON to ``bench/results/parked-<store>.json`` (or ``--out``).
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import json
 import os
 import platform
@@ -58,7 +63,7 @@ from pyworkflow import (
     workflow,
 )
 
-from ._observers import SQLiteObserver
+from ._observers import Observer, PostgresObserver, SQLiteObserver, fresh_database
 
 PARKED = "bench.parked"
 RESULTS_DIR = Path(__file__).resolve().parent / "results"
@@ -130,16 +135,23 @@ def deadline_of(i: int, now: float, rng: random.Random) -> float | None:
     return None if i % 2 == 0 else now + 3600 + rng.random() * DAY
 
 
-def configure(path: Path, poll_interval: float) -> None:
-    pyworkflow.configure(storage=f"sqlite:///{path}", poll_interval=poll_interval)
+def configure(storage: str, poll_interval: float) -> None:
+    pyworkflow.configure(storage=storage, poll_interval=poll_interval)
 
 
-async def park(path: Path, n: int, batch: int, want: set[int], poll_interval: float) -> dict[str, Any]:
+def observer(storage: str) -> Observer:
+    """A connection of its own to the benchmark's database (``sqlite:///path`` or a PostgreSQL URL)."""
+    if storage.startswith("sqlite:///"):
+        return SQLiteObserver(storage.removeprefix("sqlite:///"))
+    return PostgresObserver(storage)
+
+
+async def park(storage: str, n: int, batch: int, want: set[int], poll_interval: float) -> dict[str, Any]:
     """A fresh database with ``n`` parked runs; tokens kept for ``want``. Returns the figures and
     the run ids of ``want``."""
-    configure(path, poll_interval)
+    configure(storage, poll_interval)
     pyworkflow.get_store()
-    obs = SQLiteObserver(str(path))
+    obs = observer(storage)
     MARKS.want = set(want)
     MARKS.tokens = {}
     rng = random.Random(n)
@@ -186,18 +198,20 @@ def pick(n: int, count: int, seed: int) -> list[int]:
 def quantiles(samples: list[float]) -> dict[str, Any]:
     ordered = sorted(samples)
     p99 = ordered[min(len(ordered) - 1, round(0.99 * (len(ordered) - 1)))]
+    p999 = ordered[min(len(ordered) - 1, round(0.999 * (len(ordered) - 1)))]
     return {
         "p50": round(float(statistics.median(ordered)), 4),
         "p99": round(float(p99), 4),
+        "p99.9": round(float(p999), 4),
         "max": round(float(ordered[-1]), 4),
         "count": len(ordered),
     }
 
 
-async def resume_block(path: Path, run_ids: dict[int, str], tokens: dict[int, str], warm: list[int],
+async def resume_block(storage: str, run_ids: dict[int, str], tokens: dict[int, str], warm: list[int],
                        probes: list[int], poll_interval: float) -> list[float]:  # fmt: skip
     """Open the database, resume ``warm`` (not counted) then ``probes`` one at a time; ms each."""
-    configure(path, poll_interval)
+    configure(storage, poll_interval)
     try:
         await serve_now()
         out = []
@@ -216,11 +230,11 @@ async def resume_block(path: Path, run_ids: dict[int, str], tokens: dict[int, st
 
 
 async def deadlines_together(
-    path: Path, count: int, poll_interval: float, margin: float = 15.0
+    storage: str, count: int, poll_interval: float, margin: float = 15.0
 ) -> dict[str, Any]:
     """``count`` more runs whose deadlines fall due at one moment, among the parked runs."""
-    configure(path, poll_interval)
-    obs = SQLiteObserver(str(path))
+    configure(storage, poll_interval)
+    obs = observer(storage)
     MARKS.late.clear()
     base = 50_000_000
     try:
@@ -257,8 +271,8 @@ t0 = time.perf_counter()
 import pyworkflow
 from bench import parked as mod
 async def main():
-    path, token, run_id = sys.argv[1:4]
-    pyworkflow.configure(storage=f"sqlite:///{path}")
+    storage, token, run_id = sys.argv[1:4]
+    pyworkflow.configure(storage=storage)
     pyworkflow.get_store()
     opened = time.perf_counter()
     await mod.serve_now()  # a new run started and completed: the runtime serves
@@ -276,12 +290,12 @@ asyncio.run(main())
 """
 
 
-def restart(path: Path, token: str, run_id: str) -> dict[str, Any]:
+def restart(storage: str, token: str, run_id: str) -> dict[str, Any]:
     """A new process on the database: until it serves, until one resume completed, its RSS."""
     root = Path(__file__).resolve().parents[1]
     started = time.perf_counter()
     proc = subprocess.run(
-        [sys.executable, "-c", RESTART_PROBE, str(path), token, run_id],
+        [sys.executable, "-c", RESTART_PROBE, storage, token, run_id],
         cwd=root,
         capture_output=True,
         text=True,
@@ -298,13 +312,13 @@ def restart(path: Path, token: str, run_id: str) -> dict[str, Any]:
     return out
 
 
-def inbox(path: Path) -> dict[str, Any]:
+def inbox(storage: str) -> dict[str, Any]:
     """The console's inbox page read (first page, 50 waits) and its counts, median of 20."""
     # The graph server's own store class (not a public name): the console's inbox read itself.
     from atfgraph.server._store import GraphStore
 
     started = time.perf_counter()
-    store = GraphStore(str(path))
+    store = GraphStore(storage.removeprefix("sqlite:///"))
     opened = time.perf_counter() - started
     try:
         kinds = ("approval", "hook", "step_hook")
@@ -329,16 +343,37 @@ def inbox(path: Path) -> dict[str, Any]:
         store.close()
 
 
+def _shown(storage: str) -> str:
+    """A storage URL without its password, for the output."""
+    head, at, tail = storage.rpartition("@")
+    if not at or "://" not in head:
+        return storage
+    scheme, _, user = head.partition("://")
+    return f"{scheme}://{user.split(':', 1)[0]}@{tail}"
+
+
 def peak_rss_mb() -> float:
     return round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1)
 
 
 async def run(args: argparse.Namespace, workdir: Path) -> dict[str, Any]:
+    with contextlib.ExitStack() as stack:
+        if args.store == "sqlite":
+            big_db, small_db = workdir / "parked-big.db", workdir / "parked-small.db"
+            for old in (big_db, small_db):  # every figure is of a fresh file
+                for suffix in ("", "-wal", "-shm"):
+                    Path(f"{old}{suffix}").unlink(missing_ok=True)
+            big_url, small_url = f"sqlite:///{big_db}", f"sqlite:///{small_db}"
+        else:  # two new databases on the server, dropped at the end
+            big_new = stack.enter_context(fresh_database("postgresql", args.url, "parked_big"))
+            small_new = stack.enter_context(fresh_database("postgresql", args.url, "parked_small"))
+            assert big_new is not None and small_new is not None
+            big_url, small_url = big_new, small_new
+        return await measure(args, big_url, small_url)
+
+
+async def measure(args: argparse.Namespace, big_db: str, small_db: str) -> dict[str, Any]:
     n, probes_n = args.n, args.probes
-    big_db, small_db = workdir / "parked-big.db", workdir / "parked-small.db"
-    for old in (big_db, small_db):  # every figure is of a fresh file
-        for suffix in ("", "-wal", "-shm"):
-            Path(f"{old}{suffix}").unlink(missing_ok=True)
     # Runs to resume: random ones among the parked, the warm-ups of each block, one for each restart.
     blocks = args.blocks
     per_block = max(1, probes_n // blocks)
@@ -348,10 +383,10 @@ async def run(args: argparse.Namespace, workdir: Path) -> dict[str, Any]:
     resumed = per_block * blocks + WARMUPS * blocks + 1
     small_n = SMALL + resumed
     small_pick = pick(small_n, resumed, seed=2)
-    print(f"parking {n} runs in {big_db}", file=sys.stderr, flush=True)
+    print(f"parking {n} runs in {_shown(big_db)}", file=sys.stderr, flush=True)
     big = await park(big_db, n, args.batch, set(big_pick), args.poll_interval)
     big_ids, big_tokens = big.pop("run_ids"), big.pop("tokens")
-    print(f"parking {small_n} runs in {small_db}", file=sys.stderr, flush=True)
+    print(f"parking {small_n} runs in {_shown(small_db)}", file=sys.stderr, flush=True)
     small = await park(small_db, small_n, args.batch, set(small_pick), args.poll_interval)
     small_ids, small_tokens = small.pop("run_ids"), small.pop("tokens")
     rss_after_parking = peak_rss_mb()
@@ -397,7 +432,12 @@ async def run(args: argparse.Namespace, workdir: Path) -> dict[str, Any]:
 
 def report(result: dict[str, Any]) -> None:
     cfg = result["config"]
-    print(f"parked-runs benchmark: N={cfg['n']}, SQLite {cfg['sqlite']} synchronous=FULL, "
+    database = (
+        f"SQLite {cfg['sqlite']} synchronous=FULL"
+        if cfg.get("store", "sqlite") == "sqlite"
+        else f"PostgreSQL {cfg.get('postgresql', '')}"
+    )
+    print(f"parked-runs benchmark: N={cfg['n']}, {database}, "
           f"{cfg['cpus']} CPUs, "
           f"load {cfg['loadavg_at_start'][0]} -> {cfg['loadavg_at_end'][0]}")  # fmt: skip
     print(f"  settings: {cfg['settings']}")
@@ -410,9 +450,11 @@ def report(result: dict[str, Any]) -> None:
     r = result["resume_ms"]
     ok = "ok" if r["p99_ratio"] <= TARGET_P99_RATIO else "NOT FLAT"
     print(f"  resume+complete, one at a time: {r['big']['count']} random runs of {big['runs']} parked "
-          f"p50 {r['big']['p50']:.2f} / p99 {r['big']['p99']:.2f} ms; of {small['runs']} parked p50 "
-          f"{r['small']['p50']:.2f} / p99 {r['small']['p99']:.2f} ms; ratio p50 {r['p50_ratio']:.2f}, "
-          f"p99 {r['p99_ratio']:.2f} [target p99 <= {TARGET_P99_RATIO}: {ok}]")  # fmt: skip
+          f"p50 {r['big']['p50']:.2f} / p99 {r['big']['p99']:.2f} / p99.9 {r['big']['p99.9']:.2f} / max "
+          f"{r['big']['max']:.2f} ms; of {small['runs']} parked p50 {r['small']['p50']:.2f} / p99 "
+          f"{r['small']['p99']:.2f} / p99.9 {r['small']['p99.9']:.2f} / max {r['small']['max']:.2f} ms; "
+          f"ratio p50 {r['p50_ratio']:.2f}, p99 {r['p99_ratio']:.2f} "
+          f"[target p99 <= {TARGET_P99_RATIO}: {ok}]")  # fmt: skip
     d = result["deadlines"]["lateness_s"]
     ok = "ok" if d["p99"] < TARGET_LATENESS_P99_S else "OVER TARGET"
     print(f"  {d['count']} deadlines falling due together among {big['runs']} parked: lateness p50 "
@@ -434,6 +476,14 @@ def report(result: dict[str, Any]) -> None:
     print(f"results: {result['out']}")
 
 
+def _server_version(url: str) -> str:
+    import psycopg
+
+    with psycopg.connect(url, autocommit=True) as conn:
+        row = conn.execute("SHOW server_version").fetchone()
+    return str(row[0]) if row else "?"
+
+
 def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
     parser.add_argument("--n", type=int, default=1_000_000, help="runs to park (default 1,000,000)")
@@ -444,7 +494,11 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     parser.add_argument("--deadline-margin", type=float, default=15.0,
                         help="seconds (+1 per 100 runs) from parking to the deadline")  # fmt: skip
     parser.add_argument("--poll-interval", type=float, default=0.05, help="the runtime's (default 0.05 s)")
-    parser.add_argument("--dir", type=Path, default=None, help="where the database files go")
+    parser.add_argument("--store", choices=("sqlite", "postgresql"), default="sqlite")
+    parser.add_argument("--url", default=os.environ.get("PYWORKFLOW_TEST_PG",
+                        "postgresql://postgres@127.0.0.1:5432/postgres"),
+                        help="--store postgresql: the server (a role that may create databases)")  # fmt: skip
+    parser.add_argument("--dir", type=Path, default=None, help="where the SQLite files go")
     parser.add_argument("--out", type=Path, default=None, help="JSON output file")
     return parser.parse_args(argv)
 
@@ -453,19 +507,22 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parse_args(argv)
     workdir = args.dir or Path(tempfile.mkdtemp(prefix="pyworkflow-parked-"))
     workdir.mkdir(parents=True, exist_ok=True)
-    out = args.out or RESULTS_DIR / "parked-sqlite.json"
+    out = args.out or RESULTS_DIR / f"parked-{args.store}.json"
     default = "(default)" if args.poll_interval == 0.05 else "(non-default)"
+    durability = "synchronous=FULL" if args.store == "sqlite" else "synchronous_commit=on (the server's)"
     result: dict[str, Any] = {
         "config": {
             "n": args.n,
+            "store": args.store,
             "batch": args.batch,
             "probes": args.probes,
             "deadlines": args.deadlines,
-            "settings": f"synchronous=FULL, lease_ttl=30.0, poll_interval={args.poll_interval} {default}, "
+            "settings": f"{durability}, lease_ttl=30.0, poll_interval={args.poll_interval} {default}, "
             f"max_concurrency=1000; batches of {args.batch} concurrent starts",
             "command": " ".join([Path(sys.executable).name, "-m", "bench.parked", *(argv or sys.argv[1:])]),
             "python": platform.python_version(),
             "sqlite": sqlite3.sqlite_version,
+            "postgresql": _server_version(args.url) if args.store == "postgresql" else None,
             "cpus": os.cpu_count(),
             "date_utc": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
             "loadavg_at_start": [round(x, 2) for x in os.getloadavg()],

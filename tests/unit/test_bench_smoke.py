@@ -7,8 +7,10 @@ import json
 import subprocess
 import sys
 from pathlib import Path
+from urllib.parse import urlsplit
 
 from bench._fsyncs import strace_available
+from tests.conftest import PG_ADMIN_URL, require_service
 
 ROOT = Path(__file__).resolve().parents[2]
 N = 40
@@ -50,6 +52,10 @@ def test_hitl_benchmark_quick_runs_both_modes(tmp_path: Path) -> None:
     assert all(p["commits_per_run"] >= 2 for p in one.values()), one
     if counted:
         assert all(p["fsyncs_per_run"] >= 1 for p in one.values()), one
+        # The traced pass commits what the timed ones do (strace's slowdown does not make the end
+        # of a suspended turn commit alone), so its fsyncs are the timed passes' commits'.
+        assert all(p["commits_per_run_traced"] == p["commits_per_run"] for p in one.values()), one
+        assert "WAL checkpoints" in proc.stdout, proc.stdout
     floor = result["commit_floor"]
     assert floor["pages_per_commit"] == 6 and floor["synchronous"] == "FULL"
     assert 0 < floor["median_ms"] <= floor["p90_ms"] and floor["commits_per_s"] > 0
@@ -72,3 +78,28 @@ def test_parked_benchmark_small_runs_every_part(tmp_path: Path) -> None:
     assert result["inbox"]["big"]["counts"]["step_hook"] > 0
     for line in ("bytes per waiting run", "deadlines falling due together", "restart on", "inbox on"):
         assert line in proc.stdout, proc.stdout
+
+
+def test_parked_benchmark_small_runs_on_postgresql(tmp_path: Path) -> None:
+    """The same on a PostgreSQL server: two new databases, sized by their tables, dropped after."""
+    parts = urlsplit(PG_ADMIN_URL)
+    require_service("PostgreSQL", parts.hostname or "127.0.0.1", parts.port or 5432)
+    out = tmp_path / "parked-pg.json"
+    cmd = [sys.executable, "-m", "bench.parked", "--store", "postgresql", "--url", PG_ADMIN_URL,
+           "--n", "300", "--probes", "20", "--blocks", "2", "--deadlines", "20", "--deadline-margin", "2",
+           "--out", str(out)]  # fmt: skip
+    proc = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    result = json.loads(out.read_text())
+    assert result["config"]["store"] == "postgresql" and result["config"]["postgresql"]
+    assert result["parking"]["big"]["runs"] == 300
+    assert result["parking"]["big"]["bytes_per_waiting_run"] > 0
+    assert result["resume_ms"]["big"]["count"] == 20 and result["deadlines"]["lateness_s"]["count"] == 20
+    assert result["restart"]["big"]["status"] == "completed"
+    assert result["inbox"]["big"]["counts"]["step_hook"] > 0
+    assert "PostgreSQL" in proc.stdout and "synchronous_commit=on" in proc.stdout, proc.stdout
+    import psycopg
+
+    with psycopg.connect(PG_ADMIN_URL, autocommit=True) as conn:  # its databases are gone
+        left = conn.execute("SELECT datname FROM pg_database WHERE datname LIKE 'pwbench_parked%'").fetchall()
+    assert left == [], left
