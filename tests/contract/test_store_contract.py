@@ -776,3 +776,26 @@ async def test_resolve_wait_and_claim(store: Store) -> None:
             lease_ttl=TTL,
             max_crashes=5,
         )
+
+
+async def test_next_due_is_the_earliest_unleased_row_lease_expiry_or_deadline(store: Store) -> None:
+    """The runtime's next due time: the earliest of an unleased queue row's due time, a lease's
+    expiry (a crashed turn's run becomes claimable then) and a pending wait's deadline, read
+    through indexes (migration sqlite 0007 / postgres 0013), the same minimum as before."""
+    assert await store.next_due() is None
+    later = await store.create_run(_id(), "wf", b'{"args":[]}', now=T0 + 50, lease_owner=None, lease_ttl=TTL)
+    assert later is None and await store.next_due() == T0 + 50  # unleased, due when created
+    held = await _started(store, now=T0)  # leased until T0 + 30
+    assert await store.next_due() == T0 + 30  # the lease runs out before the other run is due
+    await store.create_run(_id(), "wf", b'{"args":[]}', now=T0 + 5, lease_owner=None, lease_ttl=TTL)
+    assert await store.next_due() == T0 + 5
+    claims = await store.claim("w2", limit=10, now=T0 + 6, lease_ttl=100.0, max_crashes=5)
+    assert len(claims) == 1  # the run due at T0 + 5 (the other is not due, the third is leased)
+    assert await store.next_due() == T0 + 30  # leases until T0 + 30 and T0 + 106, a row due at T0 + 50
+    await store.release(held.fence, now=T0 + 20)  # unleased again, due at once
+    assert await store.next_due() == T0 + 20
+    _, waiting = await _suspended_on(store, _wait(expires_at=T0 + 3), now=T0)
+    assert await store.next_due() == T0 + 3  # a deadline
+    await store.expire_due_waits(now=T0 + 4)  # its run is woken: due at T0 + 4
+    assert await store.next_due() == T0 + 4
+    assert await store.get_run(waiting) is not None

@@ -91,6 +91,9 @@ CREATE TABLE waits (
     UNIQUE (run_id, wait_key)
 );
 
+-- index queue_local_leases
+CREATE INDEX queue_local_leases ON queue (node_id, lease_expires_at) WHERE lease_expires_at IS NOT NULL;
+
 -- index queue_ready
 CREATE INDEX queue_ready ON queue (node_id, available_at);
 

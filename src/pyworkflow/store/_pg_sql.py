@@ -81,11 +81,8 @@ SQL_LEASE_OWNERS = """
 SELECT DISTINCT lease_owner FROM queue
 WHERE lease_owner IS NOT NULL AND lease_expires_at >= ? AND node_id IS NULL
 """
-SQL_NEXT_DUE = """
-SELECT LEAST(
-    (SELECT MIN(COALESCE(lease_expires_at, available_at)) FROM queue WHERE node_id IS NULL),
-    (SELECT MIN(expires_at) FROM waits WHERE status = 'pending' AND expires_at IS NOT NULL))
-"""
+# As pyworkflow_next_due (migration 0013): two ordered index lookups, not a read of the whole queue.
+SQL_NEXT_DUE = "SELECT pyworkflow_next_due()"
 SQL_STEP = "SELECT status FROM steps WHERE run_id = ? AND step_key = ?"
 SQL_UPSERT_STEP = """
 INSERT INTO steps (run_id, step_key, status, attempt, result, error, delivered, updated_at)

@@ -116,7 +116,18 @@ SQL_LEASE_OWNERS = """
 SELECT DISTINCT lease_owner FROM queue
 WHERE lease_owner IS NOT NULL AND lease_expires_at >= ? AND node_id IS NULL
 """
-SQL_NEXT_QUEUE = "SELECT MIN(COALESCE(lease_expires_at, available_at)) FROM queue WHERE node_id IS NULL"
+# When the queue next has work: the first unleased row by available_at (queue_ready, walking past the
+# leased rows) or the first lease to run out (queue_local_leases), whichever is earlier: the minimum of
+# COALESCE(lease_expires_at, available_at) without reading every row (migration 0007). The
+# indexes are named: without statistics SQLite may otherwise sort every row for the second one.
+SQL_NEXT_QUEUE = """
+SELECT MIN(t) FROM (
+    SELECT * FROM (SELECT available_at AS t FROM queue INDEXED BY queue_ready
+                   WHERE node_id IS NULL AND lease_expires_at IS NULL ORDER BY available_at LIMIT 1)
+    UNION ALL
+    SELECT * FROM (SELECT lease_expires_at AS t FROM queue INDEXED BY queue_local_leases
+                   WHERE node_id IS NULL AND lease_expires_at IS NOT NULL ORDER BY lease_expires_at LIMIT 1))
+"""
 SQL_NEXT_WAIT = "SELECT MIN(expires_at) FROM waits WHERE status = 'pending' AND expires_at IS NOT NULL"
 # Record a step's outcome unless it already has a final one (then nothing changes: rowcount 0).
 SQL_UPSERT_STEP = """
