@@ -27,7 +27,8 @@ PG_QUEUE_LOOKUPS = (
 #: pyworkflow_claim's choice of rows (migration postgres 0008), at a fixed time.
 PG_CLAIM_ROWS = """
 SELECT q.run_id FROM queue q JOIN runs r ON r.id = q.run_id
-WHERE q.node_id IS NULL AND q.available_at <= 1e10 AND (q.lease_expires_at IS NULL OR q.lease_expires_at < 1e10)
+WHERE q.node_id IS NULL AND q.available_at <= 1e10
+  AND (q.lease_expires_at IS NULL OR q.lease_expires_at < 1e10)
 ORDER BY q.available_at LIMIT 100 FOR UPDATE OF q, r SKIP LOCKED
 """
 
@@ -64,7 +65,8 @@ def test_postgresql_reads_the_next_due_queue_row_through_indexes(pg_database: st
         )
         conn.execute(
             "INSERT INTO queue (run_id, available_at, lease_owner, lease_expires_at)"
-            " SELECT 'r' || i, 1000 + i, CASE WHEN i <= 500 THEN 'w' END, CASE WHEN i <= 500 THEN 5000 + i END"
+            " SELECT 'r' || i, 1000 + i, CASE WHEN i <= 500 THEN 'w' END,"
+            " CASE WHEN i <= 500 THEN 5000 + i END"
             " FROM generate_series(1, 20500) i"
         )
         conn.execute("SET plan_cache_mode = force_generic_plan")
