@@ -397,7 +397,11 @@ async def request_approval(request: Request, who: Annotated[Principal, Depends(c
         parse_escalation(f.data.get("escalate")),
         parse_link_request(f.data.get("decision_link")),
     )
-    # The pause frees the worker's permit: its next task may come with this answer.
+    # The pause frees the worker's permit: its next task may come with this answer. Not after a
+    # wait when the answer carries a new decision link: its URL is in this answer only, and the
+    # handler hands it on as soon as the answer comes.
+    if wanted is not None and minted is not None:
+        wanted = (wanted[0], wanted[1], 0.0)
     tasks = await hand_out(request, wanted) if paused else []
     answer: dict[str, Any] = {"approval": approval, "paused": paused, "tasks": tasks}
     if minted is not None:

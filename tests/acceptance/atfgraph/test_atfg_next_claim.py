@@ -377,3 +377,25 @@ async def test_a_stopping_worker_is_not_held_by_a_waiting_report(
         await asyncio.wait_for(running, 30)
     assert time.monotonic() - started < 4
     assert worker.stats.succeeded == 1 and worker.stats.lost == 0 and worker.stats.released == 0
+
+
+async def test_a_pause_that_mints_a_decision_link_is_answered_at_once(http: httpx.AsyncClient) -> None:
+    """The link's URL is in that answer only, and the handler hands it on when the answer comes:
+    such an answer does not wait for work, whatever the claim asks."""
+    worker = await _worker(http, "nl")
+    first = await _submit(http, "nl.s")
+    task = await _claim(http, worker)
+    body = {
+        "traverser_id": first,
+        "operation_key": "k",
+        "prompt": "ok?",
+        "epoch": task["epoch"],
+        "decision_link": True,
+        "claim": {"worker_id": worker, "max": 1, "wait_seconds": 10},
+    }
+    started = time.monotonic()
+    answer = await http.post("/approvals", json=body)
+    assert answer.status_code == 200, answer.text
+    assert time.monotonic() - started < 5
+    assert answer.json()["paused"] is True and answer.json()["tasks"] == []
+    assert answer.json()["decision_link"]["url"].startswith("http")
