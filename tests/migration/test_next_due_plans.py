@@ -24,6 +24,11 @@ PG_QUEUE_LOOKUPS = (
     "SELECT lease_expires_at FROM queue WHERE node_id IS NULL AND lease_expires_at IS NOT NULL"
     " ORDER BY lease_expires_at LIMIT 1",
 )
+#: pyworkflow_expire_due_waits's choice of waits (migration postgres 0008), at a fixed time.
+PG_DUE_WAITS = """
+SELECT id, run_id, wait_key FROM waits
+WHERE status = 'pending' AND expires_at IS NOT NULL AND expires_at <= 1e10 ORDER BY expires_at LIMIT 500
+"""
 #: pyworkflow_claim's choice of rows (migration postgres 0008), at a fixed time.
 PG_CLAIM_ROWS = """
 SELECT q.run_id FROM queue q JOIN runs r ON r.id = q.run_id
@@ -54,7 +59,8 @@ def test_sqlite_reads_the_next_due_queue_row_through_indexes(tmp_path: Path) -> 
 
 @pytest.mark.postgres
 def test_postgresql_reads_the_next_due_queue_row_through_indexes(pg_database: str) -> None:
-    """With a backlog in the queue (20,000 unleased rows, 500 leased) and no statistics (this
+    """With a backlog in the queue (20,000 unleased rows, 500 leased), as many pending deadlines,
+    and no statistics (this
     machine's server runs without autovacuum, and a new database has none): ordered index scans
     that stop early, no sort of the matching rows, under the settings the functions pin."""
     open_store(pg_database).close()
@@ -63,6 +69,11 @@ def test_postgresql_reads_the_next_due_queue_row_through_indexes(pg_database: st
             "INSERT INTO runs (id, workflow, status, input, created_at, updated_at)"
             " SELECT 'r' || i, 'wf', 'pending', '{}', 0, 0 FROM generate_series(1, 20500) i"
         )
+        conn.execute(  # a million parked runs' deadlines, in miniature
+            "INSERT INTO waits (id, run_id, wait_key, kind, name, status, created_at, expires_at)"
+            " SELECT 'w' || i, 'r' || i, 'k', 'step_hook', 'k', 'pending', 0, 1e9 + i"
+            " FROM generate_series(1, 20500) i"
+        )
         conn.execute(
             "INSERT INTO queue (run_id, available_at, lease_owner, lease_expires_at)"
             " SELECT 'r' || i, 1000 + i, CASE WHEN i <= 500 THEN 'w' END,"
@@ -70,14 +81,14 @@ def test_postgresql_reads_the_next_due_queue_row_through_indexes(pg_database: st
             " FROM generate_series(1, 20500) i"
         )
         conn.execute("SET plan_cache_mode = force_generic_plan")
-        for function in ("pyworkflow_next_due", "pyworkflow_claim"):
+        for function in ("pyworkflow_next_due", "pyworkflow_claim", "pyworkflow_expire_due_waits"):
             (settings,) = conn.execute(
                 "SELECT proconfig FROM pg_proc WHERE proname = %s", (function,)
             ).fetchone()
             assert sorted(settings) == ["enable_bitmapscan=off", "enable_seqscan=off"], function
         for setting in settings:  # what the functions run under
             conn.execute("SET " + setting.replace("=", " = "))
-        for sql in (*PG_QUEUE_LOOKUPS, PG_CLAIM_ROWS):
+        for sql in (*PG_QUEUE_LOOKUPS, PG_CLAIM_ROWS, PG_DUE_WAITS):
             plan = "\n".join(str(r[0]) for r in conn.execute("EXPLAIN " + sql))
             assert "Index" in plan and "Seq Scan" not in plan and "Sort" not in plan, plan
         conn.execute("RESET ALL")
