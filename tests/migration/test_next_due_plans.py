@@ -97,3 +97,26 @@ def test_postgresql_reads_the_next_due_queue_row_through_indexes(pg_database: st
         (body,) = conn.execute("SELECT prosrc FROM pg_proc WHERE proname = 'pyworkflow_next_due'").fetchone()
         for sql in PG_QUEUE_LOOKUPS:  # the function runs exactly these lookups
             assert " ".join(sql.split()) in " ".join(body.split()), body
+
+
+@pytest.mark.postgres
+def test_postgresql_ends_a_run_without_reading_every_pending_wait(pg_database: str) -> None:
+    """pyworkflow_end_run cancels the run's pending waits found by the run's index alone, never
+    with a bitmap of waits_pending (every pending wait), statistics or not; and the queue is
+    vacuumed after every 1,000 changes where the server runs autovacuum."""
+    open_store(pg_database).close()
+    with psycopg.connect(pg_database, autocommit=True) as conn:
+        conn.execute(
+            "INSERT INTO waits (id, run_id, wait_key, kind, name, status, created_at, expires_at)"
+            " SELECT 'w' || i, 'r' || i, 'k', 'step_hook', 'k', 'pending', 0, 1e9 + i"
+            " FROM generate_series(1, 20000) i"
+        )
+        (body,) = conn.execute("SELECT prosrc FROM pg_proc WHERE proname = 'pyworkflow_end_run'").fetchone()
+        (cancel,) = [line.strip() for line in body.splitlines() if "status = 'cancelled'" in line]
+        statement = cancel.replace("p_now", "$2").replace("p_run", "$1").rstrip(";")
+        conn.execute("SET plan_cache_mode = force_generic_plan")
+        conn.execute(f"PREPARE cancel (text, double precision) AS {statement}")
+        plan = "\n".join(str(r[0]) for r in conn.execute("EXPLAIN EXECUTE cancel ('r1', 1)"))
+        assert "waits_pending" not in plan and "waits_run_id_wait_key_key" in plan, plan
+        (options,) = conn.execute("SELECT reloptions FROM pg_class WHERE relname = 'queue'").fetchone()
+        assert "autovacuum_vacuum_threshold=1000" in options and "autovacuum_vacuum_scale_factor=0" in options

@@ -211,9 +211,10 @@ SQL_DECIDE = """
 UPDATE waits SET status = 'received', decision = ?, decided_by = ?, payload = ?, resolved_at = ?
 WHERE id = ? AND status = 'pending'
 """
-# A cancelled traverser will never read its pending waits: they leave the inbox.
+# A cancelled traverser will never read its pending waits: they leave the inbox. Found by the run
+# alone: no index serves the status check (a bitmap of waits_pending would read every pending wait).
 SQL_CANCEL_WAITS = (
-    "UPDATE waits SET status = 'cancelled', resolved_at = ? WHERE run_id = ? AND status = 'pending'"
+    "UPDATE waits SET status = 'cancelled', resolved_at = ? WHERE run_id = ? AND status || '' = 'pending'"
 )
 #: The conditions (and parameters) of an API approval status on the waits table.
 APPROVAL_STATUS_WHERE: dict[str, tuple[str, tuple[str, ...]]] = {

@@ -110,8 +110,9 @@ INSERT INTO waits (id, run_id, wait_key, kind, name, step_key, token_digest, sta
 VALUES (?, ?, ?, ?, ?, ?, ?, 'pending', ?, ?, ?)
 """
 SQL_INSERT_WAIT_TOKEN = "INSERT INTO wait_tokens (token_digest, wait_id) VALUES (?, ?)"
+# The run's pending waits, found by the run alone (no index serves the status check; see 0013).
 SQL_CANCEL_WAITS = """
-UPDATE waits SET status = 'cancelled', resolved_at = ? WHERE run_id = ? AND status = 'pending'
+UPDATE waits SET status = 'cancelled', resolved_at = ? WHERE run_id = ? AND status || '' = 'pending'
 """
 # A run's state in one statement (one snapshot, one round trip): each row is a step (columns
 # 1-6), a wait (7-19) or a checkpoint (20-23), told apart by column 0.

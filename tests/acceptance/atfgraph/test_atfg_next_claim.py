@@ -232,19 +232,29 @@ async def test_a_completion_may_wait_for_the_next_task(http: httpx.AsyncClient, 
     assert 0.4 < time.monotonic() - started < 5
 
 
-async def test_a_pause_may_wait_for_its_own_continuation(http: httpx.AsyncClient) -> None:
-    """A pausing approval request that waits: the decision queues the traverser's continuation,
-    which comes back in the pause's own answer, leased to the same worker."""
-    worker = await _worker(http, "nc")
-    first = await _submit(http, "nc.s")
+async def _waiting_pause(
+    http: httpx.AsyncClient, node: str, **extra: Any
+) -> tuple[str, dict[str, Any], dict[str, Any]]:
+    """A worker of ``node`` holding a traverser, and the body of its pausing approval request
+    whose answer may wait 10 s for the next task: (traverser, its task, the body)."""
+    worker = await _worker(http, node)
+    first = await _submit(http, f"{node}.s")
     task = await _claim(http, worker)
+    claim = {"worker_id": worker, "max": 1, "wait_seconds": 10}
     body = {
         "traverser_id": first,
         "operation_key": "k",
         "prompt": "ok?",
         "epoch": task["epoch"],
-        "claim": {"worker_id": worker, "max": 1, "wait_seconds": 10},
+        "claim": claim,
     }
+    return first, task, {**body, **extra}
+
+
+async def test_a_pause_may_wait_for_its_own_continuation(http: httpx.AsyncClient) -> None:
+    """A pausing approval request that waits: the decision queues the traverser's continuation,
+    which comes back in the pause's own answer, leased to the same worker."""
+    first, task, body = await _waiting_pause(http, "nc")
     pause = asyncio.create_task(http.post("/approvals", json=body))
     for _ in range(100):  # the pause commits before its answer waits
         view = (await http.get(f"/traversers/{first}")).json()
@@ -382,17 +392,7 @@ async def test_a_stopping_worker_is_not_held_by_a_waiting_report(
 async def test_a_pause_that_mints_a_decision_link_is_answered_at_once(http: httpx.AsyncClient) -> None:
     """The link's URL is in that answer only, and the handler hands it on when the answer comes:
     such an answer does not wait for work, whatever the claim asks."""
-    worker = await _worker(http, "nl")
-    first = await _submit(http, "nl.s")
-    task = await _claim(http, worker)
-    body = {
-        "traverser_id": first,
-        "operation_key": "k",
-        "prompt": "ok?",
-        "epoch": task["epoch"],
-        "decision_link": True,
-        "claim": {"worker_id": worker, "max": 1, "wait_seconds": 10},
-    }
+    _first, _task, body = await _waiting_pause(http, "nl", decision_link=True)
     started = time.monotonic()
     answer = await http.post("/approvals", json=body)
     assert answer.status_code == 200, answer.text
