@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import contextvars
 import logging
+import time
 from collections.abc import Awaitable, Callable, Iterator
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
@@ -82,6 +83,8 @@ class _Attempt:
     claim_next: dict[str, Any] | None = None
     #: such a report is out: no handler runs in the permit while its answer waits for work
     freeing: bool = False
+    #: when that report went out (ns): where the attempt's span ends
+    freeing_since: int = 0
     #: the tasks such an answer carried, for the worker to start once this attempt is over
     next_tasks: list[dict[str, Any]] = field(default_factory=list)
     #: calls under the lease waiting for their answer: while one is out, that answer (not a
@@ -97,8 +100,12 @@ class _Attempt:
         if self.claim_next is None:
             return None
         body["claim"] = self.claim_next
-        self.freeing = True
+        self.freeing, self.freeing_since = True, time.time_ns()
         return float(self.claim_next.get("wait_seconds") or 0.0) + 15.0
+
+    def ended_at(self) -> int | None:
+        """When this attempt's work ended, if a report that frees its permit is out (ns)."""
+        return self.freeing_since if self.freeing else None
 
     def next_seq(self) -> int:
         self.seq += 1

@@ -8,7 +8,7 @@ it). One cached check per place when tracing is off."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import AbstractContextManager, contextmanager
 from typing import Any
 
@@ -26,19 +26,27 @@ STEP = "atfgraph.step"
 OPERATION_KEY = "atfgraph.operation_key"
 
 
-def attempt(task: dict[str, Any]) -> AbstractContextManager[Any]:
-    """Around one attempt of a claimed task."""
-    return _attempt(task) if _t.enabled() else _t.null()
+def attempt(task: dict[str, Any], ended_at: Callable[[], int | None]) -> AbstractContextManager[Any]:
+    """Around one attempt of a claimed task. ``ended_at``: when its last report went out (ns), if
+    it did: the span ends then, not when that report's answer came (which may wait for the
+    worker's next task)."""
+    return _attempt(task, ended_at) if _t.enabled() else _t.null()
 
 
 @contextmanager
-def _attempt(task: dict[str, Any]) -> Iterator[Any]:
+def _attempt(task: dict[str, Any], ended_at: Callable[[], int | None]) -> Iterator[Any]:
     trav = task["traverser"]
     attrs = {_t.RUN_ID: trav["id"], TARGET: trav["target"], ATTEMPT: trav["attempt"], EPOCH: task["epoch"]}
     parent = _t.context_of(task.get("trace"))
     kind = trace.SpanKind.CONSUMER
     with _t.span(
-        TRACER, "atfgraph.attempt", attrs, parent=parent, kind=kind, suspension=_TraversalPaused
+        TRACER,
+        "atfgraph.attempt",
+        attrs,
+        parent=parent,
+        kind=kind,
+        suspension=_TraversalPaused,
+        ended_at=ended_at,
     ) as span:
         yield span
 

@@ -267,7 +267,7 @@ class Worker:
             running.attempt = attempt
         token = _current.set(attempt)
         try:
-            with tracing.attempt(task):
+            with tracing.attempt(task, attempt.ended_at):
                 await self._attempt(attempt, trav)
         except (ServerError, ServerUnavailableError, _LeaseLost) as exc:
             # The outcome could not be reported; the lease will expire and the server retries.

@@ -22,7 +22,7 @@ payload or an exception's message (it may quote user data): an error is its type
 from __future__ import annotations
 
 import os
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import AbstractContextManager, contextmanager, nullcontext
 from importlib.metadata import entry_points
 from typing import Any
@@ -184,10 +184,12 @@ def span(
     links: Sequence[Link] = (),
     kind: SpanKind = SpanKind.INTERNAL,
     suspension: type[BaseException] | None = None,
+    ended_at: Callable[[], int | None] | None = None,
 ) -> Iterator[Span]:
     """A current span that records how its block ended: ``status`` ``suspended`` for
     ``suspension`` (``retrying`` when an error caused it), else the error's type (never its
-    message) with an error status."""
+    message) with an error status. ``ended_at``: asked when the block is over, the time (ns)
+    the span's work ended if that was before (None: now)."""
     with tracer(tracer_name).start_as_current_span(
         name,
         context=parent,
@@ -196,6 +198,7 @@ def span(
         links=list(links),
         record_exception=False,
         set_status_on_exception=False,
+        end_on_exit=ended_at is None,
     ) as current:
         try:
             yield current
@@ -209,6 +212,9 @@ def span(
             else:
                 failed(current, exc)
             raise
+        finally:
+            if ended_at is not None:
+                current.end(end_time=ended_at())
 
 
 def failed(current: Span, exc: BaseException) -> None:

@@ -63,15 +63,18 @@ def test_a_traverser_paused_decided_and_continued_elsewhere_is_the_callers_trace
     assert response.status_code in (200, 201), response.text
     ident = response.json()["id"]
     wait_until(lambda: server.get(f"/traversers/{ident}")["status"] == "waiting", 30, "never paused")
+
+    def attempts() -> list[dict[str, Any]]:
+        return spanfile.named(spanfile.read(spans_dir), "atfgraph.attempt")
+
+    # The pause's answer may wait up to a second for the worker's next task; the paused attempt's
+    # span is exported when that answer comes, and ends when the pause went out.
+    wait_until(lambda: len(attempts()) == 1, 20, "the paused attempt's span was never exported")
     first.kill()  # it holds nothing while the traverser waits
     (approval,) = server.get("/approvals", status="pending")["items"]
     ok(atfg(server, "approvals", "decide", approval["id"], "--approve"))
     second = spawn()
     wait_until(lambda: server.get(f"/traversers/{ident}")["status"] == "succeeded", 30, "never continued")
-
-    def attempts() -> list[dict[str, Any]]:
-        return spanfile.named(spanfile.read(spans_dir), "atfgraph.attempt")
-
     wait_until(lambda: len(attempts()) == 2, 20, "the second attempt's span was never exported")
     spans = spanfile.read(spans_dir)
     assert {s["trace_id"] for s in spans if s["name"].startswith("atfgraph.")} == {CALLER_TRACE}
@@ -99,6 +102,8 @@ def test_a_traverser_paused_decided_and_continued_elsewhere_is_the_callers_trace
     # the worker's calls carry its attempt's context: the server's spans of them join the trace
     (asked_http,) = [s for s in spans if s["name"] == "HTTP POST /api/v2/approvals"]
     assert asked_http["parent_id"] == asked["span_id"] and asked_http["pid"] == server.proc.pid
+    # the paused attempt ends when its pause went out, not after its answer's wait for work
+    assert paused["end"] <= asked_http["end"], (paused, asked_http)
     reports = [s for s in spans if s["name"].startswith("HTTP POST /api/v2/traversers/")]
     assert [r["parent_id"] for r in reports] == [continued["span_id"]], [r["name"] for r in reports]
     (wait,) = spanfile.named(spans, "atfgraph.approval")
@@ -107,7 +112,8 @@ def test_a_traverser_paused_decided_and_continued_elsewhere_is_the_callers_trace
         assert span["parent_id"] == submit["span_id"]
         assert span["attributes"]["pyworkflow.wait_id"] == approval["id"]
         assert span["attributes"]["pyworkflow.status"] == "approved"
-    assert wait["start"] < paused["end"] and wait["end"] <= continued["start"]
+    # the paused attempt ends as its pause goes out; the server's wait begins with the approval
+    assert paused["start"] < wait["start"] and wait["end"] <= continued["start"]
     # the decision came over HTTP without traceparent: no HTTP span, nothing to link to
     assert decision["links"] == []
     # never a credential in an attribute
