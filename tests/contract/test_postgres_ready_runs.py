@@ -38,3 +38,27 @@ async def test_each_wake_up_of_a_run_is_its_own_ready_row(pg_store: PostgresStor
         assert woken[0] == run_id and woken[2] == now
         keys.append(woken)
     assert len(set(keys)) == 3  # three wake-ups, three rows: none looks like one already published
+
+
+async def test_ready_rows_are_the_earliest_due_and_the_runs_out_leases(pg_store: PostgresStore) -> None:
+    """Unleased rows due in the window and rows whose lease ran out, by due time, at most
+    ``limit``; neither a row due later nor a live lease."""
+
+    async def run(at: float, owner: str | None = None) -> str:
+        run_id = secrets.token_hex(8)
+        await pg_store.create_run(run_id, "wf", b'{"args":[]}', now=at, lease_owner=owner, lease_ttl=TTL)
+        return run_id
+
+    due = [await run(T0 + i) for i in (3, 1, 2)]
+    lost = await run(T0 - 40, owner="dead")  # its lease ran out at T0 - 10
+    await run(T0 + 4, owner="alive")  # leased until T0 + 34
+    await run(T0 + 20)  # due after the window
+    now = T0 + 10
+    ready = await pg_store.ready_runs(now=now)
+    assert [r[0] for r in ready] == [lost, due[1], due[2], due[0]]
+    assert [r[2] for r in ready] == [T0 - 40, T0 + 1, T0 + 2, T0 + 3]
+    assert [r[0] for r in await pg_store.ready_runs(now=now, limit=2)] == [lost, due[1]]
+    assert [r[0] for r in await pg_store.ready_runs(now=now, due_before=T0 + 2, due_after=T0 + 2)] == [
+        lost,
+        due[2],
+    ]

@@ -15,6 +15,7 @@ import psycopg
 import pytest
 
 from pyworkflow.store import SQLiteStore, open_store
+from pyworkflow.store._pg_sql import SQL_READY_IDS
 from pyworkflow.store._sqlite import SQL_NEXT_QUEUE, SQL_READY
 
 #: The two queue lookups of pyworkflow_next_due (migration postgres 0013).
@@ -120,3 +121,41 @@ def test_postgresql_ends_a_run_without_reading_every_pending_wait(pg_database: s
         assert "waits_pending" not in plan and "waits_run_id_wait_key_key" in plan, plan
         (options,) = conn.execute("SELECT reloptions FROM pg_class WHERE relname = 'queue'").fetchone()
         assert "autovacuum_vacuum_threshold=1000" in options and "autovacuum_vacuum_scale_factor=0" in options
+
+
+@pytest.mark.postgres
+def test_postgresql_celery_sweeper_reads_ready_rows_through_indexes(pg_database: str) -> None:
+    """The Celery sweeper's ready rows (SQL_READY_IDS) come from two ordered index scans that stop
+    at the limit, as a generic plan without statistics runs them: with 20,000 rows due later (runs
+    sleeping, a backlog not yet due) it reads a few rows, not all of them (the statement that
+    ORed both cases read every row whenever fewer than the limit were ready)."""
+    open_store(pg_database).close()
+    with psycopg.connect(pg_database, autocommit=True) as conn:
+        conn.execute(
+            "INSERT INTO runs (id, workflow, status, input, created_at, updated_at)"
+            " SELECT 'r' || i, 'wf', 'pending', '{}', 0, 0 FROM generate_series(1, 20500) i"
+        )
+        conn.execute(
+            "INSERT INTO queue (run_id, available_at, lease_owner, lease_expires_at)"
+            " SELECT 'r' || i, 1000 + i, CASE WHEN i <= 500 THEN 'w' END,"
+            " CASE WHEN i <= 500 THEN 5000 + i END"
+            " FROM generate_series(1, 20500) i"
+        )
+        conn.execute("SET plan_cache_mode = force_generic_plan")
+        statement = SQL_READY_IDS
+        for number, name in enumerate(("now", "due", "after", "limit"), 1):
+            statement = statement.replace(f":{name}", f"${number}")
+        conn.execute(f"PREPARE ready (float8, float8, float8, int) AS {statement}")
+        # 500 unleased rows due (1501 to 2000), no lease run out, 1,000 asked for
+        plan = [
+            str(r[0])
+            for r in conn.execute("EXPLAIN (ANALYZE, TIMING OFF) EXECUTE ready (2000, 2000, 0, 1000)")
+        ]
+        text = "\n".join(plan)
+        assert "Seq Scan" not in text and "queue_local_ready" in text and "queue_local_leases" in text, text
+        removed = [int(line.split(":")[1]) for line in plan if "Rows Removed by Filter" in line]
+        assert sum(removed) <= 500, text  # at most the leased rows the first scan steps over
+        rows = conn.execute("EXECUTE ready (2000, 2000, 0, 1000)").fetchall()
+        assert [r[2] for r in rows] == [float(1000 + i) for i in range(501, 1001)]
+        rows = conn.execute("EXECUTE ready (6000, 1000, 0, 1000)").fetchall()  # every lease ran out
+        assert [r[0] for r in rows] == [f"r{i}" for i in range(1, 501)]

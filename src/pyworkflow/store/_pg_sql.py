@@ -50,12 +50,19 @@ UPDATE queue SET lease_owner = NULL, lease_expires_at = NULL, available_at = ? W
 SQL_DELETE_QUEUE = "DELETE FROM queue WHERE run_id = ?"
 # Runs a claim would take: unleased rows that became due between :after and :due, and rows
 # whose lease ran out; with the epoch and due time that tell one wake-up of a run from the next.
+# Two ordered index scans that stop at :limit rows each (queue_local_ready, queue_local_leases):
+# one scan with the two cases ORed read every queue row in order whenever fewer than :limit
+# were ready (22 ms a sweep with 200,000 runs sleeping).
 SQL_READY_IDS = """
-SELECT run_id, epoch, available_at FROM queue
-WHERE node_id IS NULL
-  AND ((lease_owner IS NULL AND available_at <= :due AND available_at >= :after)
-       OR (lease_owner IS NOT NULL AND lease_expires_at < :now AND available_at <= :now))
-ORDER BY available_at LIMIT :limit
+SELECT run_id, epoch, available_at FROM (
+  (SELECT run_id, epoch, available_at FROM queue
+   WHERE node_id IS NULL AND lease_owner IS NULL AND available_at <= :due AND available_at >= :after
+   ORDER BY available_at LIMIT :limit)
+  UNION ALL
+  (SELECT run_id, epoch, available_at FROM queue
+   WHERE node_id IS NULL AND lease_expires_at < :now AND lease_owner IS NOT NULL AND available_at <= :now
+   ORDER BY lease_expires_at LIMIT :limit)
+) ready ORDER BY available_at LIMIT :limit
 """
 SQL_ANY_READY = """
 SELECT 1 FROM queue
