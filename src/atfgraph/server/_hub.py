@@ -13,9 +13,17 @@ is one of them, or not said (another server's notification, a transition that do
 
 Work queued for a node wakes one claim poll, not all of them: the poll that is woken claims,
 and passes the notification on to the next waiter if its claim took as many tasks as it asked
-for (more may be queued) or if it leaves without claiming (``pass_on``, and ``unsubscribe`` of a
-listener with a notification it did not take). So N polls on one node (workers, and reports
+for and more may be queued, or if it leaves without claiming (``pass_on``, and ``unsubscribe`` of
+a listener with a notification it did not take). So N polls on one node (workers, and reports
 whose answer waits for the next task) cost one claim per task, not N.
+
+"More may be queued" is counted, not guessed: a transition that queued one task says so
+(``notify(key, queued=1)``: a submit, a decision, a release, a retry) and the hub counts those
+tasks down as claims take them; a notification that does not say how many (the sweeper, a
+worker's release of everything, a silent worker's return, another server's notification) makes
+the count unknown until a claim finds the queue short with nothing notified since it began.
+Without the count, every full claim of one task woke another poll that found nothing: three
+empty claims per approval cycle on the writer's connection under ``bench.atfgraph_cycles``.
 """
 
 from __future__ import annotations
@@ -60,10 +68,12 @@ class Hub:
         self.closing = False
         #: passes each notification on to the other servers sharing the database (PostgreSQL)
         self.forward: Callable[[str], None] | None = None
-        # Per key: how many notifications it has had, and that count when a claim last found
-        # nothing (see may_have_work).
+        # Per node key: how many notifications it has had; the tasks notified one by one that no
+        # claim here has taken yet; whether a notification of an unknown number came since a
+        # claim last found the queue short (absent: nothing is known yet, as after a restart).
         self._generation: dict[str, int] = {}
-        self._empty_at: dict[str, int] = {}
+        self._owed: dict[str, int] = {}
+        self._vague: dict[str, bool] = {}
 
     def close(self) -> None:
         """Wake every waiter and make later waits return at once (graceful shutdown: a long
@@ -91,18 +101,23 @@ class Hub:
             listener.notified = []
             self.pass_on(key)
 
-    def notify(self, key: str, status: str | None = None) -> None:
+    def notify(self, key: str, status: str | None = None, *, queued: int | None = None) -> None:
         """A transition committed: wake this server's waiters on ``key``, and the other servers'.
-        ``status``: the status it committed, when the caller knows it for certain."""
-        self.wake(key, status)
+        ``status``: the status it committed, when the caller knows it for certain; ``queued``:
+        how many tasks it queued on a node, when the caller knows (None: some, how many unknown)."""
+        self.wake(key, status, queued=queued)
         if self.forward is not None:
             self.forward(key)
 
-    def wake(self, key: str, status: str | None = None) -> None:
+    def wake(self, key: str, status: str | None = None, *, queued: int | None = None) -> None:
         """Wake this server's waiters on ``key``: every follower of a traverser, one claim poll
         of a node (see the module's docstring)."""
         if key.startswith(_NODE):
             self._generation[key] = self._generation.get(key, 0) + 1
+            if queued is None:
+                self._vague[key] = True
+            else:
+                self._owed[key] = self._owed.get(key, 0) + queued
             self.pass_on(key)
             return
         for listener in list(self._waiters.get(key, ())):
@@ -131,17 +146,28 @@ class Hub:
     def generation(self, key: str) -> int:
         return self._generation.get(key, 0)
 
-    def found_nothing(self, key: str, generation: int) -> None:
-        """A claim on node ``key`` that began at ``generation`` found nothing queued."""
-        self._empty_at[key] = generation
+    def claimed(self, key: str, generation: int, asked: int, got: int) -> None:
+        """A claim on node ``key`` that began at ``generation`` asked for ``asked`` tasks and took
+        ``got``: they are counted off what was notified, and if it took all it asked for while
+        more may be queued, the next poll is woken (see the module's docstring). One that took
+        fewer, with nothing notified since it began, saw the queue drained: nothing is owed."""
+        owed = self._owed.get(key, 0) - got
+        if got < asked and self._generation.get(key, 0) == generation:
+            self._owed[key] = 0
+            self._vague[key] = False
+            return
+        self._owed[key] = max(owed, 0)
+        if got >= asked and (owed > 0 or self._vague.get(key, True)):
+            self.pass_on(key)
 
     def may_have_work(self, key: str) -> bool:
-        """Whether node ``key`` may have queued work: False only when a claim found nothing and
-        no notification on it (here or, on PostgreSQL, from another server) came since. A hint
-        for the claims that ride on reports, which skip their first read on it (a wrong False,
-        work that came due without a notification, only means the worker's own long poll finds
-        it, at most the report's wait later); a worker's claim requests never skip one."""
-        return self._empty_at.get(key) != self._generation.get(key, 0)
+        """Whether node ``key`` may have queued work: False only when every task notified one by
+        one was claimed here and no notification of an unknown number (here or, on PostgreSQL,
+        from another server) came since a claim last found the queue short. A hint for the
+        claims that ride on reports, which skip their first read on it (a wrong False, work that
+        came due without a notification, only means the worker's own long poll finds it, at
+        most the report's wait later); a worker's claim requests never skip one."""
+        return self._vague.get(key, True) or self._owed.get(key, 0) > 0
 
     async def wait(self, listener: Listener, timeout: float) -> bool:
         """Wait until something is notified to ``listener`` (at once if something already was);

@@ -288,7 +288,7 @@ def _after_change(request: Request, traverser_id: str, status: str) -> None:
     hub.notify(traverser_key(traverser_id))
     if status == TraverserStatus.QUEUED:
         node = store_of(request).get_traverser(traverser_id)["node_id"]
-        hub.notify(node_key(node))
+        hub.notify(node_key(node), queued=1)
 
 
 @router.get("/traversers/{traverser_id}/checkpoints/{name}", response_model=S.Checkpoint)
@@ -556,10 +556,7 @@ async def _lease_tasks(
                 hub.take(listener)  # what woke this poll is answered by this claim
                 generation = hub.generation(key)
                 tasks = await store.claim(worker_id, limit)
-                if not tasks:
-                    hub.found_nothing(key, generation)
-                elif len(tasks) >= limit:
-                    hub.pass_on(key)  # as many as it asked for: more may be queued
+                hub.claimed(key, generation, limit, len(tasks))  # wakes the next poll if more
             first = False
             remaining = deadline - time.monotonic()
             if tasks or remaining <= 0 or hub.closing:

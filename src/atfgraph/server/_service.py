@@ -96,7 +96,7 @@ class Service:
                 traced[0](view["id"])
         if created:
             crashpoint("server_after_submit")
-            self.hub.notify(node_key(view["node_id"]))
+            self.hub.notify(node_key(view["node_id"]), queued=1)
             log.info("traverser %s: queued (%s)", view["id"], target, extra={"run_id": view["id"]})
         return view, created
 
@@ -166,7 +166,7 @@ class Service:
         except Refusal as exc:
             await self._refused(who, "traverser.retry", run_id, exc.code)
             raise
-        self.hub.notify(node_key(view["node_id"]))
+        self.hub.notify(node_key(view["node_id"]), queued=1)
         self.hub.notify(traverser_key(run_id))
         return view
 
@@ -309,7 +309,7 @@ class Service:
             tracing.decided(approval, self.store.trace_context(approval["traverser_id"]), began)
         if node is not None:
             crashpoint("server_after_decision")
-            self.hub.notify(node_key(node))
+            self.hub.notify(node_key(node), queued=1)
             self.hub.notify(traverser_key(approval["traverser_id"]))
         log.info(
             "approval %s: %s",
