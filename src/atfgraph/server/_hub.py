@@ -11,19 +11,20 @@ A notification may say the status the transition committed (``notify(key, status
 following a traverser until it reaches some statuses then reads it again only when the status
 is one of them, or not said (another server's notification, a transition that does not say).
 
-Work queued for a node wakes one claim poll, not all of them: the poll that is woken claims,
-and passes the notification on to the next waiter if its claim took as many tasks as it asked
-for and more may be queued, or if it leaves without claiming (``pass_on``, and ``unsubscribe`` of
-a listener with a notification it did not take). So N polls on one node (workers, and reports
-whose answer waits for the next task) cost one claim per task, not N.
-
-"More may be queued" is counted, not guessed: a transition that queued one task says so
-(``notify(key, queued=1)``: a submit, a decision, a release, a retry) and the hub counts those
-tasks down as claims take them; a notification that does not say how many (the sweeper, a
-worker's release of everything, a silent worker's return, another server's notification) makes
-the count unknown until a claim finds the queue short with nothing notified since it began.
-Without the count, every full claim of one task woke another poll that found nothing: three
-empty claims per approval cycle on the writer's connection under ``bench.atfgraph_cycles``.
+Work queued for a node wakes a claim poll, not all of them, and how many is counted, not guessed.
+A transition that queued one task says so (``notify(key, queued=1)``: a submit, a decision, a
+release, a retry); the hub counts those tasks as owed until claims here take them, and keeps as
+many polls on their way to claim as tasks are owed: a notification, a claim that comes back, and a
+poll that leaves without claiming each wake idle polls while more tasks are owed than polls are
+already woken or claiming (``_settle``). A notification that does not say how many (the sweeper,
+a worker's release of everything, a silent worker's return, another server's notification) makes
+the count unknown until a claim finds the queue short with nothing notified since it began;
+until then each notification wakes one poll, and a claim that took all it asked for, or a poll
+that leaves without claiming, passes the wake-up on to the next (``pass_on``). So N polls on one
+node (workers, and reports whose answer waits for the next task) cost about one claim per task,
+not N. Before the count, a claim of one task that got it always woke the next poll, which usually
+found nothing: three empty claims per approval cycle on the writer's connection under
+``bench.atfgraph_cycles`` at 24 in flight.
 """
 
 from __future__ import annotations
@@ -91,15 +92,19 @@ class Hub:
 
     def unsubscribe(self, key: str, listener: Listener) -> None:
         """Stop listening. A claim poll's listener that leaves with a notification it did not
-        :meth:`take` passes it on to another waiter on the node."""
+        :meth:`take` passes it on to another waiter on the node, and one that leaves without
+        claiming no longer counts as on its way to claim what is owed."""
         waiters = self._waiters.get(key)
         if waiters is not None:
             waiters.pop(listener, None)
             if not waiters:
                 del self._waiters[key]
-        if listener.notified and key.startswith(_NODE) and not self.closing:
-            listener.notified = []
-            self.pass_on(key)
+        if key.startswith(_NODE) and not self.closing:
+            if listener.notified:
+                listener.notified = []
+                self._hand_on(key)
+            elif not self._vague.get(key, True):
+                self._settle(key, None)  # it was counted on its way to claim, and is not
 
     def notify(self, key: str, status: str | None = None, *, queued: int | None = None) -> None:
         """A transition committed: wake this server's waiters on ``key``, and the other servers'.
@@ -118,7 +123,7 @@ class Hub:
                 self._vague[key] = True
             else:
                 self._owed[key] = self._owed.get(key, 0) + queued
-            self.pass_on(key)
+            self._hand_on(key)
             return
         for listener in list(self._waiters.get(key, ())):
             listener._notify(status)
@@ -146,28 +151,60 @@ class Hub:
     def generation(self, key: str) -> int:
         return self._generation.get(key, 0)
 
-    def claimed(self, key: str, generation: int, asked: int, got: int) -> None:
-        """A claim on node ``key`` that began at ``generation`` asked for ``asked`` tasks and took
-        ``got``: they are counted off what was notified, and if it took all it asked for while
-        more may be queued, the next poll is woken (see the module's docstring). One that took
-        fewer, with nothing notified since it began, saw the queue drained: nothing is owed."""
-        owed = self._owed.get(key, 0) - got
+    def claimed(self, key: str, listener: Listener, generation: int, asked: int, got: int) -> None:
+        """``listener``'s claim on node ``key``, begun at ``generation``, asked for ``asked`` tasks
+        and took ``got``: they are counted off what was owed, and idle polls are woken if more is
+        owed than the other polls on their way can take (see the module's docstring). A claim that
+        took fewer than it asked, with nothing notified since it began, saw the queue drained."""
         if got < asked and self._generation.get(key, 0) == generation:
             self._owed[key] = 0
             self._vague[key] = False
             return
-        self._owed[key] = max(owed, 0)
-        if got >= asked and (owed > 0 or self._vague.get(key, True)):
-            self.pass_on(key)
+        self._owed[key] = max(self._owed.get(key, 0) - got, 0)
+        if self._vague.get(key, True):
+            if got >= asked:
+                self.pass_on(key)  # as many as it asked for: more may be queued
+        else:
+            self._settle(key, listener)
 
-    def may_have_work(self, key: str) -> bool:
-        """Whether node ``key`` may have queued work: False only when every task notified one by
-        one was claimed here and no notification of an unknown number (here or, on PostgreSQL,
-        from another server) came since a claim last found the queue short. A hint for the
-        claims that ride on reports, which skip their first read on it (a wrong False, work that
-        came due without a notification, only means the worker's own long poll finds it, at
-        most the report's wait later); a worker's claim requests never skip one."""
-        return self._vague.get(key, True) or self._owed.get(key, 0) > 0
+    def _hand_on(self, key: str) -> None:
+        if self._vague.get(key, True):
+            self.pass_on(key)
+        else:
+            self._settle(key, None)
+
+    def _settle(self, key: str, claiming: Listener | None) -> None:
+        """Wake idle polls on node ``key`` (longest waiting first) while more tasks are owed than
+        the polls other than ``claiming`` that are woken or claiming already will take."""
+        on_their_way, idle = self._on_their_way(key, claiming)
+        for listener in idle[: max(self._owed.get(key, 0) - on_their_way, 0)]:
+            listener._notify(None)
+
+    def _on_their_way(self, key: str, other_than: Listener | None) -> tuple[int, list[Listener]]:
+        """How many polls on node ``key`` (but ``other_than``) are woken or claiming, and the
+        idle ones, longest waiting first."""
+        idle: list[Listener] = []
+        busy = 0
+        for listener in self._waiters.get(key, ()):
+            if listener is other_than:
+                continue
+            if listener.notified or not listener.waiting:
+                busy += 1
+            else:
+                idle.append(listener)
+        return busy, idle
+
+    def may_have_work(self, key: str, listener: Listener | None = None) -> bool:
+        """Whether node ``key`` may have queued work that no poll is on its way to claim: False
+        when every task notified one by one was claimed here or has a poll other than
+        ``listener`` woken for it or claiming, and no notification of an unknown number (here
+        or, on PostgreSQL, from another server) came since a claim last found the queue short.
+        A hint for the claims that ride on reports, which skip their first read on it (a wrong
+        False, work that came due without a notification, only means the worker's own long poll
+        finds it, at most the report's wait later); a worker's claim requests never skip one."""
+        if self._vague.get(key, True):
+            return True
+        return self._owed.get(key, 0) > self._on_their_way(key, listener)[0]
 
     async def wait(self, listener: Listener, timeout: float) -> bool:
         """Wait until something is notified to ``listener`` (at once if something already was);

@@ -535,9 +535,10 @@ async def _lease_tasks(
 ) -> list[dict[str, Any]]:
     """Lease up to ``limit`` tasks of the worker's node, waiting up to ``wait`` seconds for work to
     be queued: the one rule of a claim, whether it is a request of its own (``alone``) or rides
-    on a report. A claim riding on a report does not read a node whose queue a claim found empty
-    with nothing queued since (the hub's hint): it answers at once without a wait, or waits for
-    a notification. A worker that went away mid-poll is handed nothing."""
+    on a report. A claim riding on a report does not read the node's queue while the hub's count
+    says nothing is queued that another poll is not already on its way to claim (the hub's hint):
+    it answers at once without a wait, or waits to be woken. A worker that went away mid-poll is
+    handed nothing."""
     store, hub = store_of(request), hub_of(request)
     key = node_key(store.worker_node(worker_id))
     if not alone and wait <= 0 and not hub.may_have_work(key):
@@ -552,11 +553,11 @@ async def _lease_tasks(
         while True:
             if (alone or wait > 0) and await request.is_disconnected():
                 return []
-            if alone or not first or hub.may_have_work(key):
+            if alone or not first or hub.may_have_work(key, listener):
                 hub.take(listener)  # what woke this poll is answered by this claim
                 generation = hub.generation(key)
                 tasks = await store.claim(worker_id, limit)
-                hub.claimed(key, generation, limit, len(tasks))  # wakes the next poll if more
+                hub.claimed(key, listener, generation, limit, len(tasks))  # wakes more if owed
             first = False
             remaining = deadline - time.monotonic()
             if tasks or remaining <= 0 or hub.closing:

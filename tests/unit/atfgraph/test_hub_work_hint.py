@@ -1,7 +1,8 @@
 """The hub's count of queued work on a node: the tasks notified one by one and not yet claimed,
 or an unknown number (nothing known yet, the sweeper, another server) until a claim finds the
-queue short with nothing notified since it began. Claims that ride on reports skip their first
-read when nothing may be queued, and a full claim wakes the next poll only when more may be."""
+queue short with nothing notified since it began. Idle claim polls are woken while more tasks are
+owed than polls are woken or claiming already, and a claim riding on a report skips its first
+read when every owed task has a poll on its way."""
 
 from __future__ import annotations
 
@@ -12,7 +13,25 @@ from atfgraph.server._hub import Hub, Listener, node_key, traverser_key
 
 def _drained(hub: Hub, key: str) -> None:
     """A claim that asked for one and found nothing, with nothing notified while it ran."""
-    hub.claimed(key, hub.generation(key), 1, 0)
+    claiming = hub.subscribe(key)
+    hub.claimed(key, claiming, hub.generation(key), 1, 0)
+    hub.unsubscribe(key, claiming)
+
+
+def _took(hub: Hub, key: str, count: int = 1, asked: int = 1) -> None:
+    """A claim (its poll busy until now, then gone) that took ``count`` tasks."""
+    claiming = hub.subscribe(key)
+    hub.take(claiming)
+    hub.claimed(key, claiming, hub.generation(key), asked, count)
+    hub.unsubscribe(key, claiming)
+
+
+async def _idle(hub: Hub, key: str, count: int) -> tuple[list[asyncio.Future[bool]], list[Listener]]:
+    """``count`` polls waiting on ``key``, oldest first."""
+    listeners = [hub.subscribe(key) for _ in range(count)]
+    waits = [asyncio.ensure_future(hub.wait(x, 60.0)) for x in listeners]
+    await asyncio.sleep(0.01)
+    return waits, listeners
 
 
 def test_a_node_may_have_work_until_a_claim_finds_none() -> None:
@@ -28,14 +47,13 @@ def test_a_node_may_have_work_until_a_claim_finds_none() -> None:
 def test_a_notification_during_the_empty_claim_keeps_the_hint() -> None:
     hub = Hub()
     key = node_key("n")
-    started = hub.generation(key)
-    hub.wake(key)  # committed while the claim ran: it may not have seen it
-    hub.claimed(key, started, 1, 0)
-    assert hub.may_have_work(key)
-    started = hub.generation(key)
-    hub.wake(key, queued=1)
-    hub.claimed(key, started, 1, 0)
-    assert hub.may_have_work(key)
+    for queued in (None, 1):
+        claiming = hub.subscribe(key)
+        started = hub.generation(key)
+        hub.wake(key, queued=queued)  # committed while the claim ran: it may not have seen it
+        hub.claimed(key, claiming, started, 1, 0)
+        hub.unsubscribe(key, claiming)
+        assert hub.may_have_work(key)
 
 
 def test_tasks_notified_one_by_one_are_counted_down_by_claims() -> None:
@@ -45,9 +63,9 @@ def test_tasks_notified_one_by_one_are_counted_down_by_claims() -> None:
     hub.notify(key, queued=1)
     hub.notify(key, queued=1)
     assert hub.may_have_work(key)
-    hub.claimed(key, hub.generation(key), 1, 1)
+    _took(hub, key)
     assert hub.may_have_work(key)  # one of the two is still queued
-    hub.claimed(key, hub.generation(key), 1, 1)
+    _took(hub, key)
     assert not hub.may_have_work(key)  # both taken: a report's claim need not read
 
 
@@ -57,53 +75,83 @@ def test_an_unknown_number_stays_unknown_until_a_claim_comes_back_short() -> Non
     _drained(hub, key)
     hub.notify(key)  # the sweeper requeued some: how many is not said
     for _ in range(5):
-        hub.claimed(key, hub.generation(key), 1, 1)
+        _took(hub, key)
         assert hub.may_have_work(key)
-    hub.claimed(key, hub.generation(key), 4, 2)  # fewer than asked: the queue was drained
+    _took(hub, key, count=2, asked=4)  # fewer than asked: the queue was drained
     assert not hub.may_have_work(key)
 
 
-async def _woken(hub: Hub, key: str, count: int) -> tuple[list[asyncio.Future[bool]], list[Listener]]:
-    listeners = [hub.subscribe(key) for _ in range(count)]
-    waits = [asyncio.ensure_future(hub.wait(x, 60.0)) for x in listeners]
-    await asyncio.sleep(0.01)
-    return waits, listeners
-
-
-async def test_a_full_claim_of_the_one_notified_task_wakes_nobody_else() -> None:
+async def test_each_task_notified_wakes_one_idle_poll_and_no_more() -> None:
     hub = Hub()
     key = node_key("n")
     _drained(hub, key)
-    claiming = hub.subscribe(key)  # a poll busy claiming
-    waits, _ = await _woken(hub, key, 2)  # two more polls waiting
+    waits, listeners = await _idle(hub, key, 3)
     hub.notify(key, queued=1)
     await asyncio.sleep(0.01)
-    assert [w.done() for w in waits] == [True, False]
-    hub.take(claiming)
-    hub.claimed(key, hub.generation(key), 1, 1)  # took it (say, the first woken found it gone)
+    assert [w.done() for w in waits] == [True, False, False]  # the one waiting longest
+    # The woken poll claims it: nothing more is owed, nobody else is woken.
+    hub.take(listeners[0])
+    hub.claimed(key, listeners[0], hub.generation(key), 1, 1)
+    hub.unsubscribe(key, listeners[0])
     await asyncio.sleep(0.01)
-    assert [w.done() for w in waits] == [True, False]  # the last one sleeps on: nothing is owed
+    assert [w.done() for w in waits] == [True, False, False]
+    assert not hub.may_have_work(key)
 
 
-async def test_a_full_claim_wakes_the_next_poll_while_more_is_owed_or_unknown() -> None:
+async def test_a_task_taken_by_a_poll_already_claiming_wakes_nobody() -> None:
+    hub = Hub()
+    key = node_key("n")
+    _drained(hub, key)
+    claiming = hub.subscribe(key)  # a poll busy claiming: it may take what is queued next
+    waits, _ = await _idle(hub, key, 1)
+    hub.notify(key, queued=1)
+    await asyncio.sleep(0.01)
+    assert not waits[0].done()  # one task, one poll on its way: the idle one sleeps on
+    assert not hub.may_have_work(key)  # nor does a report's claim read for it
+    # The busy claim came back without it (it read before the commit): the idle poll is woken.
+    hub.claimed(key, claiming, hub.generation(key) - 1, 1, 0)
+    await asyncio.sleep(0.01)
+    assert waits[0].done()
+
+
+async def test_a_poll_counted_on_its_way_that_leaves_without_claiming_hands_on() -> None:
+    hub = Hub()
+    key = node_key("n")
+    _drained(hub, key)
+    busy = hub.subscribe(key)  # say, a worker's claim whose client went away
+    waits, _ = await _idle(hub, key, 1)
+    hub.notify(key, queued=1)
+    await asyncio.sleep(0.01)
+    assert not waits[0].done()
+    hub.unsubscribe(key, busy)
+    await asyncio.sleep(0.01)
+    assert waits[0].done()
+
+
+async def test_more_owed_than_polls_on_their_way_wakes_as_many_as_owed() -> None:
     hub = Hub()
     key = node_key("n")
     _drained(hub, key)
     claiming = hub.subscribe(key)
     hub.notify(key, queued=1)
-    hub.notify(key, queued=1)  # nobody else is listening yet: the busy poll has the first
+    hub.notify(key, queued=1)  # nobody idle yet: one poll busy, two tasks owed
+    waits, _ = await _idle(hub, key, 3)
+    hub.take(claiming)
+    hub.claimed(key, claiming, hub.generation(key), 1, 1)  # one of two: the other is still owed
+    await asyncio.sleep(0.01)
+    assert [w.done() for w in waits] == [True, False, False]
+
+
+async def test_an_unknown_number_passes_a_full_claim_on() -> None:
+    hub = Hub()
+    key = node_key("n")
+    claiming = hub.subscribe(key)
+    hub.notify(key)  # an unknown number: wakes one (here, the busy poll)
+    waits, _ = await _idle(hub, key, 2)
     assert hub.take(claiming) == [None]
-    waits, _ = await _woken(hub, key, 2)
-    hub.claimed(key, hub.generation(key), 1, 1)  # one of two: the other is still queued
+    hub.claimed(key, claiming, hub.generation(key), 1, 1)  # full: more may be queued
     await asyncio.sleep(0.01)
     assert [w.done() for w in waits] == [True, False]
-    hub.notify(key)  # an unknown number: a full claim of one passes it on
-    await asyncio.sleep(0.01)
-    assert [w.done() for w in waits] == [True, True]
-    late, *_ = await _woken(hub, key, 1)
-    hub.claimed(key, hub.generation(key), 1, 1)
-    await asyncio.sleep(0.01)
-    assert late[0].done()
 
 
 def test_only_node_keys_are_counted() -> None:
