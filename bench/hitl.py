@@ -657,7 +657,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     sizes = (100, 1_000, 100, 1_000) if args.quick else (1_000, 100_000, 1_000, 10_000)
     workdir = args.dir or Path(tempfile.mkdtemp(prefix="pyworkflow-bench-"))
     workdir.mkdir(parents=True, exist_ok=True)
-    suffix = "-quick" if args.quick else ""
+    # Only the whole run (both modes) replaces the committed results file by default: a run of
+    # one mode, say one side of an A/B comparison, writes its own file.
+    suffix = ("-quick" if args.quick else "") + ("" if args.mode == "both" else f"-{args.mode}")
     out = args.out or RESULTS_DIR / f"hitl-{args.store}{suffix}.json"
     settings = RunSettings(args.synchronous.upper(), args.lease_ttl, args.poll_interval)
     if args.count_fsyncs is None:
