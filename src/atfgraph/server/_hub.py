@@ -100,11 +100,9 @@ class Hub:
             if not waiters:
                 del self._waiters[key]
         if key.startswith(_NODE) and not self.closing:
-            if listener.notified:
-                listener.notified = []
+            notified, listener.notified = listener.notified, []
+            if notified or not self._vague.get(key, True):
                 self._hand_on(key)
-            elif not self._vague.get(key, True):
-                self._settle(key, None)  # it was counted on its way to claim, and is not
 
     def notify(self, key: str, status: str | None = None, *, queued: int | None = None) -> None:
         """A transition committed: wake this server's waiters on ``key``, and the other servers'.

@@ -98,34 +98,35 @@ async def test_each_task_notified_wakes_one_idle_poll_and_no_more() -> None:
     assert not hub.may_have_work(key)
 
 
-async def test_a_task_taken_by_a_poll_already_claiming_wakes_nobody() -> None:
-    hub = Hub()
-    key = node_key("n")
+async def _one_task_one_busy_poll(hub: Hub, key: str) -> tuple[Listener, asyncio.Future[bool]]:
+    """A poll busy claiming, one idle, then one task notified: the idle one sleeps on."""
     _drained(hub, key)
-    claiming = hub.subscribe(key)  # a poll busy claiming: it may take what is queued next
+    busy = hub.subscribe(key)  # busy claiming: it may take what is queued next
     waits, _ = await _idle(hub, key, 1)
     hub.notify(key, queued=1)
     await asyncio.sleep(0.01)
-    assert not waits[0].done()  # one task, one poll on its way: the idle one sleeps on
+    assert not waits[0].done()  # one task, one poll on its way
+    return busy, waits[0]
+
+
+async def test_a_task_taken_by_a_poll_already_claiming_wakes_nobody() -> None:
+    hub = Hub()
+    key = node_key("n")
+    claiming, idle = await _one_task_one_busy_poll(hub, key)
     assert not hub.may_have_work(key)  # nor does a report's claim read for it
     # The busy claim came back without it (it read before the commit): the idle poll is woken.
     hub.claimed(key, claiming, hub.generation(key) - 1, 1, 0)
     await asyncio.sleep(0.01)
-    assert waits[0].done()
+    assert idle.done()
 
 
 async def test_a_poll_counted_on_its_way_that_leaves_without_claiming_hands_on() -> None:
     hub = Hub()
     key = node_key("n")
-    _drained(hub, key)
-    busy = hub.subscribe(key)  # say, a worker's claim whose client went away
-    waits, _ = await _idle(hub, key, 1)
-    hub.notify(key, queued=1)
-    await asyncio.sleep(0.01)
-    assert not waits[0].done()
+    busy, idle = await _one_task_one_busy_poll(hub, key)  # say, a claim whose client went away
     hub.unsubscribe(key, busy)
     await asyncio.sleep(0.01)
-    assert waits[0].done()
+    assert idle.done()
 
 
 async def test_more_owed_than_polls_on_their_way_wakes_as_many_as_owed() -> None:
