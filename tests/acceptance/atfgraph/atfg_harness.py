@@ -14,6 +14,7 @@ import socket
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit, urlunsplit
@@ -137,6 +138,11 @@ class ServerProcess:
             except subprocess.TimeoutExpired:
                 self.kill()
 
+    def log_tail(self, lines: int = 40) -> str:
+        """The last ``lines`` of the server's output (for a failure's message)."""
+        text = self.log.read_text(errors="replace") if self.log.exists() else ""
+        return "\n".join(text.splitlines()[-lines:])
+
     def token(self, kind: str = "owner") -> str:
         """A credential the server wrote to its data directory on first start."""
         token: str = json.loads((self.home / "credentials.json").read_text())[kind]
@@ -235,10 +241,12 @@ def _ready(url: str) -> bool:
         return False
 
 
-def wait_until(predicate: Any, seconds: float, message: str) -> None:
+def wait_until(predicate: Any, seconds: float, message: str | Callable[[], str]) -> None:
+    """Poll ``predicate`` until it holds, else fail with ``message`` (a callable is asked only
+    then: what the state was when the wait gave up, a server's log)."""
     deadline = time.monotonic() + seconds
     while time.monotonic() < deadline:
         if predicate():
             return
         time.sleep(0.05)
-    raise AssertionError(message)
+    raise AssertionError(message if isinstance(message, str) else message())

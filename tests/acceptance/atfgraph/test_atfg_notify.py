@@ -7,6 +7,7 @@ the next events."""
 from __future__ import annotations
 
 import json
+import socket
 import threading
 from collections.abc import Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -87,10 +88,19 @@ def deliveries(server: ServerProcess, status: str) -> list[dict[str, Any]]:
     return items
 
 
+def every_delivery(server: ServerProcess) -> list[dict[str, Any]]:
+    return [d for status in ("pending", "delivered", "dead") for d in deliveries(server, status)]
+
+
 async def test_a_down_endpoint_is_retried_then_dead_lettered_and_gets_later_events_once_up(
     tmp_path: Path, receivers: list[Receiver]
 ) -> None:
-    down_port, flaky_port = free_port(), free_port()
+    # The down endpoint's port is held bound but not listening until it comes up: a connection
+    # to it is refused at once, and no other process can take the port meanwhile (one that
+    # accepted and never answered would turn each attempt into a 10 s timeout).
+    held = socket.socket()
+    held.bind(("127.0.0.1", 0))
+    down_port, flaky_port = held.getsockname()[1], free_port()
     down, flaky = f"http://127.0.0.1:{down_port}/hook", f"http://127.0.0.1:{flaky_port}/slack"
     receivers.append(Receiver(flaky_port, failures=1))  # up, but its first answer is a 503
     server = ServerProcess(tmp_path)
@@ -115,7 +125,12 @@ async def test_a_down_endpoint_is_retried_then_dead_lettered_and_gets_later_even
         assert event["console_url"].startswith("https://review.example.com/runs/")
 
         wait_until(
-            lambda: len(deliveries(server, "dead")) == 1, 20, "the down endpoint never reached dead letters"
+            lambda: len(deliveries(server, "dead")) == 1,
+            20,
+            lambda: (
+                f"the down endpoint never reached dead letters: {every_delivery(server)}\n"
+                + server.log_tail()
+            ),
         )
         (dead,) = deliveries(server, "dead")
         assert (dead["endpoint"], dead["wait_id"], dead["attempts"]) == (down, approval_id, 3)
@@ -158,16 +173,24 @@ async def test_a_down_endpoint_is_retried_then_dead_lettered_and_gets_later_even
 
         # The down endpoint comes up: the next event reaches it (the hook's event may have been
         # delivered on a retry too, or dead-lettered first); the dead letter stays dead.
+        held.close()
         receivers.append(Receiver(down_port))
         later = new_approval(server, "And this one?")
         up = receivers[1]
         wait_until(
-            lambda: later in {b["wait"]["id"] for b in up.bodies}, 20, "the endpoint that came up got nothing"
+            lambda: later in {b["wait"]["id"] for b in up.bodies},
+            20,
+            lambda: f"the endpoint that came up got nothing: {every_delivery(server)}\n" + server.log_tail(),
         )
         dead_now = deliveries(server, "dead")
         assert approval_id in [d["wait_id"] for d in dead_now] and {d["endpoint"] for d in dead_now} == {down}
-        wait_until(lambda: deliveries(server, "pending") == [], 20, "a delivery stayed pending")
+        wait_until(
+            lambda: deliveries(server, "pending") == [],
+            20,
+            lambda: f"a delivery stayed pending: {every_delivery(server)}\n" + server.log_tail(),
+        )
     finally:
+        held.close()
         server.close()
 
 
