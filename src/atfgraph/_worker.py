@@ -91,7 +91,10 @@ class Worker:
         self.stats = WorkerStats()
         self.worker_id: str | None = None
         self.lease_seconds = 30.0
-        self._running: dict[str, _Running] = {}
+        #: the attempts whose coroutines run, by traverser id and epoch: a traverser's next
+        #: attempt may start (from another poll's answer) while its previous attempt's report
+        #: still waits for its answer, and each holds its own permit until its coroutine ends
+        self._running: dict[tuple[str, int], _Running] = {}
         self._stopping = asyncio.Event()
         self._slot_freed = asyncio.Event()
         self._releasing = False
@@ -183,7 +186,7 @@ class Worker:
         trav = task["traverser"]
         self.stats.claimed += 1
         handle = asyncio.create_task(self._execute(task), name=f"atfgraph:{trav['target']}:{trav['id']}")
-        self._running[trav["id"]] = _Running(trav["id"], task["epoch"], handle)
+        self._running[trav["id"], task["epoch"]] = _Running(trav["id"], task["epoch"], handle)
         self.stats.permits_in_use = self.permits_in_use
 
     async def _drain(self) -> None:
@@ -217,7 +220,10 @@ class Worker:
     async def _heartbeat_once(self) -> None:
         if self.worker_id is None:  # stopped before it ever registered
             return
-        leases = [{"id": r.traverser_id, "epoch": r.epoch} for r in self._running.values()]
+        # A traverser's newest attempt only: an older one's lease was closed by the report it
+        # waits on (the newer claim proves it), and the answer names lost leases by id.
+        sent = {ident: r.epoch for ident, r in self._newest().items()}
+        leases = [{"id": ident, "epoch": epoch} for ident, epoch in sent.items()]
         self.stats.permits_in_use = self.permits_in_use
         body = {"leases": leases, "stats": asdict(self.stats)}
         try:
@@ -225,9 +231,9 @@ class Worker:
         except (ServerUnavailableError, ServerError) as exc:
             log.warning("heartbeat failed: %s", exc)
             return
-        sent = {lease["id"]: lease["epoch"] for lease in leases}
+        newest = self._newest()
         for ident in answer["lost"]:
-            running = self._running.get(ident)
+            running = newest.get(ident)
             # Only the attempt the heartbeat spoke for: by the time it answers, the same
             # traverser may be running again here under a newer lease (its continuation).
             if running is None or running.epoch != sent.get(ident):
@@ -236,6 +242,15 @@ class Worker:
                 continue  # that call's answer tells (it may be the pause or report that closed it)
             running.lost = True
             running.task.cancel()
+
+    def _newest(self) -> dict[str, _Running]:
+        """Each traverser's newest attempt in the book."""
+        newest: dict[str, _Running] = {}
+        for running in self._running.values():
+            known = newest.get(running.traverser_id)
+            if known is None or running.epoch > known.epoch:
+                newest[running.traverser_id] = running
+        return newest
 
     # -- one attempt ---------------------------------------------------------------------------
 
@@ -262,7 +277,7 @@ class Worker:
             else {"worker_id": self.worker_id, "max": 1, "wait_seconds": self.report_wait_seconds},
             lease_seconds=self.lease_seconds,
         )
-        running = self._running.get(ident)
+        running = self._running.get((ident, epoch))
         if running is not None:
             running.attempt = attempt
         token = _current.set(attempt)
@@ -274,7 +289,7 @@ class Worker:
             log.warning("could not report %s: %s", ident, exc)
         finally:
             _current.reset(token)
-            self._running.pop(ident, None)
+            self._running.pop((ident, epoch), None)
             # The permit this attempt held goes to the task its last report brought, if any
             # (once stopping, such a lease is given back with the rest: _release_leftovers).
             if not self._stopping.is_set():
@@ -314,7 +329,7 @@ class Worker:
             message = f"attempt {attempt.context.attempt} exceeded timeout_seconds={limit}"
             await self._fail(attempt, path, "timeout", message, retryable=True)
         except asyncio.CancelledError:
-            running = self._running.get(ident)
+            running = self._running.get((ident, attempt.context.epoch))
             if running is not None and running.lost:
                 self.stats.lost += 1
             elif self._releasing:

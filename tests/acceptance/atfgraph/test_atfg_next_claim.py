@@ -178,23 +178,24 @@ async def test_a_heartbeat_stops_only_the_attempt_it_spoke_for(server: ServerPro
         running = _Running("gone", 7, busy, attempt=_attempt_for(worker, "gone", 7))
         assert running.attempt is not None
         running.attempt.calls_in_flight = 1
-        worker._running["gone"] = running
+        worker._running["gone", 7] = running
         await worker._heartbeat_once()
         await asyncio.sleep(0)
         assert not busy.done()  # its own call is out: that answer decides
-        # The heartbeat names epoch 7; before its answer the traverser runs here under epoch 8.
+        # The heartbeat names epoch 7; before its answer the traverser runs here under epoch 8
+        # too (epoch 7's call has been answered; its coroutine has not ended yet).
         running.attempt.calls_in_flight = 0
         beat = asyncio.create_task(worker._heartbeat_once())
         await asyncio.sleep(0)  # the request is built and on its way
         newer = asyncio.create_task(asyncio.sleep(30))
-        worker._running["gone"] = _Running("gone", 8, newer, attempt=_attempt_for(worker, "gone", 8))
+        worker._running["gone", 8] = _Running("gone", 8, newer, attempt=_attempt_for(worker, "gone", 8))
         await beat
         await asyncio.sleep(0)
-        assert not newer.done()
-        # With no call out and the lease named by the heartbeat, it is stopped.
+        assert not newer.done() and not busy.done()
+        # With no call out and the lease named by the heartbeat (the newest), it is stopped.
         await worker._heartbeat_once()
         await asyncio.sleep(0)
-        assert newer.cancelled()
+        assert newer.cancelled() and not busy.done()
         busy.cancel()
     finally:
         worker._running.clear()

@@ -1,0 +1,147 @@
+"""The worker's book of running attempts (``Worker._running``) when a traverser's next attempt
+starts before its previous attempt's coroutine has ended.
+
+That happens at every pause with work around: the pause report's answer may wait for the next
+task (a ride of up to ``report_wait_seconds``); meanwhile the approval is decided and the
+continuation is handed to another of this worker's polls, which starts it at once. Both
+attempts are then in the book, under the same traverser id and different epochs: the old one
+until its report's answer comes, the new one until it ends. Found by reading; the book was keyed
+by traverser id alone, so the new entry overwrote the old and the old attempt's end then removed
+the new one: its lease was no longer heartbeated (lost after a lease, the handler run a third
+time), the worker claimed past its capacity, and a stopping worker neither drained nor released
+it.
+
+The server is a scripted transport in the test: every request the worker makes is answered here."""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+from atfgraph import Agent
+from atfgraph._worker import Worker
+
+PROMPT = {"question": "Refund 40 EUR?"}
+
+
+class Scripted:
+    """The server's side: the first attempt's pause is answered only when ``pause_answered`` is
+    set (its ride waiting for the next task); heartbeats are recorded."""
+
+    def __init__(self) -> None:
+        self.pause_answered = asyncio.Event()
+        self.heartbeats: list[list[dict[str, Any]]] = []
+        self.completed: list[int] = []
+        self.unexpected: list[str] = []
+        #: what the next heartbeat answers lost
+        self.lost: list[str] = []
+
+    async def request(
+        self,
+        method: str,
+        path: str,
+        body: Any = None,
+        params: dict[str, Any] | None = None,
+        read_timeout: float | None = None,
+    ) -> Any:
+        if path == "/approvals":
+            await self.pause_answered.wait()
+            approval = {"operation_key": "refund", "status": "pending", "prompt": PROMPT}
+            return {"approval": approval, "paused": True, "tasks": []}
+        if path.endswith("/heartbeat"):
+            self.heartbeats.append(body["leases"])
+            lost, self.lost = self.lost, []
+            return {"lost": lost}
+        if path.endswith("/complete"):
+            self.completed.append(body["epoch"])
+            return {"status": "succeeded", "tasks": []}
+        self.unexpected.append(f"{method} {path}")
+        raise AssertionError(f"unexpected request {method} {path}")
+
+    async def aclose(self) -> None:
+        return None
+
+
+def task(epoch: int, approvals: list[dict[str, Any]]) -> dict[str, Any]:
+    trav = {"id": "t1", "target": "refunds.refund", "attempt": epoch, "max_attempts": 3, "input": {}}
+    return {"traverser": trav, "epoch": epoch, "checkpoints": {}, "steps": [], "approvals": approvals}
+
+
+async def until(predicate: Any) -> None:
+    for _ in range(300):
+        if predicate():
+            return
+        await asyncio.sleep(0.01)
+    raise AssertionError("the worker never got there")
+
+
+async def test_a_continuation_started_while_the_pause_report_waits_keeps_its_own_entry() -> None:
+    agent = Agent("refunds")
+    continuation_may_end = asyncio.Event()
+    continuation_running = asyncio.Event()
+
+    @agent.skill
+    async def refund() -> dict[str, Any]:
+        decided = await agent.request_approval(PROMPT, operation_key="refund")
+        continuation_running.set()
+        await continuation_may_end.wait()
+        return {"status": decided["status"]}
+
+    worker = Worker(agent, "http://127.0.0.1:1", capacity=4, token="t")
+    server = Scripted()
+    worker.transport = server  # type: ignore[assignment]
+    worker.worker_id = "w1"
+
+    worker._start(task(1, []))  # pauses; the pause's answer waits
+    await until(lambda: worker.permits_in_use == 0)  # its report is out: the permit is freeing
+    approved = {"operation_key": "refund", "status": "approved", "prompt": PROMPT}
+    worker._start(task(2, [approved]))  # the continuation, from another poll's answer
+    await asyncio.wait_for(continuation_running.wait(), 5)
+    assert len(worker._running) == 2 and worker.permits_in_use == 1
+
+    server.pause_answered.set()  # the first attempt's answer comes: that attempt is over
+    await until(lambda: worker.stats.paused == 1)  # counted just before its coroutine ends
+    await asyncio.sleep(0)
+    assert len(worker._running) == 1 and worker.permits_in_use == 1  # the continuation's
+    await worker._heartbeat_once()
+    assert server.heartbeats[-1] == [{"id": "t1", "epoch": 2}]  # its lease is kept alive
+
+    continuation_may_end.set()
+    await until(lambda: not worker._running)
+    assert server.completed == [2] and worker.stats.succeeded == 1 and worker.stats.paused == 1
+    assert server.unexpected == []
+
+
+async def test_while_both_attempts_are_in_the_book_only_the_newest_lease_is_heartbeated_and_lost() -> None:
+    agent = Agent("refunds")
+    continuation_may_end = asyncio.Event()
+    continuation_running = asyncio.Event()
+
+    @agent.skill
+    async def refund() -> dict[str, Any]:
+        await agent.request_approval(PROMPT, operation_key="refund")
+        continuation_running.set()
+        await continuation_may_end.wait()
+        return {}
+
+    worker = Worker(agent, "http://127.0.0.1:1", capacity=4, token="t")
+    server = Scripted()
+    worker.transport = server  # type: ignore[assignment]
+    worker.worker_id = "w1"
+    worker._start(task(1, []))
+    await until(lambda: worker.permits_in_use == 0)
+    worker._start(task(2, [{"operation_key": "refund", "status": "approved", "prompt": PROMPT}]))
+    await asyncio.wait_for(continuation_running.wait(), 5)
+    # The old epoch's lease was closed by its pause (and replaced by the new claim's): only the
+    # new one is the worker's to keep.
+    await worker._heartbeat_once()
+    assert server.heartbeats[-1] == [{"id": "t1", "epoch": 2}]
+    # That lease lost (say it expired): the continuation stops; the first attempt, whose report
+    # still waits for its answer, is not touched.
+    server.lost = ["t1"]
+    await worker._heartbeat_once()
+    await until(lambda: worker.stats.lost == 1)
+    assert [r.epoch for r in worker._running.values()] == [1]
+    server.pause_answered.set()
+    await until(lambda: not worker._running)
+    assert worker.stats.paused == 1 and server.completed == [] and server.unexpected == []
