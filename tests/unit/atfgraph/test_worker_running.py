@@ -75,28 +75,41 @@ async def until(predicate: Any) -> None:
     raise AssertionError("the worker never got there")
 
 
+class Refunds:
+    """A worker of one skill that pauses for an approval and, once it is decided, runs until the
+    test lets it end, served by the scripted server; :meth:`both_attempts` brings it to the state
+    under test."""
+
+    def __init__(self) -> None:
+        self.agent = Agent("refunds")
+        self.continuation_may_end = asyncio.Event()
+        self.continuation_running = asyncio.Event()
+
+        @self.agent.skill
+        async def refund() -> dict[str, Any]:
+            decided = await self.agent.request_approval(PROMPT, operation_key="refund")
+            self.continuation_running.set()
+            await self.continuation_may_end.wait()
+            return {"status": decided["status"]}
+
+        self.worker = Worker(self.agent, "http://127.0.0.1:1", capacity=4, token="t")
+        self.server = Scripted()
+        self.worker.transport = self.server  # type: ignore[assignment]
+        self.worker.worker_id = "w1"
+
+    async def both_attempts(self) -> None:
+        """The first attempt paused, its answer waiting; the continuation started and running."""
+        self.worker._start(task(1, []))  # pauses; the pause's answer waits
+        await until(lambda: self.worker.permits_in_use == 0)  # its report is out: the permit is freeing
+        approved = {"operation_key": "refund", "status": "approved", "prompt": PROMPT}
+        self.worker._start(task(2, [approved]))  # the continuation, from another poll's answer
+        await asyncio.wait_for(self.continuation_running.wait(), 5)
+
+
 async def test_a_continuation_started_while_the_pause_report_waits_keeps_its_own_entry() -> None:
-    agent = Agent("refunds")
-    continuation_may_end = asyncio.Event()
-    continuation_running = asyncio.Event()
-
-    @agent.skill
-    async def refund() -> dict[str, Any]:
-        decided = await agent.request_approval(PROMPT, operation_key="refund")
-        continuation_running.set()
-        await continuation_may_end.wait()
-        return {"status": decided["status"]}
-
-    worker = Worker(agent, "http://127.0.0.1:1", capacity=4, token="t")
-    server = Scripted()
-    worker.transport = server  # type: ignore[assignment]
-    worker.worker_id = "w1"
-
-    worker._start(task(1, []))  # pauses; the pause's answer waits
-    await until(lambda: worker.permits_in_use == 0)  # its report is out: the permit is freeing
-    approved = {"operation_key": "refund", "status": "approved", "prompt": PROMPT}
-    worker._start(task(2, [approved]))  # the continuation, from another poll's answer
-    await asyncio.wait_for(continuation_running.wait(), 5)
+    refunds = Refunds()
+    worker, server = refunds.worker, refunds.server
+    await refunds.both_attempts()
     assert len(worker._running) == 2 and worker.permits_in_use == 1
 
     server.pause_answered.set()  # the first attempt's answer comes: that attempt is over
@@ -106,32 +119,16 @@ async def test_a_continuation_started_while_the_pause_report_waits_keeps_its_own
     await worker._heartbeat_once()
     assert server.heartbeats[-1] == [{"id": "t1", "epoch": 2}]  # its lease is kept alive
 
-    continuation_may_end.set()
+    refunds.continuation_may_end.set()
     await until(lambda: not worker._running)
     assert server.completed == [2] and worker.stats.succeeded == 1 and worker.stats.paused == 1
     assert server.unexpected == []
 
 
 async def test_while_both_attempts_are_in_the_book_only_the_newest_lease_is_heartbeated_and_lost() -> None:
-    agent = Agent("refunds")
-    continuation_may_end = asyncio.Event()
-    continuation_running = asyncio.Event()
-
-    @agent.skill
-    async def refund() -> dict[str, Any]:
-        await agent.request_approval(PROMPT, operation_key="refund")
-        continuation_running.set()
-        await continuation_may_end.wait()
-        return {}
-
-    worker = Worker(agent, "http://127.0.0.1:1", capacity=4, token="t")
-    server = Scripted()
-    worker.transport = server  # type: ignore[assignment]
-    worker.worker_id = "w1"
-    worker._start(task(1, []))
-    await until(lambda: worker.permits_in_use == 0)
-    worker._start(task(2, [{"operation_key": "refund", "status": "approved", "prompt": PROMPT}]))
-    await asyncio.wait_for(continuation_running.wait(), 5)
+    refunds = Refunds()
+    worker, server = refunds.worker, refunds.server
+    await refunds.both_attempts()
     # The old epoch's lease was closed by its pause (and replaced by the new claim's): only the
     # new one is the worker's to keep.
     await worker._heartbeat_once()
