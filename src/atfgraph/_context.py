@@ -66,6 +66,16 @@ class TraversalContext:
 
 
 @dataclass(slots=True)
+class Rides:
+    """A worker's reports whose answers may wait for its next task: at most ``limit`` out at
+    once. The others free their permit as soon as they are answered, for the worker's own poll
+    to claim together (one claim of several tasks, where a report's claim takes one)."""
+
+    limit: int = 1
+    out: int = 0
+
+
+@dataclass(slots=True)
 class _Attempt:
     """One attempt's state: the lease, and a copy of what the claim carried (checkpoints, steps,
     approvals) kept up to date by this attempt's own writes, so reads cost no round trip."""
@@ -92,13 +102,23 @@ class _Attempt:
     calls_in_flight: int = 0
     #: how long the lease lasts without a heartbeat (the server's answer to the claim)
     lease_seconds: float = 30.0
+    #: the worker's count of such reports out (None: no limit)
+    rides: Rides | None = None
+    #: this attempt's report that asked for the next task is out, counted in ``rides``
+    riding: bool = False
 
     def ask_next(self, body: dict[str, Any]) -> float | None:
         """Ask in ``body``, a report that frees this attempt's permit, for the next task (see
         ``claim_next``); the read timeout its answer needs, which may wait for work (None: the
-        transport's own, nothing asked)."""
+        transport's own, nothing asked). Nothing is asked while the worker has as many such
+        reports out as it allows (``rides``): this one's permit is freed when it is answered."""
         if self.claim_next is None:
             return None
+        if self.rides is not None:
+            if self.rides.out >= self.rides.limit:
+                return None
+            self.rides.out += 1
+            self.riding = True
         body["claim"] = self.claim_next
         self.freeing, self.freeing_since = True, time.time_ns()
         return float(self.claim_next.get("wait_seconds") or 0.0) + 15.0
@@ -164,6 +184,9 @@ class _Attempt:
             raise _LeaseLost("the server was unreachable for a whole lease")
         finally:
             self.calls_in_flight -= 1
+            if self.riding and self.rides is not None:  # the report that asked is answered
+                self.riding = False
+                self.rides.out -= 1
 
 
 _current: contextvars.ContextVar[_Attempt] = contextvars.ContextVar("atfgraph_attempt")

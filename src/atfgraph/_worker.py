@@ -7,7 +7,9 @@ ride along with the next write), and one to report the outcome. The report that 
 (the completion, or the approval request that pauses) asks for the next task in its answer, and
 that answer may wait for one (``report_wait_seconds``: a long poll riding on the report, after
 the report has committed), so a worker claims nothing on its own between tasks; it long-polls
-separately only when that answer brought none. Heartbeats extend all of a worker's leases in
+separately only when that answer brought none. One such report at a time (``MAX_RIDES``): while
+one waits, the others free their permits when answered and the worker's own poll claims for
+them together. Heartbeats extend all of a worker's leases in
 one request every lease/3 seconds.
 
 A handler that pauses ends with ``_TraversalPaused`` after the server has closed its lease: the
@@ -25,7 +27,7 @@ from typing import Any
 
 from . import _tracing as tracing
 from ._agent import Agent
-from ._context import TraversalContext, _Attempt, _current, _LeaseLost, _TraversalPaused
+from ._context import Rides, TraversalContext, _Attempt, _current, _LeaseLost, _TraversalPaused
 from ._context import backoff as _backoff
 from ._errors import HandlerError, NotFoundError, SerializationError, ServerError, ServerUnavailableError
 from ._json import dumps
@@ -36,6 +38,12 @@ log = logging.getLogger("atfgraph.worker")
 #: The default of ``Worker.report_wait_seconds``: work that comes within a second of a report is
 #: handed out in its answer; an idle worker then long-polls with one claim of its own.
 REPORT_WAIT_SECONDS = 1.0
+#: How many of a worker's reports may wait for its next task at once. One: with many cycles in
+#: flight the other reports free their permits when answered, and the worker's own poll claims
+#: for all of them together (at 24 in flight on PostgreSQL, a claim riding on every report cost
+#: 1.24x the database's CPU per cycle and twice the resume p50); one cycle at a time, that one
+#: report still brings the next task, the server handing work to a report before a poll.
+MAX_RIDES = 1
 
 
 @dataclass(slots=True)
@@ -97,6 +105,7 @@ class Worker:
         self._running: dict[tuple[str, int], _Running] = {}
         self._stopping = asyncio.Event()
         self._slot_freed = asyncio.Event()
+        self._rides = Rides(MAX_RIDES)
         self._releasing = False
 
     @property
@@ -276,6 +285,7 @@ class Worker:
             if self._stopping.is_set()
             else {"worker_id": self.worker_id, "max": 1, "wait_seconds": self.report_wait_seconds},
             lease_seconds=self.lease_seconds,
+            rides=self._rides,
         )
         running = self._running.get((ident, epoch))
         if running is not None:

@@ -22,9 +22,11 @@ the count unknown until a claim finds the queue short with nothing notified sinc
 until then each notification wakes one poll, and a claim that took all it asked for, or a poll
 that leaves without claiming, passes the wake-up on to the next (``pass_on``). So N polls on one
 node (workers, and reports whose answer waits for the next task) cost about one claim per task,
-not N. Before the count, a claim of one task that got it always woke the next poll, which usually
-found nothing: three empty claims per approval cycle on the writer's connection under
-``bench.atfgraph_cycles`` at 24 in flight.
+not N. A claim riding on a report is woken before a worker's own poll: the report's request ends
+either way, while a poll that took the task would have to be sent again. Before the count, a
+claim of one task that got it always woke the next poll, which usually found nothing: three
+empty claims per approval cycle on the writer's connection under ``bench.atfgraph_cycles`` at
+24 in flight.
 """
 
 from __future__ import annotations
@@ -40,16 +42,18 @@ class Listener:
     """One waiter's subscription to a key: what was notified on it since the waiter last looked
     (:meth:`Hub.take`), each a status or None (not said)."""
 
-    __slots__ = ("_fut", "notified")
+    __slots__ = ("_fut", "notified", "ride")
 
     @property
     def waiting(self) -> bool:
         """Whether its waiter is in :meth:`Hub.wait` now (not busy with what it was woken for)."""
         return self._fut is not None
 
-    def __init__(self) -> None:
+    def __init__(self, ride: bool = False) -> None:
         self.notified: list[str | None] = []
         self._fut: asyncio.Future[None] | None = None
+        #: a claim riding on a report (its request ends either way): woken before a worker's poll
+        self.ride = ride
 
     def _notify(self, status: str | None) -> None:
         if len(self.notified) < _MAX_NOTIFIED:
@@ -84,9 +88,9 @@ class Hub:
             for listener in list(waiters):
                 listener._notify(None)
 
-    def subscribe(self, key: str) -> Listener:
+    def subscribe(self, key: str, *, ride: bool = False) -> Listener:
         """Listen on ``key`` until :meth:`unsubscribe` (subscribe before checking the store)."""
-        listener = Listener()
+        listener = Listener(ride)
         self._waiters.setdefault(key, {})[listener] = None
         return listener
 
@@ -128,17 +132,24 @@ class Hub:
 
     def pass_on(self, key: str) -> None:
         """Wake one claim poll on node ``key`` that has nothing notified yet, one in
-        :meth:`wait` before one busy claiming; none when all of them already have something."""
+        :meth:`wait` before one busy claiming, a report's claim before a worker's own poll; none
+        when all of them already have something."""
         busy = None
+        idle = None
         for listener in self._waiters.get(key, ()):
             if listener.notified:
                 continue
             if listener.waiting:
-                listener._notify(None)
-                return
-            if busy is None:
+                if listener.ride:
+                    listener._notify(None)
+                    return
+                if idle is None:
+                    idle = listener
+            elif busy is None:
                 busy = listener
-        if busy is not None:
+        if idle is not None:
+            idle._notify(None)
+        elif busy is not None:
             busy._notify(None)
 
     def take(self, listener: Listener) -> list[str | None]:
@@ -172,15 +183,17 @@ class Hub:
             self._settle(key, None)
 
     def _settle(self, key: str, claiming: Listener | None) -> None:
-        """Wake idle polls on node ``key`` (longest waiting first) while more tasks are owed than
-        the polls other than ``claiming`` that are woken or claiming already will take."""
+        """Wake idle polls on node ``key`` (reports' claims first, then the longest waiting)
+        while more tasks are owed than the polls other than ``claiming`` that are woken or
+        claiming already will take."""
         on_their_way, idle = self._on_their_way(key, claiming)
         for listener in idle[: max(self._owed.get(key, 0) - on_their_way, 0)]:
             listener._notify(None)
 
     def _on_their_way(self, key: str, other_than: Listener | None) -> tuple[int, list[Listener]]:
         """How many polls on node ``key`` (but ``other_than``) are woken or claiming, and the
-        idle ones, longest waiting first."""
+        idle ones: the claims riding on reports first, then the worker's own polls, each longest
+        waiting first."""
         idle: list[Listener] = []
         busy = 0
         for listener in self._waiters.get(key, ()):
@@ -190,6 +203,7 @@ class Hub:
                 busy += 1
             else:
                 idle.append(listener)
+        idle.sort(key=lambda listener: not listener.ride)  # rides first, each by age
         return busy, idle
 
     def may_have_work(self, key: str, listener: Listener | None = None) -> bool:

@@ -547,7 +547,7 @@ async def _lease_tasks(
     tasks: list[dict[str, Any]] = []
     # Subscribed before the store is read: work queued from here on wakes the wait. A
     # notification this poll did not answer with a claim goes on to another poll when it leaves.
-    listener = hub.subscribe(key)
+    listener = hub.subscribe(key, ride=not alone)
     try:
         first = True
         while True:

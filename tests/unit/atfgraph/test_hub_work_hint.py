@@ -160,3 +160,25 @@ def test_only_node_keys_are_counted() -> None:
     hub.notify(traverser_key("t"))
     assert hub.generation(traverser_key("t")) == 0
     assert hub.generation(node_key("n")) == 0
+
+
+async def test_a_task_goes_to_a_report_waiting_for_one_before_an_older_poll() -> None:
+    """A claim that rides on a report ends its request either way; a worker's own poll woken for
+    the task would have to be sent again. Counted or not, the ride is woken first."""
+    for counted in (True, False):
+        hub = Hub()
+        key = node_key("n")
+        if counted:
+            _drained(hub, key)
+        (poll_wait,), (poll,) = await _idle(hub, key, 1)
+        ride = hub.subscribe(key, ride=True)
+        ride_wait = asyncio.ensure_future(hub.wait(ride, 60.0))
+        await asyncio.sleep(0.01)
+        hub.notify(key, queued=1 if counted else None)
+        await asyncio.sleep(0.01)
+        assert ride_wait.done() and not poll_wait.done(), counted
+        hub.notify(key, queued=1 if counted else None)  # the ride is busy: the poll is next
+        await asyncio.sleep(0.01)
+        assert poll_wait.done(), counted
+        for listener in (poll, ride):
+            hub.unsubscribe(key, listener)

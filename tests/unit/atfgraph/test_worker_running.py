@@ -33,6 +33,8 @@ class Scripted:
         self.heartbeats: list[list[dict[str, Any]]] = []
         self.completed: list[int] = []
         self.unexpected: list[str] = []
+        #: each pause: its traverser, and whether it asked for the next task
+        self.asked_next: list[tuple[str, bool]] = []
         #: what the next heartbeat answers lost
         self.lost: list[str] = []
 
@@ -45,6 +47,7 @@ class Scripted:
         read_timeout: float | None = None,
     ) -> Any:
         if path == "/approvals":
+            self.asked_next.append((body["traverser_id"], "claim" in body))
             await self.pause_answered.wait()
             approval = {"operation_key": "refund", "status": "pending", "prompt": PROMPT}
             return {"approval": approval, "paused": True, "tasks": []}
@@ -62,8 +65,8 @@ class Scripted:
         return None
 
 
-def task(epoch: int, approvals: list[dict[str, Any]]) -> dict[str, Any]:
-    trav = {"id": "t1", "target": "refunds.refund", "attempt": epoch, "max_attempts": 3, "input": {}}
+def task(epoch: int, approvals: list[dict[str, Any]], ident: str = "t1") -> dict[str, Any]:
+    trav = {"id": ident, "target": "refunds.refund", "attempt": epoch, "max_attempts": 3, "input": {}}
     return {"traverser": trav, "epoch": epoch, "checkpoints": {}, "steps": [], "approvals": approvals}
 
 
@@ -142,3 +145,23 @@ async def test_while_both_attempts_are_in_the_book_only_the_newest_lease_is_hear
     server.pause_answered.set()
     await until(lambda: not worker._running)
     assert worker.stats.paused == 1 and server.completed == [] and server.unexpected == []
+
+
+async def test_one_report_at_a_time_waits_for_the_next_task() -> None:
+    """While one pause's answer may wait for the next task, another pause asks for none: its
+    permit is freed when it is answered, for the worker's own poll. Once the first is answered,
+    the next report asks again."""
+    refunds = Refunds()
+    worker, server = refunds.worker, refunds.server
+    worker._start(task(1, [], "t1"))
+    worker._start(task(1, [], "t2"))
+    await until(lambda: len(server.asked_next) == 2)
+    assert sorted(asked for _, asked in server.asked_next) == [False, True]
+    server.pause_answered.set()
+    await until(lambda: worker.stats.paused == 2 and not worker._running)
+    assert worker._rides.out == 0
+    worker._start(task(1, [], "t3"))
+    await until(lambda: len(server.asked_next) == 3)
+    assert server.asked_next[-1] == ("t3", True)
+    await until(lambda: not worker._running)
+    assert server.unexpected == []
