@@ -71,7 +71,7 @@ class Rides:
     once. The others free their permit as soon as they are answered, for the worker's own poll
     to claim together (one claim of several tasks, where a report's claim takes one)."""
 
-    limit: int = 1
+    limit: int
     out: int = 0
 
 

@@ -187,13 +187,13 @@ class Hub:
         while more tasks are owed than the polls other than ``claiming`` that are woken or
         claiming already will take."""
         on_their_way, idle = self._on_their_way(key, claiming)
+        idle.sort(key=lambda listener: not listener.ride)  # reports' claims first, each by age
         for listener in idle[: max(self._owed.get(key, 0) - on_their_way, 0)]:
             listener._notify(None)
 
     def _on_their_way(self, key: str, other_than: Listener | None) -> tuple[int, list[Listener]]:
         """How many polls on node ``key`` (but ``other_than``) are woken or claiming, and the
-        idle ones: the claims riding on reports first, then the worker's own polls, each longest
-        waiting first."""
+        idle ones, longest waiting first."""
         idle: list[Listener] = []
         busy = 0
         for listener in self._waiters.get(key, ()):
@@ -203,7 +203,6 @@ class Hub:
                 busy += 1
             else:
                 idle.append(listener)
-        idle.sort(key=lambda listener: not listener.ride)  # rides first, each by age
         return busy, idle
 
     def may_have_work(self, key: str, listener: Listener | None = None) -> bool:
