@@ -113,6 +113,27 @@ async def test_claim_respects_limit_and_due_time(store: Store) -> None:
     assert len(await store.claim("w1", limit=2, now=T0 + 10, lease_ttl=TTL, max_crashes=3)) == 1
 
 
+async def test_a_first_turn_reads_the_same_whoever_claims_it(store: Store) -> None:
+    """A pending run's first claim (a poll's, a Celery turn's) writes no event, as a run its
+    starting process leased itself has none: both histories start with run_created alone. The
+    claim of a suspended run writes run_resumed."""
+    leased = await _started(store)
+    queued = _id()
+    await store.create_run(queued, "wf", b"{}", now=T0, lease_owner=None, lease_ttl=TTL)
+    [claim] = await store.claim("w1", limit=1, now=T0, lease_ttl=TTL, max_crashes=3)
+    assert claim.fence.run_id == queued and claim.resumed is False
+    for run_id in (leased.fence.run_id, queued):
+        assert [e.type for e in await store.get_events(run_id)] == ["run_created"]
+    wait = _wait()
+    await store.create_wait(claim.fence, wait, now=T0)
+    await store.suspend_run(claim.fence, notified=[wait.id], delivered={}, now=T0)
+    await store.resolve_wait(wait_id=wait.id, payload=b"1", now=T0 + 1)
+    [again] = await store.claim("w1", limit=1, now=T0 + 1, lease_ttl=TTL, max_crashes=3)
+    assert again.fence.run_id == queued and again.resumed is True
+    types = [e.type for e in await store.get_events(queued)]
+    assert types == ["run_created", "wait_created", "run_suspended", "wait_received", "run_resumed"]
+
+
 async def test_stale_epoch_is_refused_after_lease_lost(store: Store) -> None:
     old = await _started(store)
     # The lease runs out (the worker died or stalled); another worker claims the run.

@@ -20,7 +20,8 @@ What it asserts (each a line of :meth:`Oracle.check`'s answer when broken):
 - **one decision per wait**: at most one accepted ``"decide"`` per wait in the ledger (over
   HTTP, where a repeated decision answers the recorded one: at most one ``decided_at``), a
   received wait has exactly one decision in the database, and the run resumed (a
-  ``run_resumed`` event) at most once per resolved wait (plus its first claim);
+  ``run_resumed`` event; a first turn writes none) at most once per resolved wait, plus one
+  (a turn a stopping runtime gave back unfinished);
 - **checkpoints**: the revisions the ledger saw returned per (run, name) strictly increase, and
   a surviving checkpoint row is not behind the last of them (no lost update);
 - **leases**: at most one live lease per run (the queue row is keyed by run, so: no live lease

@@ -239,8 +239,10 @@ def _claim_row(conn: sqlite3.Connection, row: Sequence[Any], owner: str, now: fl
     """The crash limit and the lease, for one claimable queue row (``SQL_READY``): a finished
     run's leftover row is deleted; a row whose previous lease was never released counts as a
     crash, and past ``max_crashes`` the run is failed with ``pyworkflow.WorkerCrashed`` instead of
-    claimed; otherwise the row is leased to ``owner``. PostgreSQL's copy of the rule is the
-    server-side ``pyworkflow_claim_row`` (migration 0008)."""
+    claimed; otherwise the row is leased to ``owner``, with a ``run_recovered`` event after a
+    crash or ``run_resumed`` for a suspended run's next turn (none for a pending run's first turn,
+    as when ``create_run`` leases the run itself). PostgreSQL's copy of the rule is the
+    server-side ``pyworkflow_claim_row`` (migrations 0008, 0014)."""
     run_id, epoch, wake_seq, previous_owner, crashes = row
     run = conn.execute(SQL_RUN_FOR_CLAIM, (run_id,)).fetchone()
     if run is None or RunStatus(run[2]).is_terminal:
@@ -253,8 +255,11 @@ def _claim_row(conn: sqlite3.Connection, row: Sequence[Any], owner: str, now: fl
             return None
     conn.execute(SQL_LEASE, (owner, now + lease_ttl, crashes, run_id))
     conn.execute(SQL_SET_RUN_STATUS, (RunStatus.RUNNING, now, run_id))
-    _event(conn, run_id, now, "run_resumed" if previous_owner is None else "run_recovered")
     fresh = run[2] == RunStatus.PENDING
+    if previous_owner is not None:
+        _event(conn, run_id, now, "run_recovered")
+    elif not fresh:  # a run's first turn is no resume: its history starts with run_created
+        _event(conn, run_id, now, "run_resumed")
     # A resumed run's state is read here, in the claim's transaction on the writer's connection,
     # rather than by the runtime's loop afterwards: three reads fewer on the event loop (each
     # gave up the GIL to the writer thread and waited to get it back), and one snapshot.

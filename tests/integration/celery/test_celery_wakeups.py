@@ -17,10 +17,11 @@ BOUND = 10.0
 
 
 def _durations(cluster: Cluster, workflow: str) -> dict[str, float]:
-    """Seconds from each run's first claim to its end (the worker's start-up is not counted)."""
+    """Seconds from the first thing each run's first turn recorded (its first sleep's timer, its
+    first failed attempt) to its end: the worker's start-up is not counted."""
     rows = cluster.sql(
         "SELECT r.id, r.finished_at - MIN(e.at) FROM runs r JOIN events e ON e.run_id = r.id"
-        " WHERE r.workflow = %s AND e.type = 'run_resumed' GROUP BY r.id, r.finished_at",
+        " WHERE r.workflow = %s AND e.type <> 'run_created' GROUP BY r.id, r.finished_at",
         (workflow,),
     )
     return {run_id: float(seconds) for run_id, seconds in rows}
