@@ -8,12 +8,11 @@ PostgreSQL database."""
 from __future__ import annotations
 
 import time
-from pathlib import Path
 from typing import Any
 
 import pytest
+from upgrades import written_before
 
-import atfgraph.server._store as store_module
 from atfgraph._json import dumps
 from atfgraph.server._assign import read_assignment
 from atfgraph.server._hub import Hub
@@ -33,24 +32,11 @@ OLD_INSERT = (
 )
 
 
-@pytest.fixture(params=["sqlite", "postgres"])
-def location(request: pytest.FixtureRequest, tmp_path: Path) -> tuple[str, str]:
-    if request.param == "postgres":
-        return "postgres", str(request.getfixturevalue("pg_database"))
-    return "sqlite", str(tmp_path / "before.db")
-
-
 async def test_a_pending_escalation_written_before_the_migration_escalates_after_it(
     location: tuple[str, str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
     dialect, db = location
-    every = store_module.server_migrations
-    before = [m for m in every(dialect) if not (m.component == "atfgraph" and m.version >= NEW[dialect])]
-    missing = [m.version for m in every(dialect) if m not in before]
-    assert min(missing) == NEW[dialect], "the database written here lacks the escalation's migration"
-    monkeypatch.setattr(store_module, "server_migrations", lambda d: before)
-    old = GraphStore(db, lease_seconds=5)
-    try:
+    with written_before(dialect, db, NEW[dialect], lease_seconds=5) as old:
         service = Service(old, Identity(old.db), Hub())
         trav, _ = await service.submit(OWNER, "desk.refund", dumps({"amount": 480}), 3)
         worker = (await old.register_worker("desk", "1", 1))["id"]
@@ -60,9 +46,6 @@ async def test_a_pending_escalation_written_before_the_migration_escalates_after
         )
         first_deadline = approval["expires_at"]
         await old.db.write(lambda conn: conn.execute(OLD_INSERT, (approval["id"],)))
-    finally:
-        old.close()
-    monkeypatch.undo()
 
     store = GraphStore(db, lease_seconds=5)  # applies the new migration
     try:

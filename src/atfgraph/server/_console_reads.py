@@ -59,13 +59,17 @@ _AS_TEXT = {"sqlite": "CAST({col} AS TEXT)", "postgresql": "convert_from({col}, 
 _SEARCHED = ("w.id", "w.wait_key", "w.name", "r.id", "r.workflow")
 _SEARCHED_JSON = ("r.input", "w.prompt")
 
-#: A run's kept checkpoint revisions (atfgraph migration sqlite 0011 / postgres 0013 keeps the
-#: last CHECKPOINT_HISTORY of each checkpoint), newest first per checkpoint (the primary key).
+#: A run's kept checkpoint revisions, newest first per checkpoint: each checkpoint's row (its
+#: latest revision) and the earlier ones its trigger copied when they were replaced (atfgraph
+#: migration sqlite 0013 / postgres 0016; CHECKPOINT_HISTORY in all).
 SQL_CHECKPOINT_REVISIONS = """
-SELECT scope, name, revision, value, saved_at FROM atfg_checkpoint_revisions
-WHERE run_id = ? ORDER BY scope, name, revision DESC LIMIT ?
+SELECT scope, name, revision, value, saved_at FROM (
+    SELECT scope, name, revision, value, updated_at AS saved_at FROM checkpoints WHERE run_id = ?
+    UNION ALL
+    SELECT scope, name, revision, value, saved_at FROM atfg_checkpoint_revisions WHERE run_id = ?
+) kept ORDER BY scope, name, revision DESC LIMIT ?
 """
-#: How many revisions of each checkpoint the migration's trigger keeps (its "- 20").
+#: How many revisions of each checkpoint are kept: the row and the trigger's last 19 ("- 20").
 CHECKPOINT_HISTORY = 20
 
 T = TypeVar("T")
@@ -286,7 +290,7 @@ class ConsoleReads(RunsReads):
     ) -> tuple[dict[tuple[str, str], list[dict[str, Any]]], bool]:
         """The kept revisions of each of a run's checkpoints, by (scope, name), newest first,
         JSON decoded; and whether there were more than ``limit`` rows (the rest not read)."""
-        rows = self.read_one(lambda c: _rows(c, SQL_CHECKPOINT_REVISIONS, (run_id, limit + 1)))
+        rows = self.read_one(lambda c: _rows(c, SQL_CHECKPOINT_REVISIONS, (run_id, run_id, limit + 1)))
         history: dict[tuple[str, str], list[dict[str, Any]]] = {}
         for r in rows[:limit]:
             history.setdefault((r["scope"], r["name"]), []).append(
