@@ -10,9 +10,12 @@ from __future__ import annotations
 import os
 from collections.abc import AsyncIterator
 from html.parser import HTMLParser
+from typing import Any
 
 import pytest
 
+import atfgraph.server._console_reads as console_reads
+import atfgraph.server.console._common as console_common
 from atfgraph._json import dumps
 from atfgraph.server._console_reads import CHECKPOINT_HISTORY
 from atfgraph.server._hub import Hub
@@ -22,6 +25,7 @@ from atfgraph.server._refusals import Invalid
 from atfgraph.server._routes import parse_link_request
 from atfgraph.server._service import LinkRequest, Service
 from atfgraph.server._store import GraphStore
+from atfgraph.server.console._common import shown_count
 from atfgraph.server.console._history import json_diff, revisions
 from atfgraph.server.console._markdown import question_html
 from pyworkflow.store import write_checkpoint
@@ -157,7 +161,8 @@ async def test_the_runs_pages_cursors_reach_every_run_once(service: Service) -> 
     assert [r["id"] for r in back.items] == newest[:3] and back.previous is None
     found = store.console_runs("all", None, None, None, None, 3, search='"i":4')
     assert [r["id"] for r in found.items] == [ids[4]]
-    assert store.console_run_counts("all", None, None, None, None) == {"pending": 7}
+    counts = store.console_run_counts("all", None, None, None, None)
+    assert counts == {"pending": 7, "running": 0, "suspended": 0, "completed": 0, "failed": 0, "cancelled": 0}
 
 
 def test_node_endpoints() -> None:
@@ -199,3 +204,31 @@ async def test_a_decision_link_request(service: Service) -> None:
         )
     assert service.store.console_approvals(True, 10)[0]["id"] == approval["id"]
     assert len(service.store.console_approvals(True, 10)) == 1  # the refused one created nothing
+
+
+async def test_the_consoles_counts_stop_at_the_cap_and_say_so(
+    service: Service, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A count is a read of every row counted, asked on every live refresh: the inbox's and the
+    Runs page's stop at COUNT_CAP (here 3) and show "3+"; a sum of counts says so when any did."""
+    monkeypatch.setattr(console_reads, "COUNT_CAP", 3)
+    monkeypatch.setattr(console_common, "COUNT_CAP", 3)
+    store = service.store
+    for _ in range(5):
+        await store.submit("n.skill", b"{}", max_attempts=1)
+    counts = store.console_run_counts("all", None, None, None, None)
+    assert counts["pending"] == 4 and counts["running"] == 0  # stopped at 3 + 1
+    assert store.console_run_counts("workflow", None, None, None, None)["pending"] == 0
+
+    def waits(conn: Any) -> None:
+        for i, kind in enumerate(["step_hook"] * 5 + ["hook"] + ["timer"] * 4):
+            conn.execute(
+                "INSERT INTO waits (id, run_id, wait_key, kind, name, status, created_at)"
+                " VALUES (?, ?, ?, ?, 'w', 'pending', ?)",
+                (f"w{i}", f"r{i}", f"k{i}", kind, float(i)),
+            )
+
+    await store.db.write(waits)
+    assert store.console_inbox_counts() == {"approval": 0, "hook": 1, "step_hook": 4}
+    assert [shown_count(n) for n in (0, 3, 4)] == ["0", "3", "3+"]
+    assert shown_count([1, 2]) == "3" and shown_count([4, 1, 0]) == "4+"

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import time
+from collections.abc import Iterable
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from importlib import resources
@@ -19,6 +20,7 @@ from starlette.datastructures import FormData
 
 from ..._json import MAX_BODY_BYTES
 from .._assign import Assignees, read_assignment
+from .._console_reads import COUNT_CAP
 from .._identity import Identity, Permission, Principal, Role
 from .._service import Service
 from .._store import GraphStore
@@ -84,6 +86,15 @@ def _duration(seconds: float | None) -> str:
     if seconds < 7200:
         return f"{seconds / 60:.1f} min"
     return f"{seconds / 3600:.1f} h"
+
+
+def shown_count(counts: int | Iterable[int]) -> str:
+    """A count the store capped at COUNT_CAP (``console_inbox_counts``, ``console_run_counts``),
+    or the sum of several, as shown: "1,234", or "10,000+" when the count stopped at its cap (a
+    sum ends in "+" when any of its counts did)."""
+    parts = [counts] if isinstance(counts, int) else list(counts)
+    total = sum(min(n, COUNT_CAP) for n in parts)
+    return f"{total:,}+" if any(n > COUNT_CAP for n in parts) else f"{total:,}"
 
 
 _env.filters.update(pretty=_pretty, when=_when, iso=_iso, ago=_ago, duration=_duration)

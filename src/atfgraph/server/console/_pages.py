@@ -40,6 +40,7 @@ from ._common import (
     error_page,
     render,
     sessions_of,
+    shown_count,
 )
 from ._session import LOGIN_COOKIE, SESSION_COOKIE, same_secret
 
@@ -169,8 +170,8 @@ def inbox_context(request: Request, draft: Draft | None = None) -> dict[str, Any
     for card in cards:
         if card["kind"] == "approval":
             card["assigned"] = assigned[card["id"]]
-    counts = store.console_inbox_counts()
-    counts["all"] = sum(counts.values())
+    counted = store.console_inbox_counts()
+    counts = {"all": shown_count(counted.values()), **{k: shown_count(n) for k, n in counted.items()}}
     base = {k: v for k, v in (("kind", kind if kind != "all" else ""), ("q", search)) if v}
     next_url = None
     if more is not None:
@@ -326,7 +327,7 @@ def runs_context(request: Request) -> dict[str, Any]:
     def at(cursor: tuple[float, str] | None, name: str) -> str | None:
         return None if cursor is None else "/runs?" + urlencode({**base, name: f"{cursor[0]!r}~{cursor[1]}"})
 
-    matching = counts.get(engine_status(status), 0) if status else sum(counts.values())
+    matching = shown_count(counts.get(engine_status(status), 0) if status else counts.values())
 
     def status_url(value: str) -> str:
         """This listing with the status filter ``value`` (empty: any), from its first page."""
@@ -337,7 +338,11 @@ def runs_context(request: Request) -> dict[str, Any]:
         "items": page.items,
         "kinds": _KINDS,
         "statuses": [(s, ENGINE_STATUS[s]) for s in _STATUSES],
-        "counts": {api: counts.get(engine, 0) for api, engine in ((s, ENGINE_STATUS[s]) for s in _STATUSES)},
+        "counts": {
+            api: shown_count(counts.get(engine, 0))
+            for api, engine in ((s, ENGINE_STATUS[s]) for s in _STATUSES)
+        },
+        "any": shown_count(counts.values()),
         "matching": matching,
         "filters": filters,
         "errors": errors,
