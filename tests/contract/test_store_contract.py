@@ -418,44 +418,67 @@ async def test_wake_during_a_turn_keeps_the_queue_row(store: Store) -> None:
     assert not await store.has_ready(now=T0 + 2)
 
 
-async def test_a_claim_gives_the_state_replay_starts_from(store: Store) -> None:
-    """A new run's claim starts from nothing; a resumed run's gives what load_state reads (on
-    SQLite read in the claim's own transaction: ``Claim.state``), by either way of claiming."""
-    store_name = type(store).__name__
+#: The claim paths of the store under test: a Celery turn's ``claim_run`` is the PostgreSQL store's.
+_CLAIM_PATHS = ["claim", "poll"] + (
+    ["claim_run"] if os.environ.get("PYWORKFLOW_TEST_STORE", "sqlite") in ("postgresql", "postgres") else []
+)
+
+
+@pytest.mark.parametrize("way", [*_CLAIM_PATHS, "decision"])
+async def test_a_claim_gives_the_state_replay_starts_from(store: Store, way: str) -> None:
+    """A new run's claim starts from nothing; a resumed run's carries what load_state reads, read
+    with the claim (``Claim.state``: SQLite in the claim's own transaction, PostgreSQL by the
+    claim's statement after the lease), by every way of claiming; each of several runs claimed
+    together gets its own."""
     fresh = await _started(store)
     assert await fresh.load_state(store) == RunState()
 
-    for way in ("tick", "decision"):
+    runs: dict[str, tuple[Claim, str, bytes]] = {}
+    for n in (1, 2):
         digest = secrets.token_bytes(32)
         claim = await _started(store)
-        await store.complete_step(claim.fence, "a#1", b'{"done":1}', now=T0)
-        await store.save_checkpoint(claim.fence, "s#1", "", b'{"n":1}', expected_revision=0, now=T0)
+        await store.complete_step(claim.fence, "a#1", b'{"done":%d}' % n, now=T0)
+        await store.save_checkpoint(claim.fence, "s#1", "", b'{"n":%d}' % n, expected_revision=0, now=T0)
         wait = await store.create_wait(claim.fence, _wait(token=digest), now=T0)
         await store.suspend_run(claim.fence, notified=[wait.id], delivered={}, now=T0)
-        if way == "tick":
-            await store.resolve_wait(token_digest=digest, payload=b'{"ok":true}', now=T0 + 1)
-            [again] = await store.claim("w1", limit=1, now=T0 + 1, lease_ttl=TTL, max_crashes=3)
-        else:
+        runs[claim.fence.run_id] = (claim, wait.wait_key, digest)
+
+    taken: list[Claim] = []
+    for run_id, (_, _, digest) in runs.items():
+        if way == "decision":
             _, woke = await store.resolve_wait_and_claim(
                 token_digest=digest, payload=b'{"ok":true}', now=T0 + 1, check=None,
                 owner="w1", lease_ttl=TTL, max_crashes=3,
             )  # fmt: skip
             # A store may leave the woken run to a tick (PostgreSQL's wakes the runtimes instead).
-            [again] = (
-                [woke] if woke is not None
-                else await store.claim("w1", limit=1, now=T0 + 1, lease_ttl=TTL, max_crashes=3)
+            taken += [woke] if woke is not None else await store.claim(
+                "w1", limit=1, now=T0 + 1, lease_ttl=TTL, max_crashes=3
             )  # fmt: skip
+        else:
+            await store.resolve_wait(token_digest=digest, payload=b'{"ok":true}', now=T0 + 1)
+            if way == "claim_run":
+                one = await store.claim_run(run_id, "w1", now=T0 + 1, lease_ttl=TTL, max_crashes=3)  # type: ignore[attr-defined]
+                taken += [one] if one is not None else []
+    if way == "claim":
+        taken = await store.claim("w1", limit=10, now=T0 + 1, lease_ttl=TTL, max_crashes=3)
+    elif way == "poll":
+        taken = (await store.poll("w1", limit=10, now=T0 + 1, lease_ttl=TTL, max_crashes=3)).claims
+
+    assert sorted(c.fence.run_id for c in taken) == sorted(runs)
+    for again in taken:
         assert again.resumed is True
-        if store_name == "SQLiteStore":
-            assert again.state is not None  # read with the claim, not by the runtime after it
+        assert again.state is not None  # read with the claim, not by the runtime after it
         state = await again.load_state(store)
-        assert state == await store.load_state(claim.fence.run_id)
-        assert (
-            state.steps["a#1"].status == StepStatus.COMPLETED and state.steps["a#1"].result == b'{"done":1}'
-        )
-        assert state.waits[wait.wait_key].status == WaitStatus.RECEIVED
-        assert state.waits[wait.wait_key].payload == b'{"ok":true}'
-        assert state.checkpoints[("s#1", "")].value == b'{"n":1}'
+        assert state == await store.load_state(again.fence.run_id)
+        _, wait_key, _ = runs[again.fence.run_id]
+        done = state.steps["a#1"].result
+        assert state.steps["a#1"].status == StepStatus.COMPLETED
+        assert state.checkpoints[("s#1", "")].value == done.replace(b"done", b"n")  # type: ignore[union-attr]
+        assert list(state.waits) == [wait_key]
+        assert state.waits[wait_key].status == WaitStatus.RECEIVED
+        assert state.waits[wait_key].payload == b'{"ok":true}'
+    # Each run got its own state, not the other's.
+    assert len({c.state.steps["a#1"].result for c in taken if c.state is not None}) == 2
 
 
 async def test_complete_and_fail_run_cancel_pending_waits(store: Store) -> None:
@@ -501,12 +524,6 @@ async def test_crashes_are_counted_and_max_crashes_fails_the_run(store: Store) -
 _CRASHED_TWICE = (
     b'{"type":"pyworkflow.WorkerCrashed","message":"the worker running this run died 2 times;'
     b' giving up (max_crashes)"}'
-)
-
-
-#: The claim paths of the store under test: a Celery turn's ``claim_run`` is the PostgreSQL store's.
-_CLAIM_PATHS = ["claim", "poll"] + (
-    ["claim_run"] if os.environ.get("PYWORKFLOW_TEST_STORE", "sqlite") in ("postgresql", "postgres") else []
 )
 
 

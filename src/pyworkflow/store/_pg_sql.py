@@ -121,24 +121,9 @@ SQL_INSERT_WAIT_TOKEN = "INSERT INTO wait_tokens (token_digest, wait_id) VALUES 
 SQL_CANCEL_WAITS = """
 UPDATE waits SET status = 'cancelled', resolved_at = ? WHERE run_id = ? AND status || '' = 'pending'
 """
-# A run's state in one statement (one snapshot, one round trip): each row is a step (columns
-# 1-6), a wait (7-19) or a checkpoint (20-23), told apart by column 0.
-_STEP_COLUMNS = "step_key, status, attempt, result, error, delivered"
-_CHECKPOINT_COLUMNS = "scope, name, value, revision"
-# Typed NULLs: UNION resolves column types pairwise, left to right.
-_NULLS_STEP = "NULL::text, NULL::text, NULL::integer, NULL::bytea, NULL::bytea, NULL::integer"
-_NULLS_WAIT = (
-    "NULL::text, NULL::text, NULL::text, NULL::text, NULL::text, NULL::text, NULL::text, NULL::boolean,"
-    " NULL::double precision, NULL::double precision, NULL::double precision, NULL::bytea, NULL::bytea"
-)
-_NULLS_CHECKPOINT = "NULL::text, NULL::text, NULL::bytea, NULL::integer"
-SQL_STATE = f"""
-SELECT 1, {_STEP_COLUMNS}, {_NULLS_WAIT}, {_NULLS_CHECKPOINT} FROM steps WHERE run_id = :run
-UNION ALL
-SELECT 2, {_NULLS_STEP}, {WAIT_COLUMNS}, {_NULLS_CHECKPOINT} FROM waits WHERE run_id = :run
-UNION ALL
-SELECT 3, {_NULLS_STEP}, {_NULLS_WAIT}, {_CHECKPOINT_COLUMNS} FROM checkpoints WHERE run_id = :run
-"""
+# A run's state in one statement (one snapshot, one round trip; migration 0015): each row is a
+# step, a wait or a checkpoint of the run, told apart by column 1 (see _state_rows).
+SQL_STATE = "SELECT * FROM pyworkflow_run_states(ARRAY[?::text])"
 SQL_GET_RUN = f"SELECT {RUN_COLUMNS} FROM runs WHERE id = ?"
 SQL_EVENTS = """
 SELECT run_id, seq, at, type, key, data FROM events WHERE run_id = ? AND seq > ? ORDER BY seq LIMIT ?
@@ -149,25 +134,19 @@ SQL_FN_COMPLETE_STEP = "SELECT pyworkflow_complete_step(?, ?, ?, ?, ?)"
 SQL_FN_SAVE_CHECKPOINT = "SELECT pyworkflow_save_checkpoint(?, ?, ?, ?, ?, ?, ?)"
 SQL_FN_SUSPEND_RUN = "SELECT pyworkflow_suspend_run(?, ?, ?, ?::text[], ?::text[], ?::integer[], ?)"
 SQL_FN_FINISH_RUN = "SELECT pyworkflow_finish_run(?, ?, ?, ?, ?)"
-# The runtime's tick (migration 0003): claims, then a row with c_run NULL carrying the next due time.
-SQL_FN_POLL = """
-SELECT c_run, c_epoch, c_wake_seq, c_workflow, c_input, c_resumed, c_next_due
-FROM pyworkflow_poll(?::text, ?::integer, ?::double precision, ?::double precision, ?::integer)
-"""
 SQL_FN_CREATE_WAIT = "SELECT pyworkflow_create_wait(?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
 SQL_FN_EXPIRE_DUE_WAITS = "SELECT pyworkflow_expire_due_waits(?::double precision, ?::integer)"
 # A decision and a Celery turn's claim (migration 0004).
 SQL_FN_RESOLVE_WAIT = "SELECT pyworkflow_resolve_wait(?, ?, ?, ?)"
-SQL_FN_CLAIM_RUN = """
-SELECT c_run, c_epoch, c_wake_seq, c_workflow, c_input, c_resumed
-FROM pyworkflow_claim_run(?::text, ?::text, ?::double precision, ?::double precision, ?::integer)
+# Every claim with the state of the runs it resumes, in one statement (migration 0015): the
+# runtime's tick ('poll': expire due waits, claim, then a row with c_run NULL carrying the next
+# due time), a Celery turn's claim of one run ('run'), a claim of up to N runs ('claim'). Each
+# goes through pyworkflow_claim_row (migration 0008: the crash limit once).
+SQL_FN_CLAIM_WITH_STATES = """
+SELECT * FROM pyworkflow_claim_with_states(
+    ?::text, ?::text, ?::text, ?::integer, ?::double precision, ?::double precision, ?::integer)
 """
-# A claim of up to N due runs (every claim goes through pyworkflow_claim_row, migration 0008: the
-# crash limit once) and a cancellation (pyworkflow_end_run, as every end of a run), one statement each.
-SQL_FN_CLAIM = """
-SELECT c_run, c_epoch, c_wake_seq, c_workflow, c_input, c_resumed
-FROM pyworkflow_claim(?::text, ?::integer, ?::double precision, ?::double precision, ?::integer)
-"""
+# A cancellation (pyworkflow_end_run, as every end of a run), one statement.
 SQL_FN_CANCEL_RUN = "SELECT pyworkflow_cancel_run(?::text, ?::double precision)"
 # The fence of a multi-statement transition: the run's lock and the epoch check (migration 0002).
 SQL_FN_FENCE = "SELECT pyworkflow_fence(?::text, ?::integer)"

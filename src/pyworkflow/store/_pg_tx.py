@@ -1,17 +1,29 @@
 """The building blocks of the PostgreSQL store's multi-statement transitions (run on a
 connection of its async pool that speaks the kit's SQL, inside one transaction): the fence check
 (by the server-side ``pyworkflow_fence``), events, waits, and the outcome of the server-side
-turn writes."""
+turn writes, and the rows of the server-side claims and state reads."""
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
 from .._errors import StepAlreadyCompletedError
 from ._pg_db import AsyncPgConnection
 from ._pg_sql import SQL_APPEND_EVENT, SQL_FN_FENCE, SQL_INSERT_WAIT, SQL_STEP
-from ._protocol import Fence, NewWait, StepStatus, WaitRecord, WaitStatus
-from ._rows import fence_refused
+from ._protocol import (
+    CheckpointRecord,
+    Claim,
+    Fence,
+    NewWait,
+    Poll,
+    RunState,
+    StepRecord,
+    StepStatus,
+    WaitRecord,
+    WaitStatus,
+)
+from ._rows import fence_refused, wait_from_row
 
 Conn = AsyncPgConnection
 
@@ -68,3 +80,35 @@ async def _refuse_second_result(conn: Conn, run_id: str, step_key: str) -> None:
     row = await (await conn.execute(SQL_STEP, (run_id, step_key))).fetchone()
     if row is not None and row[0] in (StepStatus.COMPLETED, StepStatus.FAILED):
         raise StepAlreadyCompletedError(f"step {step_key!r} of run {run_id} already has a result")
+
+
+def _add_state_row(state: RunState, r: Sequence[Any], k: int) -> None:
+    """Add a row of ``pyworkflow_run_states`` (migration 0015) to ``state``: ``r[k]`` is its kind
+    (1 a step, 2 a wait, 3 a checkpoint), the step's six columns follow, then the wait's 13, then
+    the checkpoint's four."""
+    if r[k] == 1:
+        key = r[k + 1]
+        state.steps[key] = StepRecord(key, StepStatus(r[k + 2]), r[k + 3], r[k + 4], r[k + 5], r[k + 6])
+    elif r[k] == 2:
+        wait = wait_from_row(r[k + 7 : k + 20])
+        state.waits[wait.wait_key] = wait
+    else:
+        scope, name = r[k + 20], r[k + 21]
+        state.checkpoints[(scope, name)] = CheckpointRecord(scope, name, r[k + 22], r[k + 23])
+
+
+def _claims_with_states(rows: Sequence[Sequence[Any]]) -> Poll:
+    """The claims ``pyworkflow_claim_with_states`` returned, each with its run's state (empty for
+    a first turn), and the next due time of a poll (None for the other claims)."""
+    claims: dict[str, Claim] = {}
+    due: float | None = None
+    for r in rows:
+        if r[7] is not None:  # a state row of a resumed run claimed above it
+            state = claims[r[0]].state
+            assert state is not None
+            _add_state_row(state, r, 7)
+        elif r[0] is None:  # a poll's last row
+            due = float(r[6]) if r[6] is not None else None
+        else:
+            claims[r[0]] = Claim(Fence(r[0], r[1], r[2]), r[3], r[4], resumed=r[5], state=RunState())
+    return Poll(list(claims.values()), due)

@@ -70,13 +70,11 @@ from ._pg_sql import (
     SQL_EVENTS,
     SQL_EXPIRE_LEASES,
     SQL_FN_CANCEL_RUN,
-    SQL_FN_CLAIM,
-    SQL_FN_CLAIM_RUN,
+    SQL_FN_CLAIM_WITH_STATES,
     SQL_FN_COMPLETE_STEP,
     SQL_FN_CREATE_WAIT,
     SQL_FN_EXPIRE_DUE_WAITS,
     SQL_FN_FINISH_RUN,
-    SQL_FN_POLL,
     SQL_FN_RESOLVE_WAIT,
     SQL_FN_SAVE_CHECKPOINT,
     SQL_FN_SUSPEND_RUN,
@@ -95,16 +93,17 @@ from ._pg_sql import (
     SQL_WAIT_BY_TOKEN,
 )
 from ._pg_tx import (
+    _add_state_row,
     _affected,
     _check_fence,
     _check_outcome,
+    _claims_with_states,
     _event,
     _fenced,
     _insert_wait,
     _refuse_second_result,
 )
 from ._protocol import (
-    CheckpointRecord,
     Claim,
     Event,
     Fence,
@@ -113,7 +112,6 @@ from ._protocol import (
     RunRecord,
     RunState,
     RunStatus,
-    StepRecord,
     StepStatus,
     WaitKind,
     WaitRecord,
@@ -396,14 +394,8 @@ class PostgresStore:
 
     async def load_state(self, run_id: str) -> RunState:
         state = RunState()
-        for r in await self._fetch(SQL_STATE, {"run": run_id}):
-            if r[0] == 1:
-                state.steps[r[1]] = StepRecord(r[1], StepStatus(r[2]), r[3], r[4], r[5], r[6])
-            elif r[0] == 2:
-                w = wait_from_row(r[7:20])
-                state.waits[w.wait_key] = w
-            else:
-                state.checkpoints[(r[20], r[21])] = CheckpointRecord(r[20], r[21], r[22], r[23])
+        for r in await self._fetch(SQL_STATE, (run_id,)):
+            _add_state_row(state, r, 1)
         return state
 
     async def cancel_run(
@@ -457,25 +449,20 @@ class PostgresStore:
     async def claim(
         self, owner: str, *, limit: int, now: float, lease_ttl: float, max_crashes: int
     ) -> list[Claim]:
-        # One statement (migration 0008): the rows are leased, or failed past the crash limit, by
-        # pyworkflow_claim_row, as in a tick and a Celery claim. It may lock several runs: alone.
-        rows = await self._alone(SQL_FN_CLAIM, (owner, max(limit, 0), now, lease_ttl, max_crashes))
-        return [
-            Claim(Fence(run_id, epoch, wake_seq), workflow, input_, resumed=resumed)
-            for run_id, epoch, wake_seq, workflow, input_, resumed in rows
-        ]
+        # One statement (migration 0015): the rows are leased, or failed past the crash limit, by
+        # pyworkflow_claim_row, as in a tick and a Celery claim, and the resumed runs' state is
+        # read after them. It may lock several runs: alone.
+        params = ("claim", None, owner, max(limit, 0), now, lease_ttl, max_crashes)
+        return _claims_with_states(await self._alone(SQL_FN_CLAIM_WITH_STATES, params)).claims
 
     async def claim_run(
         self, run_id: str, owner: str, *, now: float, lease_ttl: float, max_crashes: int
     ) -> Claim | None:
-        """Lease this run if it is due and nobody holds it (the Celery runtime's turn); else None.
-        Not part of :class:`~pyworkflow.store.Store` (yet)."""
-
-        rows = await self._fetch(SQL_FN_CLAIM_RUN, (run_id, owner, now, lease_ttl, max_crashes), run_id)
-        if not rows:
-            return None
-        _, epoch, wake_seq, workflow, input_, resumed = rows[0]
-        return Claim(Fence(run_id, epoch, wake_seq), workflow, input_, resumed=resumed)
+        """Lease this run if it is due and nobody holds it (the Celery runtime's turn), with its
+        state; else None. Not part of :class:`~pyworkflow.store.Store` (yet)."""
+        params = ("run", run_id, owner, 1, now, lease_ttl, max_crashes)
+        claims = _claims_with_states(await self._fetch(SQL_FN_CLAIM_WITH_STATES, params, run_id)).claims
+        return claims[0] if claims else None
 
     async def ready_runs(
         self,
@@ -519,15 +506,8 @@ class PostgresStore:
         return float(value) if value is not None else None
 
     async def poll(self, owner: str, *, limit: int, now: float, lease_ttl: float, max_crashes: int) -> Poll:
-        rows = await self._alone(SQL_FN_POLL, (owner, max(limit, 0), now, lease_ttl, max_crashes))
-        claims: list[Claim] = []
-        due: float | None = None
-        for run_id, epoch, wake_seq, workflow, input_, resumed, next_due in rows:
-            if run_id is None:
-                due = float(next_due) if next_due is not None else None
-            else:
-                claims.append(Claim(Fence(run_id, epoch, wake_seq), workflow, input_, resumed=resumed))
-        return Poll(claims, due)
+        params = ("poll", None, owner, max(limit, 0), now, lease_ttl, max_crashes)
+        return _claims_with_states(await self._alone(SQL_FN_CLAIM_WITH_STATES, params))
 
     async def release(self, fence: Fence, *, now: float) -> None:
         async def tx(conn: Conn) -> None:

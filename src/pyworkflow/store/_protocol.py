@@ -136,8 +136,9 @@ class Claim:
     workflow: str
     input: bytes
     resumed: bool  # False for a run's first turn (nothing to load)
-    #: the run's state, read in the claim's own transaction (SQLite); None: not read, the
-    #: runtime loads it (:meth:`Store.load_state`) if ``resumed``
+    #: the run's state, read with the claim (SQLite: in its transaction; PostgreSQL: by its
+    #: statement, after the lease); None: not read, the runtime loads it
+    #: (:meth:`Store.load_state`) if ``resumed``
     state: RunState | None = None
 
     async def load_state(self, store: Store) -> RunState:
