@@ -241,9 +241,18 @@ async def test_checkpoints_compare_and_set(store: Store) -> None:
     assert state.checkpoints[("s#1", "other")].revision == 1
     assert await store.delete_checkpoint(f, "s#1", "", now=T0) is True
     assert await store.delete_checkpoint(f, "s#1", "", now=T0) is False
-    assert ("s#1", "") not in (await store.load_state(f.run_id)).checkpoints
+    assert await store.delete_checkpoint(f, "s#1", "other", now=T0) is True
+    assert (await store.load_state(f.run_id)).checkpoints == {}
+    # One event a deletion, keyed scope[/name]; deleting nothing writes none.
+    deleted = [e.key for e in await store.get_events(f.run_id) if e.type == "checkpoint_deleted"]
+    assert deleted == ["s#1", "s#1/other"]
     # After a delete the checkpoint can be created again from revision 0.
     assert await store.save_checkpoint(f, "s#1", "", b"{}", expected_revision=0, now=T0) == 1
+    # A turn whose lease was taken over deletes nothing.
+    [taken] = await store.claim("w2", limit=1, now=T0 + TTL + 1, lease_ttl=TTL, max_crashes=3)
+    with pytest.raises(LeaseLostError):
+        await store.delete_checkpoint(f, "s#1", "", now=T0 + TTL + 2)
+    assert (await taken.load_state(store)).checkpoints[("s#1", "")].value == b"{}"
 
 
 async def test_concurrent_checkpoint_writers_one_wins(store_url: str, store: Store) -> None:

@@ -98,7 +98,6 @@ ON CONFLICT (run_id, step_key) DO UPDATE SET
     status = EXCLUDED.status, attempt = EXCLUDED.attempt, result = EXCLUDED.result, error = EXCLUDED.error,
     delivered = GREATEST(steps.delivered, EXCLUDED.delivered), updated_at = EXCLUDED.updated_at
 """
-SQL_DELETE_CHECKPOINT = "DELETE FROM checkpoints WHERE run_id = ? AND scope = ? AND name = ?"
 # A step's checkpoints, deleted with its final failure (its completion and the end of a run do it
 # server-side, migration 0009); primary key prefix.
 SQL_DELETE_STEP_CHECKPOINTS = "DELETE FROM checkpoints WHERE run_id = ? AND scope = ?"
@@ -132,6 +131,7 @@ SELECT run_id, seq, at, type, key, data FROM events WHERE run_id = ? AND seq > ?
 # The hot turn writes, one statement each (migration 0002): they return 'ok' or why they refused.
 SQL_FN_COMPLETE_STEP = "SELECT pyworkflow_complete_step(?, ?, ?, ?, ?)"
 SQL_FN_SAVE_CHECKPOINT = "SELECT pyworkflow_save_checkpoint(?, ?, ?, ?, ?, ?, ?)"
+SQL_FN_DELETE_CHECKPOINT = "SELECT pyworkflow_delete_checkpoint(?, ?, ?, ?, ?)"  # migration 0016
 SQL_FN_SUSPEND_RUN = "SELECT pyworkflow_suspend_run(?, ?, ?, ?::text[], ?::text[], ?::integer[], ?)"
 SQL_FN_FINISH_RUN = "SELECT pyworkflow_finish_run(?, ?, ?, ?, ?)"
 SQL_FN_CREATE_WAIT = "SELECT pyworkflow_create_wait(?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"

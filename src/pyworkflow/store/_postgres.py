@@ -65,7 +65,6 @@ from ._pg_sql import (
     CHANNEL,
     SQL_ANY_READY,
     SQL_CREATE_RUN,
-    SQL_DELETE_CHECKPOINT,
     SQL_DELETE_STEP_CHECKPOINTS,
     SQL_EVENTS,
     SQL_EXPIRE_LEASES,
@@ -73,6 +72,7 @@ from ._pg_sql import (
     SQL_FN_CLAIM_WITH_STATES,
     SQL_FN_COMPLETE_STEP,
     SQL_FN_CREATE_WAIT,
+    SQL_FN_DELETE_CHECKPOINT,
     SQL_FN_EXPIRE_DUE_WAITS,
     SQL_FN_FINISH_RUN,
     SQL_FN_RESOLVE_WAIT,
@@ -569,16 +569,12 @@ class PostgresStore:
     async def delete_checkpoint(
         self, fence: Fence, scope: str, name: str, *, now: float, defer: bool = False
     ) -> bool:
+        # One statement (migration 0016), committed in a group like the other turn writes.
         # ``defer`` is allowed, not required: here the deletion is always written at once.
-        async def tx(conn: Conn) -> bool:
-            await _check_fence(conn, fence)
-            deleted = await _affected(conn, SQL_DELETE_CHECKPOINT, (fence.run_id, scope, name)) > 0
-            if deleted:
-                key = f"{scope}/{name}" if name else scope
-                await _event(conn, fence.run_id, now, "checkpoint_deleted", key)
-            return deleted
-
-        return await self._tx(tx)
+        outcome = await self._call(
+            SQL_FN_DELETE_CHECKPOINT, (fence.run_id, fence.epoch, scope, name, now), fence.run_id
+        )
+        return _check_outcome(outcome, fence.run_id, fence.epoch, "") == "1"
 
     async def create_wait(
         self, fence: Fence, wait: NewWait, *, now: float, suspend: bool = False
