@@ -1,7 +1,8 @@
-"""Claims that carry their run's state on PostgreSQL (pyworkflow migration 0015): a run left
-suspended on a step hook, with a completed step and a checkpoint, by the store before the
-migration (its writes are today's) is claimed after it, by a tick and by a Celery turn's claim,
-with its whole state."""
+"""Claims that carry their run's state on PostgreSQL (pyworkflow migration 0015) and a checkpoint
+deletion in one statement (0016): a run left suspended on a step hook, with a completed step and
+a checkpoint, by the store before these migrations (its writes are today's) is claimed after
+them, by a tick and by a Celery turn's claim, with its whole state, and its checkpoint is
+deleted by the new statement."""
 
 from __future__ import annotations
 
@@ -73,6 +74,8 @@ async def test_runs_parked_before_the_migration_are_claimed_with_their_state(pg_
             assert [(w.wait_key, w.status, w.payload) for w in state.waits.values()] == [
                 ("s#1/step_hook:ok#1", WaitStatus.RECEIVED, b'{"ok":true}')
             ]
+            assert await store.delete_checkpoint(claim.fence, "s#1", "", now=T0 + 2) is True
+            assert (await store.load_state(claim.fence.run_id)).checkpoints == {}
             await store.complete_run(claim.fence, b"1", now=T0 + 2)
     finally:
         store.close()
