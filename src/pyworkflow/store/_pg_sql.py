@@ -122,7 +122,7 @@ UPDATE waits SET status = 'cancelled', resolved_at = ? WHERE run_id = ? AND stat
 """
 # A run's state in one statement (one snapshot, one round trip; migration 0015): each row is a
 # step, a wait or a checkpoint of the run, told apart by column 1 (see _state_rows).
-SQL_STATE = "SELECT * FROM pyworkflow_run_states(ARRAY[?::text])"
+SQL_STATE = "SELECT * FROM pyworkflow_run_states(?::text)"
 SQL_GET_RUN = f"SELECT {RUN_COLUMNS} FROM runs WHERE id = ?"
 SQL_EVENTS = """
 SELECT run_id, seq, at, type, key, data FROM events WHERE run_id = ? AND seq > ? ORDER BY seq LIMIT ?
