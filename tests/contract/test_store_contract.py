@@ -459,10 +459,8 @@ async def test_a_claim_gives_the_state_replay_starts_from(store: Store, way: str
                 token_digest=digest, payload=b'{"ok":true}', now=T0 + 1, check=None,
                 owner="w1", lease_ttl=TTL, max_crashes=3,
             )  # fmt: skip
-            # A store may leave the woken run to a tick (PostgreSQL's wakes the runtimes instead).
-            taken += [woke] if woke is not None else await store.claim(
-                "w1", limit=1, now=T0 + 1, lease_ttl=TTL, max_crashes=3
-            )  # fmt: skip
+            assert woke is not None  # the decision's own claim
+            taken.append(woke)
         else:
             await store.resolve_wait(token_digest=digest, payload=b'{"ok":true}', now=T0 + 1)
             if way == "claim_run":
@@ -796,8 +794,8 @@ async def test_a_deferred_checkpoint_deletion_comes_before_later_writes(store: S
 
 
 async def test_resolve_wait_and_claim(store: Store) -> None:
-    """The decision, and the woken run's claim for the caller when the store takes it in the same
-    transaction; otherwise the run is due for any claim."""
+    """The decision and, in the same transaction, the woken run's claim for the caller, with
+    the state replay starts from; a run another turn holds is left to that turn's end."""
     digest = secrets.token_bytes(32)
     _, run_id = await _suspended_on(store, _wait(token=digest))
     wait, claim = await store.resolve_wait_and_claim(
@@ -805,11 +803,10 @@ async def test_resolve_wait_and_claim(store: Store) -> None:
         max_crashes=5,
     )  # fmt: skip
     assert wait.status == WaitStatus.RECEIVED and wait.run_id == run_id
-    if claim is None:
-        claims = await store.claim("w2", limit=10, now=T0 + 1, lease_ttl=TTL, max_crashes=5)
-        assert [c.fence.run_id for c in claims] == [run_id]
-        claim = claims[0]
-    assert claim.fence.run_id == run_id and claim.resumed
+    assert claim is not None and claim.fence.run_id == run_id and claim.resumed
+    assert claim.state is not None and claim.state == await store.load_state(run_id)
+    assert claim.state.waits[wait.wait_key].status == WaitStatus.RECEIVED
+    assert [e.type for e in await store.get_events(run_id)][-2:] == ["wait_received", "run_resumed"]
     assert (await store.claim("w3", limit=10, now=T0 + 2, lease_ttl=TTL, max_crashes=5)) == []
     run = await store.get_run(run_id)
     assert run is not None and run.status == RunStatus.RUNNING
@@ -823,6 +820,21 @@ async def test_resolve_wait_and_claim(store: Store) -> None:
             lease_ttl=TTL,
             max_crashes=5,
         )
+
+
+async def test_a_decision_for_a_run_in_a_turn_claims_nothing(store: Store) -> None:
+    """A decision whose run another turn holds records the decision and claims nothing: the
+    wake-up keeps the run's queue row, and the turn's end leaves it due for any claim."""
+    digest = secrets.token_bytes(32)
+    claim = await _started(store)
+    wait = await store.create_wait(claim.fence, _wait(token=digest), now=T0)
+    decided, woke = await store.resolve_wait_and_claim(
+        token_digest=digest, payload=b"1", now=T0 + 1, check=None, owner="w2", lease_ttl=TTL, max_crashes=5
+    )
+    assert decided.status == WaitStatus.RECEIVED and woke is None
+    await store.suspend_run(claim.fence, notified=[wait.id], delivered={}, now=T0 + 2)
+    [again] = await store.claim("w3", limit=10, now=T0 + 2, lease_ttl=TTL, max_crashes=5)
+    assert again.fence.run_id == claim.fence.run_id and again.fence.epoch == claim.fence.epoch + 1
 
 
 async def test_next_due_is_the_earliest_unleased_row_lease_expiry_or_deadline(store: Store) -> None:

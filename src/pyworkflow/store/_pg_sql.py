@@ -138,6 +138,12 @@ SQL_FN_CREATE_WAIT = "SELECT pyworkflow_create_wait(?, ?, ?, ?, ?, ?, ?, ?, ?, ?
 SQL_FN_EXPIRE_DUE_WAITS = "SELECT pyworkflow_expire_due_waits(?::double precision, ?::integer)"
 # A decision and a Celery turn's claim (migration 0004).
 SQL_FN_RESOLVE_WAIT = "SELECT pyworkflow_resolve_wait(?, ?, ?, ?)"
+# A decision that claims the run it woke, with its state (migration 0017): the outcome, then the
+# columns of SQL_FN_CLAIM_WITH_STATES.
+SQL_FN_RESOLVE_WAIT_AND_CLAIM = """
+SELECT * FROM pyworkflow_resolve_wait_and_claim(
+    ?::text, ?::text, ?::bytea, ?::double precision, ?::text, ?::double precision, ?::integer)
+"""
 # Every claim with the state of the runs it resumes, in one statement (migration 0015): the
 # runtime's tick ('poll': expire due waits, claim, then a row with c_run NULL carrying the next
 # due time), a Celery turn's claim of one run ('run'), a claim of up to N runs ('claim'). Each

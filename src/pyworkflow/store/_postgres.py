@@ -76,6 +76,7 @@ from ._pg_sql import (
     SQL_FN_EXPIRE_DUE_WAITS,
     SQL_FN_FINISH_RUN,
     SQL_FN_RESOLVE_WAIT,
+    SQL_FN_RESOLVE_WAIT_AND_CLAIM,
     SQL_FN_SAVE_CHECKPOINT,
     SQL_FN_SUSPEND_RUN,
     SQL_GET_RUN,
@@ -672,20 +673,7 @@ class PostgresStore:
         check: Callable[[WaitRecord], None] | None = None,
         also: Callable[[Any], None] | None = None,
     ) -> WaitRecord:
-        # Find the wait (no lock), then record the decision with one statement that locks its run
-        # and reads the wait again (migration 0004): a racing decision or expiry that committed
-        # first wins. ``check`` (the payload's schema) sees the wait before anything is written.
-        if token_digest is not None:
-            rows = await self._fetch(SQL_WAIT_BY_TOKEN, {"digest": token_digest})
-        else:
-            rows = await self._fetch(SQL_WAIT_BY_ID, (wait_id,))
-        if not rows:
-            raise hook_not_found(token_digest, wait_id)
-        wait = wait_from_row(rows[0])
-        refuse_approval(wait)  # a wait's kind never changes: no need to read it again under the lock
-        raise_if_resolved(wait)
-        if check is not None and (wait.expires_at is None or wait.expires_at > now):
-            check(wait)
+        wait = await self._wait_to_decide(token_digest, wait_id, now, check)
         params = (wait.id, wait.run_id, payload, now)
         if also is None:
             outcome = await self._call(SQL_FN_RESOLVE_WAIT, params, wait.run_id)
@@ -700,20 +688,7 @@ class PostgresStore:
                 return decided
 
             outcome = await self._writer.write(tx)
-        if outcome == "approval":  # the function refuses approvals too (checked above already)
-            wait.kind = WaitKind.APPROVAL
-            refuse_approval(wait)
-        if outcome == "missing":
-            raise hook_not_found(token_digest, wait_id)
-        if outcome.startswith("resolved:") or outcome == "expired":
-            # Refused under the lock (a racing decision won), or past its deadline and expired
-            # now: the same refusal as before the write.
-            wait.status = WaitStatus(outcome.split(":", 1)[1]) if ":" in outcome else WaitStatus.EXPIRED
-            raise_if_resolved(wait)
-        if outcome != "ok":
-            raise RuntimeError(f"unexpected outcome {outcome!r} of a decision")
-        wait.status, wait.payload, wait.resolved_at = WaitStatus.RECEIVED, payload, now
-        return wait
+        return _decided(wait, outcome, payload, now, token_digest, wait_id)
 
     async def resolve_wait_and_claim(
         self,
@@ -726,12 +701,67 @@ class PostgresStore:
         lease_ttl: float,
         max_crashes: int,
     ) -> tuple[WaitRecord, Claim | None]:
-        # The decision alone: its NOTIFY at commit wakes the runtimes, whose claim takes the run.
-        wait = await self.resolve_wait(token_digest=token_digest, payload=payload, now=now, check=check)
-        return wait, None
+        # One statement (migration 0017): the decision, the woken run's claim for ``owner`` with
+        # its state, and a NOTIFY only when the run is left for another runtime to take.
+        wait = await self._wait_to_decide(token_digest, None, now, check)
+        params = (wait.id, wait.run_id, payload, now, owner, lease_ttl, max_crashes)
+        rows = await self._fetch(SQL_FN_RESOLVE_WAIT_AND_CLAIM, params, wait.run_id)
+        outcome = str(rows[0][0]) if rows else "missing"
+        wait = _decided(wait, outcome, payload, now, token_digest, None)
+        claims = _claims_with_states([r[1:] for r in rows]).claims
+        return wait, claims[0] if claims else None
+
+    async def _wait_to_decide(
+        self,
+        token_digest: bytes | None,
+        wait_id: str | None,
+        now: float,
+        check: Callable[[WaitRecord], None] | None,
+    ) -> WaitRecord:
+        """The wait a decision is for, found without a lock and refused as the decision would be
+        (an approval, already resolved); ``check`` (the payload's schema) sees it before
+        anything is written. The decision's statement locks the run and reads the wait again
+        (migrations 0004, 0017): a racing decision or expiry that committed first wins."""
+        if token_digest is not None:
+            rows = await self._fetch(SQL_WAIT_BY_TOKEN, {"digest": token_digest})
+        else:
+            rows = await self._fetch(SQL_WAIT_BY_ID, (wait_id,))
+        if not rows:
+            raise hook_not_found(token_digest, wait_id)
+        wait = wait_from_row(rows[0])
+        refuse_approval(wait)  # a wait's kind never changes: no need to read it again under the lock
+        raise_if_resolved(wait)
+        if check is not None and (wait.expires_at is None or wait.expires_at > now):
+            check(wait)
+        return wait
 
     async def expire_due_waits(self, *, now: float, limit: int = 500) -> int:
         # One statement (migration 0003): runs locked in id order, so two sweepers never wait on
         # each other in a cycle; it may lock several runs, so it runs alone, not in a group.
         rows = await self._alone(SQL_FN_EXPIRE_DUE_WAITS, (now, limit))
         return int(rows[0][0])
+
+
+def _decided(
+    wait: WaitRecord,
+    outcome: str,
+    payload: bytes,
+    now: float,
+    token_digest: bytes | None,
+    wait_id: str | None,
+) -> WaitRecord:
+    """``wait`` as a decision's statement left it (outcome 'ok'), or the decision's refusal."""
+    if outcome == "approval":  # the function refuses approvals too (checked before already)
+        wait.kind = WaitKind.APPROVAL
+        refuse_approval(wait)
+    if outcome == "missing":
+        raise hook_not_found(token_digest, wait_id)
+    if outcome.startswith("resolved:") or outcome == "expired":
+        # Refused under the lock (a racing decision won), or past its deadline and expired now:
+        # the same refusal as before the write.
+        wait.status = WaitStatus(outcome.split(":", 1)[1]) if ":" in outcome else WaitStatus.EXPIRED
+        raise_if_resolved(wait)
+    if outcome != "ok":
+        raise RuntimeError(f"unexpected outcome {outcome!r} of a decision")
+    wait.status, wait.payload, wait.resolved_at = WaitStatus.RECEIVED, payload, now
+    return wait
