@@ -121,7 +121,7 @@ SQL_CANCEL_WAITS = """
 UPDATE waits SET status = 'cancelled', resolved_at = ? WHERE run_id = ? AND status || '' = 'pending'
 """
 # A run's state in one statement (one snapshot, one round trip; migration 0015): each row is a
-# step, a wait or a checkpoint of the run, told apart by column 1 (see _state_rows).
+# step, a wait or a checkpoint of the run, told apart by column 1 (see _pg_tx._add_state_row).
 SQL_STATE = "SELECT * FROM pyworkflow_run_states(?::text)"
 SQL_GET_RUN = f"SELECT {RUN_COLUMNS} FROM runs WHERE id = ?"
 SQL_EVENTS = """
@@ -136,7 +136,7 @@ SQL_FN_SUSPEND_RUN = "SELECT pyworkflow_suspend_run(?, ?, ?, ?::text[], ?::text[
 SQL_FN_FINISH_RUN = "SELECT pyworkflow_finish_run(?, ?, ?, ?, ?)"
 SQL_FN_CREATE_WAIT = "SELECT pyworkflow_create_wait(?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
 SQL_FN_EXPIRE_DUE_WAITS = "SELECT pyworkflow_expire_due_waits(?::double precision, ?::integer)"
-# A decision and a Celery turn's claim (migration 0004).
+# A decision that leaves its run to any runtime (migrations 0004, 0017: it NOTIFYs).
 SQL_FN_RESOLVE_WAIT = "SELECT pyworkflow_resolve_wait(?, ?, ?, ?)"
 # A decision that claims the run it woke, with its state (migration 0017): the outcome, then the
 # columns of SQL_FN_CLAIM_WITH_STATES.
