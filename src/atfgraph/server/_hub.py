@@ -27,6 +27,13 @@ either way, while a poll that took the task would have to be sent again. Before 
 claim of one task that got it always woke the next poll, which usually found nothing: three
 empty claims per approval cycle on the writer's connection under ``bench.atfgraph_cycles`` at
 24 in flight.
+
+A claim sees only the tasks its worker's version may run (a traverser is pinned to the version
+of its first claim), so while a node's polls come from several versions (a rolling upgrade) a
+short claim proves the queue drained for its version alone: the wake-up goes on to a poll of a
+version that has not come back short since the last notification, and the queue counts as
+drained once every version polling has (``claimed``); a poll of a version not among those then
+reads the queue before it trusts the count.
 """
 
 from __future__ import annotations
@@ -42,18 +49,20 @@ class Listener:
     """One waiter's subscription to a key: what was notified on it since the waiter last looked
     (:meth:`Hub.take`), each a status or None (not said)."""
 
-    __slots__ = ("_fut", "notified", "ride")
+    __slots__ = ("_fut", "notified", "ride", "version")
 
     @property
     def waiting(self) -> bool:
         """Whether its waiter is in :meth:`Hub.wait` now (not busy with what it was woken for)."""
         return self._fut is not None
 
-    def __init__(self, ride: bool = False) -> None:
+    def __init__(self, ride: bool = False, version: str | None = None) -> None:
         self.notified: list[str | None] = []
         self._fut: asyncio.Future[None] | None = None
         #: a claim riding on a report (its request ends either way): woken before a worker's poll
         self.ride = ride
+        #: the version of its node the polling worker runs: what its claims may take
+        self.version = version
 
     def _notify(self, status: str | None) -> None:
         if len(self.notified) < _MAX_NOTIFIED:
@@ -79,6 +88,10 @@ class Hub:
         self._generation: dict[str, int] = {}
         self._owed: dict[str, int] = {}
         self._vague: dict[str, bool] = {}
+        # Per node key: the generation and the versions whose claims came back short at it; once
+        # the queue counts as drained, the versions that showed it (see ``claimed``).
+        self._short: dict[str, tuple[int, frozenset[str | None]]] = {}
+        self._drained_for: dict[str, frozenset[str | None]] = {}
 
     def close(self) -> None:
         """Wake every waiter and make later waits return at once (graceful shutdown: a long
@@ -88,9 +101,10 @@ class Hub:
             for listener in list(waiters):
                 listener._notify(None)
 
-    def subscribe(self, key: str, *, ride: bool = False) -> Listener:
-        """Listen on ``key`` until :meth:`unsubscribe` (subscribe before checking the store)."""
-        listener = Listener(ride)
+    def subscribe(self, key: str, *, ride: bool = False, version: str | None = None) -> Listener:
+        """Listen on ``key`` until :meth:`unsubscribe` (subscribe before checking the store);
+        ``version``: a claim poll's worker's version of the node."""
+        listener = Listener(ride, version)
         self._waiters.setdefault(key, {})[listener] = None
         return listener
 
@@ -130,14 +144,14 @@ class Hub:
         for listener in list(self._waiters.get(key, ())):
             listener._notify(status)
 
-    def pass_on(self, key: str) -> None:
+    def pass_on(self, key: str, but: frozenset[str | None] = frozenset()) -> None:
         """Wake one claim poll on node ``key`` that has nothing notified yet, one in
         :meth:`wait` before one busy claiming, a report's claim before a worker's own poll; none
-        when all of them already have something."""
+        when all of them already have something. ``but``: versions whose polls are passed over."""
         busy = None
         idle = None
         for listener in self._waiters.get(key, ()):
-            if listener.notified:
+            if listener.notified or listener.version in but:
                 continue
             if listener.waiting:
                 if listener.ride:
@@ -164,10 +178,21 @@ class Hub:
         """``listener``'s claim on node ``key``, begun at ``generation``, asked for ``asked`` tasks
         and took ``got``: they are counted off what was owed, and idle polls are woken if more is
         owed than the other polls on their way can take (see the module's docstring). A claim that
-        took fewer than it asked, with nothing notified since it began, saw the queue drained."""
+        took fewer than it asked, with nothing notified since it began, saw the queue drained of
+        what its version may run; once every version polling the node has, the queue counts as
+        drained, and until then one poll of a version that has not is woken to look."""
         if got < asked and self._generation.get(key, 0) == generation:
-            self._owed[key] = 0
-            self._vague[key] = False
+            seen_at, short = self._short.get(key, (-1, frozenset()))
+            short = (short if seen_at == generation else frozenset()) | {listener.version}
+            polling = {other.version for other in self._waiters.get(key, ())}
+            self._short[key] = (generation, short)
+            if polling <= short:
+                self._drained_for[key] = short
+                self._owed[key] = 0
+                self._vague[key] = False
+            else:  # tasks pinned to another version may be queued: one of its polls looks
+                self._vague[key] = True
+                self.pass_on(key, but=short)
             return
         self._owed[key] = max(self._owed.get(key, 0) - got, 0)
         if self._vague.get(key, True):
@@ -205,15 +230,21 @@ class Hub:
                 idle.append(listener)
         return busy, idle
 
-    def may_have_work(self, key: str, listener: Listener | None = None) -> bool:
+    def may_have_work(
+        self, key: str, listener: Listener | None = None, *, version: str | None = None
+    ) -> bool:
         """Whether node ``key`` may have queued work that no poll is on its way to claim: False
         when every task notified one by one was claimed here or has a poll other than
         ``listener`` woken for it or claiming, and no notification of an unknown number (here
         or, on PostgreSQL, from another server) came since a claim last found the queue short.
         A hint for the claims that ride on reports, which skip their first read on it (a wrong
         False, work that came due without a notification, only means the worker's own long poll
-        finds it, at most the report's wait later); a worker's claim requests never skip one."""
+        finds it, at most the report's wait later); a worker's claim requests never skip one.
+        ``version`` (or ``listener``'s): a version whose claims did not show the queue drained
+        may have work pinned to it."""
         if self._vague.get(key, True):
+            return True
+        if (listener.version if listener is not None else version) not in self._drained_for.get(key, ()):
             return True
         return self._owed.get(key, 0) > self._on_their_way(key, listener)[0]
 

@@ -541,13 +541,14 @@ async def _lease_tasks(
     handed nothing."""
     store, hub = store_of(request), hub_of(request)
     key = node_key(store.worker_node(worker_id))
-    if not alone and wait <= 0 and not hub.may_have_work(key):
+    version = store.worker_version(worker_id)
+    if not alone and wait <= 0 and not hub.may_have_work(key, version=version):
         return []
     deadline = time.monotonic() + wait
     tasks: list[dict[str, Any]] = []
     # Subscribed before the store is read: work queued from here on wakes the wait. A
     # notification this poll did not answer with a claim goes on to another poll when it leaves.
-    listener = hub.subscribe(key, ride=not alone)
+    listener = hub.subscribe(key, ride=not alone, version=version)
     try:
         first = True
         while True:

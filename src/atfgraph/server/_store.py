@@ -149,7 +149,7 @@ class GraphStore(ApprovalTransitions, ConsoleReads):
         ``pyworkflow.DatabaseUnavailableError`` (the HTTP edge's 503 ``database_unavailable``)."""
         self.lease_seconds = lease_seconds
         #: worker id -> (its node, the token it registered with): neither ever changes
-        self._worker_nodes: dict[str, tuple[str, str | None]] = {}
+        self._worker_nodes: dict[str, tuple[str, str | None, str | None]] = {}
         # (traverser, epoch) -> the worker this server leased it to (see check_lease).
         self._lease_holders: dict[tuple[str, int], str] = {}
         self.attempts = AttemptClock()
@@ -417,13 +417,17 @@ class GraphStore(ApprovalTransitions, ConsoleReads):
         recorded, or by a caller without one); ``404`` for an unknown worker."""
         return self._worker_identity(worker_id)[1]
 
-    def _worker_identity(self, worker_id: str) -> tuple[str, str | None]:
+    def worker_version(self, worker_id: str) -> str | None:
+        """The version of its node a worker runs (None: it registered without one)."""
+        return self._worker_identity(worker_id)[2]
+
+    def _worker_identity(self, worker_id: str) -> tuple[str, str | None, str | None]:
         known = self._worker_nodes.get(worker_id)
         if known is None:
             row = self.read_one(lambda c: _row(c, SQL_GET_WORKER, (worker_id,)))
             if row is None:
                 raise NotFound.of("worker", worker_id)
-            known = (str(row["node_id"]), row["token_id"])
+            known = (str(row["node_id"]), row["token_id"], row["version"])
             if len(self._worker_nodes) >= 10_000:
                 self._worker_nodes.clear()
             self._worker_nodes[worker_id] = known

@@ -95,6 +95,32 @@ async def test_rule6_continuations_go_only_to_the_same_version(
     assert (result["version"], result["attempt"]) == ("1.0.0", 2)
 
 
+async def test_rule6_a_continuation_is_taken_at_once_while_another_version_polls_too(
+    spawn_worker: Callable[..., WorkerProcess], client: Client
+) -> None:
+    """A rolling upgrade: traversers paused under 1.0.0 are decided while a 2.0.0 worker, polling
+    longer, is woken first and claims nothing. The 1.0.0 worker must be woken too, not left to its
+    poll's next read of the queue (every 5 s: before, each continuation waited 0-5 s)."""
+    v1 = spawn_worker(env={"ATFG_TEST_VERSION": "1.0.0"})
+    handles = [await client.submit("tester.pausing", {"key": f"r{i}"}) for i in range(3)]
+    for handle in handles:
+        assert (await reach(client, handle.id, "waiting")).version == "1.0.0"
+    assert v1.terminate() == 0
+    spawn_worker(env={"ATFG_TEST_VERSION": "2.0.0"})  # its poll is the longest waiting
+    spawn_worker(env={"ATFG_TEST_VERSION": "1.0.0"})
+    await asyncio.sleep(1.0)  # both polls idle
+    took = []
+    for handle in handles:
+        approval = str((await only_approval(client, handle.id))["id"])
+        started = time.monotonic()
+        await client.decide_approval(approval, "approved")
+        result = await handle.result(timeout=15)
+        took.append(time.monotonic() - started)
+        assert (result["version"], result["decision"]["status"]) == ("1.0.0", "approved")
+        await asyncio.sleep(0.3)  # the next decision finds both polls idle again
+    assert max(took) < 1.5, f"seconds from each decision to its continuation's result: {took}"
+
+
 async def test_rule7_sigkilled_worker_lease_expires_and_attempt_is_retried(
     server: ServerProcess, spawn_worker: Callable[..., WorkerProcess], client: Client
 ) -> None:

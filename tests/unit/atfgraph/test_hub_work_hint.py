@@ -182,3 +182,79 @@ async def test_a_task_goes_to_a_report_waiting_for_one_before_an_older_poll() ->
         assert poll_wait.done(), counted
         for listener in (poll, ride):
             hub.unsubscribe(key, listener)
+
+
+async def _polls_of(hub: Hub, key: str, *versions: str) -> list[tuple[Listener, asyncio.Future[bool]]]:
+    """Idle polls on ``key`` by workers of ``versions``, oldest first."""
+    polls = []
+    for version in versions:
+        listener = hub.subscribe(key, version=version)
+        polls.append((listener, asyncio.ensure_future(hub.wait(listener, 60.0))))
+    await asyncio.sleep(0.01)
+    return polls
+
+
+def _short(hub: Hub, key: str, listener: Listener) -> None:
+    """``listener``'s claim asked for one and got none, nothing notified while it ran."""
+    hub.take(listener)
+    hub.claimed(key, listener, hub.generation(key), 1, 0)
+
+
+async def test_a_short_claim_of_one_version_wakes_a_poll_of_another() -> None:
+    """A rolling upgrade: a decision queues a traverser pinned to v1, the longest-waiting poll is
+    v2's, whose claim cannot take it. Before, that short claim counted the queue as drained and
+    v1's poll slept on (until its 5 s re-read)."""
+    hub = Hub()
+    key = node_key("n")
+    _drained(hub, key)
+    (v2, v2_wait), (v1, v1_wait) = await _polls_of(hub, key, "v2", "v1")
+    hub.notify(key, queued=1)
+    await asyncio.sleep(0.01)
+    assert v2_wait.done() and not v1_wait.done()
+    _short(hub, key, v2)
+    await asyncio.sleep(0.01)
+    assert v1_wait.done()  # v1's poll looks
+    assert hub.may_have_work(key)  # and a report's claim of either version reads
+    hub.take(v1)
+    hub.claimed(key, v1, hub.generation(key), 1, 1)
+    for listener in (v1, v2):
+        hub.unsubscribe(key, listener)
+
+
+async def test_the_queue_counts_as_drained_once_every_version_polling_came_back_short() -> None:
+    hub = Hub()
+    key = node_key("n")
+    (v1, v1_wait), (v2, v2_wait), (v1b, v1b_wait) = await _polls_of(hub, key, "v1", "v2", "v1")
+    hub.notify(key)  # an unknown number: wakes the longest waiting
+    await asyncio.sleep(0.01)
+    assert v1_wait.done() and not v2_wait.done()
+    _short(hub, key, v1)  # v2's polls may still find work pinned to v2
+    await asyncio.sleep(0.01)
+    assert hub.may_have_work(key) and v2_wait.done() and not v1b_wait.done()  # v2's, not v1's
+    _short(hub, key, v2)  # v2 came back short at the same generation: nothing for anyone
+    assert not hub.may_have_work(key, v1b) and not hub.may_have_work(key, v2)
+    assert not hub.may_have_work(key, version="v1")
+    # A version whose claims showed nothing (it was not polling) may have work pinned to it.
+    assert hub.may_have_work(key, version="v3")
+    await asyncio.sleep(0.01)
+    assert not v1b_wait.done()
+    for listener in (v1, v2, v1b):
+        hub.unsubscribe(key, listener)
+
+
+async def test_short_claims_of_two_versions_do_not_wake_each_other_in_turn() -> None:
+    hub = Hub()
+    key = node_key("n")
+    _drained(hub, key)
+    (a, _), (b, _) = await _polls_of(hub, key, "v1", "v2")
+    hub.notify(key)  # an unknown number: wakes one
+    hub.take(a)
+    hub.take(b)
+    _short(hub, key, a)
+    _short(hub, key, b)
+    ((late, late_wait),) = await _polls_of(hub, key, "v1")
+    _short(hub, key, a)  # a second short claim of v1 at the same generation
+    await asyncio.sleep(0.01)
+    assert not late_wait.done() and not hub.may_have_work(key, late)
+    for listener in (a, b, late):
+        hub.unsubscribe(key, listener)
