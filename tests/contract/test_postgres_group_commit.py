@@ -182,3 +182,23 @@ async def test_write_functions_and_statements_share_the_writer_and_survive_a_los
         db.close()
     with psycopg.connect(pg_database) as conn:
         assert [r[0] for r in conn.execute("SELECT k FROM t ORDER BY k")] == ["a", "b", "s"]
+
+
+async def test_a_deferred_checkpoint_deletion_rides_in_the_steps_transaction(pg_store: PostgresStore) -> None:
+    """``delete_checkpoint(defer=True)`` sends nothing; the turn's next statement (the step's
+    result) carries it into its own transaction: two statements, one group, one commit; the
+    deletion and its event come first. Before, the deletion was a transaction of its own."""
+    claim = await pg_store.create_run("defer-1", "wf", b"{}", now=T0, lease_owner="w1", lease_ttl=30.0)
+    assert claim is not None
+    fence = claim.fence
+    assert await pg_store.save_checkpoint(fence, "s#1", "", b"1", expected_revision=0, now=T0) == 1
+    writer = pg_store._writer
+    groups, statements = writer.groups, writer.statements
+    assert await pg_store.delete_checkpoint(fence, "s#1", "", now=T0 + 1, defer=True)
+    assert (writer.groups, writer.statements) == (groups, statements)  # nothing sent yet
+    assert (await pg_store.load_state("defer-1")).checkpoints != {}  # nor written
+    await pg_store.complete_step(fence, "s#1", b"{}", now=T0 + 2)
+    assert (writer.groups - groups, writer.statements - statements) == (1, 2)
+    events = [e.type for e in await pg_store.get_events("defer-1")]
+    assert events[-2:] == ["checkpoint_deleted", "step_completed"]
+    assert (await pg_store.load_state("defer-1")).checkpoints == {}

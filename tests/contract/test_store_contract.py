@@ -793,6 +793,49 @@ async def test_a_deferred_checkpoint_deletion_comes_before_later_writes(store: S
     assert state.checkpoints[("s#1", "")].value == b"2"
 
 
+async def test_a_deferred_checkpoint_deletion_is_written_with_the_turns_next_write(store: Store) -> None:
+    """Whatever the turn writes next (the step's result, a failure with a retry, an added hook
+    token, the release of its lease), the deletion is written first, with its one event."""
+    for then in ("complete_step", "fail_step", "add_wait_token", "release"):
+        fence = (await _started(store)).fence
+        assert await store.save_checkpoint(fence, "s#1", "", b"1", expected_revision=0, now=T0) == 1
+        wait = await store.create_wait(fence, _wait(), now=T0)
+        assert await store.delete_checkpoint(fence, "s#1", "", now=T0 + 1, defer=True)
+        if then == "complete_step":
+            await store.complete_step(fence, "s#1", b"{}", now=T0 + 2)
+        elif then == "fail_step":
+            retry = _wait("s#1/retry#1", kind=WaitKind.TIMER, expires_at=T0 + 5)
+            await store.fail_step(fence, "s#1", attempt=1, error=b"{}", retry=retry, delivered=0, now=T0 + 2)
+        elif then == "add_wait_token":
+            await store.add_wait_token(fence, wait.id, secrets.token_bytes(32))
+        else:
+            await store.release(fence, now=T0 + 2)
+        assert (await store.load_state(fence.run_id)).checkpoints == {}, then
+        events = [(e.type, e.key) for e in await store.get_events(fence.run_id)]
+        assert events.count(("checkpoint_deleted", "s#1")) == 1, (then, events)
+
+
+async def test_a_deferred_deletion_of_a_turn_taken_over_deletes_nothing(store: Store) -> None:
+    """The turn that deferred the deletion lost its lease before writing again: the new turn's
+    writes work, and the checkpoint it saved stays."""
+    fence = (await _started(store)).fence
+    assert await store.save_checkpoint(fence, "s#1", "", b"1", expected_revision=0, now=T0) == 1
+    assert await store.delete_checkpoint(fence, "s#1", "", now=T0, defer=True)
+    (claim,) = await store.claim("w2", limit=1, now=T0 + 2 * TTL, lease_ttl=TTL, max_crashes=5)
+    assert claim.fence.run_id == fence.run_id and claim.fence.epoch > fence.epoch
+    new = claim.fence
+    assert await store.save_checkpoint(new, "s#1", "", b"2", expected_revision=None, now=T0 + 2 * TTL) >= 1
+    await store.create_wait(new, _wait(), now=T0 + 2 * TTL)
+    with pytest.raises(LeaseLostError):
+        await store.complete_run(fence, b"{}", now=T0 + 2 * TTL)
+    assert (await store.load_state(fence.run_id)).checkpoints[("s#1", "")].value == b"2"
+    # Written before the takeover (with the claim's transaction, SQLite) or refused by its fence
+    # (PostgreSQL: carried by the new turn's first write): never after the new turn began.
+    events = [e.type for e in await store.get_events(fence.run_id)]
+    recovered = events.index("run_recovered")
+    assert "checkpoint_deleted" not in events[recovered:], events
+
+
 async def test_resolve_wait_and_claim(store: Store) -> None:
     """The decision and, in the same transaction, the woken run's claim for the caller, with
     the state replay starts from; a run another turn holds is left to that turn's end."""

@@ -73,6 +73,40 @@ async def test_a_failing_statement_is_only_its_callers_error(db: SQLiteDatabase)
     assert keys(db) == ["dup", "x", "y"]  # each committed once
 
 
+async def test_carried_statements_run_just_before_their_carrier_in_its_transaction(
+    db: SQLiteDatabase,
+) -> None:
+    """Statements nobody waits for, carried by a later one of the same key: in its group, before
+    it (whatever the key order of the group), each ``then`` told its rows; a failing one is only
+    its own ``then``'s error, and the carrier and the rest still commit, in order."""
+    heard: list[tuple[object, object]] = []
+
+    def then(rows: object, error: object) -> None:
+        heard.append((rows, type(error).__name__ if error else None))
+
+    insert = "INSERT INTO t (k) VALUES (?) RETURNING k"
+    release, held = await hold_writer(db)
+    groups, statements = db.groups, db.statements
+    other = db.submit(insert, ("a",), key="a")
+    carrier = db.submit(
+        insert, ("m-3",), key="m", carried=[(insert, ("m-1",), then), (insert, ("m-2",), then)]
+    )
+    release.set()
+    await held
+    assert await carrier == [("m-3",)] and await other == [("a",)]
+    assert (db.groups - groups, db.statements - statements) == (1, 4)  # one transaction
+    assert keys(db) == ["a", "m-1", "m-2", "m-3"]
+    assert heard == [([("m-1",)], None), ([("m-2",)], None)]
+
+    heard.clear()
+    carrier = db.submit(
+        insert, ("n-2",), key="n", carried=[(insert, ("m-1",), then), (insert, ("n-1",), then)]
+    )
+    assert await carrier == [("n-2",)]
+    assert heard == [(None, "IntegrityError"), ([("n-1",)], None)]
+    assert keys(db)[-2:] == ["n-1", "n-2"]
+
+
 async def test_a_failing_function_is_only_its_callers_error(db: SQLiteDatabase) -> None:
     release, held = await hold_writer(db)
     commits = db.commits

@@ -29,6 +29,12 @@ costs no commit of its own, or is committed alone :data:`DEFER_LINGER` seconds a
 queued if no write came. Jobs run in the order they were queued, so it is applied before any
 later write, of its run or another's.
 
+**Carried statements.** A statement may carry others of the same run that no caller waits for
+(:meth:`GroupCommitWriter.submit` with ``carried``: a turn's deferred writes, see
+``PostgresStore.delete_checkpoint``): they run just before it, in its transaction, on its
+writer, so they cost no commit of their own and are never applied after it, whatever the number
+of writers.
+
 **Inline writes.** A waiting caller is what the writer thread saves: while one caller's commit
 flushes, the others queue behind it and share the next commit. A caller with nobody to share
 with (the writer idle, no caller's job queued, and at most :data:`INLINE_MAX_READY` other
@@ -67,7 +73,7 @@ import logging
 import operator
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any, Generic, TypeVar
 
 from .._errors import DatabaseUnavailableError
@@ -77,6 +83,8 @@ T = TypeVar("T")
 C = TypeVar("C")
 #: The rows of one statement.
 Rows = list[tuple[Any, ...]]
+#: A statement carried by a later one of the same key: ``(sql, params, then(rows, error))``.
+Carried = tuple[str, Any, Callable[[Rows | None, BaseException | None], None]]
 
 log = logging.getLogger("pyworkflow.store.group_commit")
 
@@ -109,7 +117,9 @@ class Job:
     read, ``None`` to run alone). ``loop`` None: ``future`` is a ``concurrent.futures.Future``.
     ``deadline``: the ``time.monotonic()`` after which it must not start."""
 
-    __slots__ = ("deadline", "deferred", "error", "fn", "future", "key", "loop", "params", "sql", "value")
+    __slots__ = (
+        "carried", "deadline", "deferred", "error", "fn", "future", "key", "loop", "params", "sql", "value",
+    )  # fmt: skip
 
     def __init__(
         self,
@@ -131,6 +141,8 @@ class Job:
         self.value: Any = _PENDING
         self.error: BaseException | None = None
         self.deferred = False
+        #: statements of the same key run just before this one, in its transaction (``submit``)
+        self.carried: list[Job] | None = None
 
 
 class _Slot(Generic[C]):
@@ -380,15 +392,25 @@ class GroupCommitWriter(Generic[C]):
         :attr:`write_timeout`). What a readiness probe asks."""
         await self.write(_nothing, timeout=timeout)
 
-    def submit(self, sql: str, params: Any, key: str | None = "") -> asyncio.Future[Rows]:
+    def submit(
+        self, sql: str, params: Any, key: str | None = "", *, carried: Sequence[Carried] = ()
+    ) -> asyncio.Future[Rows]:
         """Hand one statement to the writers (``key``: the run it locks, ``""`` for a read,
         ``None`` to run alone); the future, on the running loop, settles with its rows after its
         transaction ended. A caller that stops waiting does not stop the statement. ``sql`` is
         the kit's SQL, as a write function's: ``?`` placeholders with a sequence of ``params``,
-        ``:name`` with a dict (PostgreSQL's database translates it for psycopg)."""
+        ``:name`` with a dict (PostgreSQL's database translates it for psycopg).
+
+        ``carried``: statements of the same ``key`` that nobody waits for, each ``(sql, params,
+        then)``; they run in order just before this one, in its transaction (alone, in order,
+        on its writer, if the group is re-run statement by statement), and ``then(rows,
+        error)`` runs on the writer thread when each one's transaction ended."""
         loop = asyncio.get_running_loop()
         future: asyncio.Future[Rows] = loop.create_future()
-        self._put(Job(None, sql, params, key, loop, future, self._deadline(None)))
+        job = Job(None, sql, params, key, loop, future, self._deadline(None))
+        if carried:
+            job.carried = [_carried_job(c, key, job.deadline) for c in carried]
+        self._put(job)
         return future
 
     def _stop_writer(self, timeout: float = 30.0) -> None:
@@ -429,6 +451,7 @@ class GroupCommitWriter(Generic[C]):
                     else:
                         self._urgent = 0
                     self._busy = self.inline
+                jobs = _unpack(jobs)
                 started = time.perf_counter()
                 try:
                     self._execute(slot, jobs)
@@ -615,6 +638,31 @@ def check_write_timeout(value: float | None) -> float | None:
 
 def _nothing(conn: Any) -> None:
     """The empty write transaction of :meth:`GroupCommitWriter.check_writable`."""
+
+
+def _carried_job(carried: Carried, key: str | None, deadline: float) -> Job:
+    sql, params, then = carried
+
+    def done(future: concurrent.futures.Future[Rows]) -> None:
+        error = future.exception()
+        then(None if error else future.result(), error)
+
+    future: concurrent.futures.Future[Rows] = concurrent.futures.Future()
+    future.add_done_callback(done)
+    return Job(None, sql, params, key, None, future, deadline)
+
+
+def _unpack(jobs: list[Job]) -> list[Job]:
+    """``jobs`` with the statements each one carries just before it (see ``submit``)."""
+    if not any(job.carried for job in jobs):
+        return jobs
+    unpacked: list[Job] = []
+    for job in jobs:
+        if job.carried:
+            unpacked.extend(job.carried)
+            job.carried = None
+        unpacked.append(job)
+    return unpacked
 
 
 def _deliver(jobs: list[Job]) -> None:

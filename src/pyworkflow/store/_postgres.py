@@ -56,7 +56,7 @@ import psycopg
 from psycopg_pool import AsyncConnectionPool
 
 from .._errors import WorkflowNotFoundError
-from ._group_commit import Rows
+from ._group_commit import Carried, Rows
 from ._manage import SQL_CANCEL_REASON, retry_run_tx
 from ._migrations import Migration
 from ._migrations import pyworkflow_migrations as _migrations_of
@@ -125,6 +125,7 @@ from ._rows import (
     hook_not_found,
     list_runs_sql,
     list_waits_sql,
+    log_deferred,
     raise_if_resolved,
     refuse_approval,
     run_from_row,
@@ -162,6 +163,9 @@ class PostgresStore:
             write_timeout=None,
         )
         self._closed = False
+        #: per run, the turn's deferred statements not written yet: its next statement carries them
+        self._carry: dict[str, list[Carried]] = {}
+        self._carry_lock = threading.Lock()
         self._listeners: list[Callable[[], None]] = []
         self._listener_task: asyncio.Task[None] | None = None
         self._inflight: set[asyncio.Task[Any]] = set()
@@ -236,10 +240,47 @@ class PostgresStore:
 
     def _submit(self, sql: str, params: Any, key: str | None) -> asyncio.Future[Rows]:
         """Hand one statement to the group commit; the future settles after its transaction ended.
-        A caller that is cancelled stops waiting; the statement still runs to its commit."""
+        A caller that is cancelled stops waiting; the statement still runs to its commit. A
+        statement of a run carries the run's deferred ones (:meth:`_defer`) into its transaction."""
         if self._closed:
             raise RuntimeError("store is closed")
-        return self._writer.submit(sql, params, key)
+        return self._writer.submit(sql, params, key, carried=self._carried(key) if key else ())
+
+    def _defer(
+        self, fence: Fence, sql: str, params: Any, then: Callable[[BaseException | None], None]
+    ) -> None:
+        """Write ``sql`` (a fenced turn function returning its outcome) in the transaction of the
+        run's next write, just before it, whichever writer takes that (``then(error)`` once it
+        ended). Not written at all if the turn writes nothing more: as if the process died
+        before the call, which its fence and the run's recovery make good."""
+
+        def done(rows: Rows | None, error: BaseException | None) -> None:
+            if error is None and rows is not None:
+                try:
+                    _check_outcome(str(rows[0][0]), fence.run_id, fence.epoch, "")
+                except Exception as refused:  # the fence's refusal, reported as it
+                    error = refused
+            then(error)
+
+        with self._carry_lock:
+            self._carry.setdefault(fence.run_id, []).append((sql, params, done))
+
+    def _carried(self, run_id: str) -> list[Carried]:
+        if not self._carry:  # the common case, without the lock
+            return []
+        with self._carry_lock:
+            return self._carry.pop(run_id, [])
+
+    async def _write_carried(self, run_id: str) -> None:
+        """Before a turn write that is not one grouped statement: the run's deferred statements
+        first, each committed (rarely any: a deletion is followed by the step's result)."""
+        for sql, params, then in self._carried(run_id):
+            try:
+                rows = await self._writer.submit(sql, params, run_id)
+            except Exception as exc:
+                then(None, exc)
+            else:
+                then(rows, None)
 
     async def _call(self, sql: str, params: Any, run_id: str) -> str:
         """One statement that is a whole transition of ``run_id`` (a server-side function that
@@ -511,6 +552,8 @@ class PostgresStore:
         return _claims_with_states(await self._alone(SQL_FN_CLAIM_WITH_STATES, params))
 
     async def release(self, fence: Fence, *, now: float) -> None:
+        await self._write_carried(fence.run_id)
+
         async def tx(conn: Conn) -> None:
             if await _fenced(conn, fence) == "ok":
                 await conn.execute(SQL_UNLEASE, (now, fence.run_id))
@@ -537,6 +580,8 @@ class PostgresStore:
         delivered: int,
         now: float,
     ) -> None:
+        await self._write_carried(fence.run_id)
+
         async def tx(conn: Conn) -> None:
             await _check_fence(conn, fence)
             await _refuse_second_result(conn, fence.run_id, step_key)
@@ -570,11 +615,14 @@ class PostgresStore:
     async def delete_checkpoint(
         self, fence: Fence, scope: str, name: str, *, now: float, defer: bool = False
     ) -> bool:
-        # One statement (migration 0016), committed in a group like the other turn writes.
-        # ``defer`` is allowed, not required: here the deletion is always written at once.
-        outcome = await self._call(
-            SQL_FN_DELETE_CHECKPOINT, (fence.run_id, fence.epoch, scope, name, now), fence.run_id
-        )
+        # One statement (migration 0016), committed in a group like the other turn writes; with
+        # ``defer``, carried by the turn's next statement into its transaction (usually the
+        # step's result), so it costs no commit of its own.
+        params = (fence.run_id, fence.epoch, scope, name, now)
+        if defer:
+            self._defer(fence, SQL_FN_DELETE_CHECKPOINT, params, log_deferred(fence, "checkpoint deletion"))
+            return True
+        outcome = await self._call(SQL_FN_DELETE_CHECKPOINT, params, fence.run_id)
         return _check_outcome(outcome, fence.run_id, fence.epoch, "") == "1"
 
     async def create_wait(
@@ -597,6 +645,8 @@ class PostgresStore:
         )  # fmt: skip
 
     async def add_wait_token(self, fence: Fence, wait_id: str, token_digest: bytes) -> None:
+        await self._write_carried(fence.run_id)
+
         async def tx(conn: Conn) -> None:
             await _check_fence(conn, fence)
             await conn.execute(SQL_INSERT_WAIT_TOKEN, (token_digest, wait_id))

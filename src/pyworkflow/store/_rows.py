@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import logging
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from .._errors import (
@@ -14,7 +15,9 @@ from .._errors import (
     HookNotFoundError,
     LeaseLostError,
 )
-from ._protocol import RunRecord, RunStatus, WaitKind, WaitRecord, WaitStatus
+from ._protocol import Fence, RunRecord, RunStatus, WaitKind, WaitRecord, WaitStatus
+
+log = logging.getLogger("pyworkflow.store")
 
 WAIT_COLUMNS = (
     "id, run_id, wait_key, kind, name, step_key, status, notified, created_at, expires_at, resolved_at,"
@@ -159,3 +162,16 @@ def write_checkpoint(
     revision = check_revision(f"checkpoint {name!r}", expected_revision, row[0] if row else 0)
     conn.execute(SQL_UPSERT_CHECKPOINT, (run_id, scope, name, value, revision, now))
     return revision
+
+
+def log_deferred(fence: Fence, what: str) -> Callable[[BaseException | None], None]:
+    """What a deferred write's failure leaves: the run's lease runs out and its turn runs again
+    (a lost lease means another owner holds the run already)."""
+
+    def log_failure(error: BaseException | None) -> None:
+        if error is not None:
+            level = logging.DEBUG if isinstance(error, LeaseLostError) else logging.WARNING
+            log.log(level, "run %s: the %s was not written (%s); the turn will run again if its lease "
+                    "runs out", fence.run_id, what, error)  # fmt: skip
+
+    return log_failure

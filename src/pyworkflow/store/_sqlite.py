@@ -10,7 +10,6 @@ from typing import Any
 
 from .._errors import (
     ConfigurationError,
-    LeaseLostError,
     StepAlreadyCompletedError,
     WorkflowNotFoundError,
 )
@@ -44,6 +43,7 @@ from ._rows import (
     hook_not_found,
     list_runs_sql,
     list_waits_sql,
+    log_deferred,
     raise_if_resolved,
     refuse_approval,
     run_from_row,
@@ -524,7 +524,7 @@ class SQLiteStore:
             return deleted
 
         if defer:  # in the transaction of the turn's next write (see Store.delete_checkpoint)
-            self.db.write_deferred(tx, _log_deferred(fence, "checkpoint deletion"))
+            self.db.write_deferred(tx, log_deferred(fence, "checkpoint deletion"))
             return True
         return await self.db.write(tx)
 
@@ -576,7 +576,7 @@ class SQLiteStore:
             # The status and event committed with the wait (create_wait(suspend=True)); what is
             # left frees the lease, and a crash before it commits leaves the lease to expire and
             # the turn to run again (on_created again, at least once): no caller waits for it.
-            log_failure = _log_deferred(fence, "end of a suspended turn")
+            log_failure = log_deferred(fence, "end of a suspended turn")
 
             def done(error: BaseException | None) -> None:
                 log_failure(error)
@@ -714,19 +714,6 @@ def _resolve(conn: sqlite3.Connection, token_digest: bytes | None, wait_id: str 
     _wake(conn, wait.run_id, wait.id, now)
     wait.status, wait.payload, wait.resolved_at = WaitStatus.RECEIVED, payload, now
     return wait
-
-
-def _log_deferred(fence: Fence, what: str) -> Callable[[BaseException | None], None]:
-    """What a deferred write's failure leaves: the run's lease runs out and its turn runs again
-    (a lost lease means another owner holds the run already)."""
-
-    def log_failure(error: BaseException | None) -> None:
-        if error is not None:
-            level = logging.DEBUG if isinstance(error, LeaseLostError) else logging.WARNING
-            log.log(level, "run %s: the %s was not written (%s); the turn will run again if its lease "
-                    "runs out", fence.run_id, what, error)  # fmt: skip
-
-    return log_failure
 
 
 def _insert_wait(conn: sqlite3.Connection, run_id: str, wait: NewWait, now: float) -> WaitRecord:
