@@ -11,7 +11,7 @@ import threading
 import psycopg
 import pytest
 
-from pyworkflow.store import Migration, PostgresDatabase, PostgresStore
+from pyworkflow.store import Migration, PostgresDatabase, PostgresStore, _postgres
 
 pytestmark = pytest.mark.postgres
 T0 = 1_700_000_000.0
@@ -202,3 +202,25 @@ async def test_a_deferred_checkpoint_deletion_rides_in_the_steps_transaction(pg_
     events = [e.type for e in await pg_store.get_events("defer-1")]
     assert events[-2:] == ["checkpoint_deleted", "step_completed"]
     assert (await pg_store.load_state("defer-1")).checkpoints == {}
+
+
+async def test_deferred_statements_are_kept_for_a_bounded_number_of_runs(
+    pg_store: PostgresStore, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A turn that crashed after deferring a deletion may never write its run here again: past the
+    bound the oldest run's deferred statements are dropped (as the crash would have), and its
+    step's result still deletes the checkpoint, without the deletion's own event."""
+    monkeypatch.setattr(_postgres, "_MAX_CARRIED_RUNS", 2)
+    fences = []
+    for i in range(3):
+        claim = await pg_store.create_run(f"bound-{i}", "wf", b"{}", now=T0, lease_owner="w1", lease_ttl=30.0)
+        assert claim is not None
+        fences.append(claim.fence)
+        assert await pg_store.save_checkpoint(claim.fence, "s#1", "", b"1", expected_revision=0, now=T0) == 1
+        assert await pg_store.delete_checkpoint(claim.fence, "s#1", "", now=T0, defer=True)
+    assert sorted(pg_store._carry) == ["bound-1", "bound-2"]
+    for fence in fences:
+        await pg_store.complete_step(fence, "s#1", b"{}", now=T0 + 1)
+        assert (await pg_store.load_state(fence.run_id)).checkpoints == {}
+    deleted = ["checkpoint_deleted" in [e.type for e in await pg_store.get_events(f.run_id)] for f in fences]
+    assert deleted == [False, True, True] and pg_store._carry == {}

@@ -137,6 +137,9 @@ Conn = AsyncPgConnection
 RawConn = psycopg.AsyncConnection[Any]
 log = logging.getLogger("pyworkflow.store.postgres")
 
+#: Runs whose deferred statements a store keeps at most (see ``PostgresStore._defer``).
+_MAX_CARRIED_RUNS = 10_000
+
 
 def pyworkflow_migrations() -> list[Migration]:
     """pyworkflow's PostgreSQL migrations (also ``pyworkflow.store.pyworkflow_migrations("postgres")``)."""
@@ -264,6 +267,11 @@ class PostgresStore:
 
         with self._carry_lock:
             self._carry.setdefault(fence.run_id, []).append((sql, params, done))
+            # A turn that crashed before writing again leaves its entry until the run's next
+            # write here, which may never come (another process took the run over): beyond a
+            # bound, the oldest are dropped, as a crash would have dropped them.
+            if len(self._carry) > _MAX_CARRIED_RUNS:
+                del self._carry[next(iter(self._carry))]
 
     def _carried(self, run_id: str) -> list[Carried]:
         if not self._carry:  # the common case, without the lock
