@@ -6,12 +6,13 @@ on several event loops (threads) share the writer."""
 from __future__ import annotations
 
 import asyncio
+import secrets
 import threading
 
 import psycopg
 import pytest
 
-from pyworkflow.store import Migration, PostgresDatabase, PostgresStore, _postgres
+from pyworkflow.store import Fence, Migration, NewWait, PostgresDatabase, PostgresStore, WaitKind, _postgres
 
 pytestmark = pytest.mark.postgres
 T0 = 1_700_000_000.0
@@ -224,3 +225,88 @@ async def test_deferred_statements_are_kept_for_a_bounded_number_of_runs(
         assert (await pg_store.load_state(fence.run_id)).checkpoints == {}
     deleted = ["checkpoint_deleted" in [e.type for e in await pg_store.get_events(f.run_id)] for f in fences]
     assert deleted == [False, True, True] and pg_store._carry == {}
+
+
+async def _suspended_recorded(
+    store: PostgresStore, run_id: str
+) -> tuple[Fence, bytes, asyncio.Future[object]]:
+    """A turn that suspends on a new step hook the way the engine does: the wait with the
+    suspension, then the end of the turn, nobody waiting for it (the future: its outcome)."""
+    claim = await store.create_run(run_id, "wf", b"{}", now=T0, lease_owner="w1", lease_ttl=30.0)
+    assert claim is not None
+    token = secrets.token_bytes(32)
+    hook = NewWait(
+        secrets.token_hex(8), "s#1/step_hook:ok#1", WaitKind.STEP_HOOK, "ok", "s#1", token, None, None
+    )
+    wait = await store.create_wait(claim.fence, hook, now=T0, suspend=True)
+    loop = asyncio.get_running_loop()
+    ended: asyncio.Future[object] = loop.create_future()
+    await store.suspend_run(
+        claim.fence, notified=[wait.id], delivered={}, now=T0, recorded=True,
+        then=lambda error: loop.call_soon_threadsafe(ended.set_result, error),
+    )  # fmt: skip
+    return claim.fence, token, ended
+
+
+async def test_the_end_of_a_suspended_turn_rides_with_the_next_write(pg_store: PostgresStore) -> None:
+    """One run at a time: the end of a suspended turn waits for the next run's first statement
+    and commits in its transaction (SQLite's deferred write, on two writers)."""
+    await pg_store._fetch("SELECT 1", None)  # both writers idle
+    _, _, ended = await _suspended_recorded(pg_store, "ride-1")
+    writer = pg_store._writer
+    groups, statements = writer.groups, writer.statements
+    await pg_store.get_run("ride-1")  # a read does not take it: it waits for a write
+    assert not ended.done()
+    assert await pg_store.create_run("ride-2", "wf", b"{}", now=T0, lease_owner="w1", lease_ttl=30.0)
+    assert await asyncio.wait_for(ended, 10) is None
+    assert (writer.groups - groups, writer.statements - statements) == (1, 2)  # one transaction
+
+
+async def test_the_end_of_a_suspended_turn_alone_is_written_after_the_linger(pg_store: PostgresStore) -> None:
+    _, _, ended = await _suspended_recorded(pg_store, "alone-1")
+    assert await asyncio.wait_for(ended, 10) is None  # DEFER_LINGER later, on its own
+    rows = pg_store._writer.read(
+        lambda c: c.execute("SELECT count(*) FROM queue WHERE run_id = ?", ("alone-1",)).fetchall()
+    )
+    assert rows == [(0,)]
+
+
+async def test_a_decision_right_after_the_suspension_carries_the_end_of_the_turn(
+    pg_store: PostgresStore,
+) -> None:
+    """The run's next statement, here a decision in the same process, takes the end of the turn
+    from the queue and runs it first, in its own transaction: the lease is free, so the decision
+    claims the run there and then."""
+    _, token, ended = await _suspended_recorded(pg_store, "decide-1")
+    writer = pg_store._writer
+    groups, statements = writer.groups, writer.statements
+    _, claim = await pg_store.resolve_wait_and_claim(
+        token_digest=token, payload=b"1", now=T0 + 1, check=None, owner="w2", lease_ttl=30.0, max_crashes=3
+    )
+    assert await asyncio.wait_for(ended, 10) is None
+    assert claim is not None and claim.fence.run_id == "decide-1" and claim.resumed
+    assert (writer.groups - groups, writer.statements - statements) == (1, 2)
+
+
+async def test_a_statement_of_the_run_waits_for_the_end_of_its_turn_already_sent(
+    pg_database: str, pg_store: PostgresStore
+) -> None:
+    """The end of the turn was taken by a writer (alone, after the linger) and is held up by a
+    lock; the run's next statement does not overtake it: it waits, then claims the freed run."""
+    with psycopg.connect(pg_database) as locker:
+        _, token, ended = await _suspended_recorded(pg_store, "held-1")
+        locker.execute("SELECT 1 FROM runs WHERE id = 'held-1' FOR UPDATE")
+        await asyncio.sleep(0.2)  # past the linger: a writer took it, and waits for the lock
+        assert not ended.done() and pg_store._carry.get("held-1")
+        decision = asyncio.ensure_future(
+            pg_store.resolve_wait_and_claim(
+                token_digest=token, payload=b"1", now=T0 + 1, check=None, owner="w2", lease_ttl=30.0,
+                max_crashes=3,
+            )
+        )  # fmt: skip
+        await asyncio.sleep(0.2)
+        assert not decision.done()
+        locker.rollback()
+    assert await asyncio.wait_for(ended, 10) is None
+    _, claim = await asyncio.wait_for(decision, 10)
+    assert claim is not None and claim.fence.run_id == "held-1"

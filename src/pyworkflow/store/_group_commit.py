@@ -31,9 +31,11 @@ later write, of its run or another's.
 
 **Carried statements.** A statement may carry others of the same run that no caller waits for
 (:meth:`GroupCommitWriter.submit` with ``carried``: a turn's deferred writes, see
-``PostgresStore.delete_checkpoint``): they run just before it, in its transaction, on its
-writer, so they cost no commit of their own and are never applied after it, whatever the number
-of writers.
+``PostgresStore._defer``): they run just before it, in its transaction, on its writer, so they
+cost no commit of their own and are never applied after it, whatever the number of writers. A
+deferred statement may also be queued (:meth:`GroupCommitWriter.submit_deferred`), to join the
+next batch of any caller; while it is still queued, :meth:`GroupCommitWriter.take_back` takes it
+out again for a later statement of its run to carry.
 
 **Inline writes.** A waiting caller is what the writer thread saves: while one caller's commit
 flushes, the others queue behind it and share the next commit. A caller with nobody to share
@@ -83,8 +85,10 @@ T = TypeVar("T")
 C = TypeVar("C")
 #: The rows of one statement.
 Rows = list[tuple[Any, ...]]
-#: A statement carried by a later one of the same key: ``(sql, params, then(rows, error))``.
-Carried = tuple[str, Any, Callable[[Rows | None, BaseException | None], None]]
+#: What a statement nobody waits for calls when its transaction ended: ``then(rows, error)``.
+Then = Callable[[Rows | None, BaseException | None], None]
+#: A statement carried by a later one of the same key: ``(sql, params, then)``.
+Carried = tuple[str, Any, Then]
 
 log = logging.getLogger("pyworkflow.store.group_commit")
 
@@ -392,8 +396,33 @@ class GroupCommitWriter(Generic[C]):
         :attr:`write_timeout`). What a readiness probe asks."""
         await self.write(_nothing, timeout=timeout)
 
+    def statement(self, sql: str, params: Any, key: str | None, then: Then) -> Job:
+        """A statement nobody waits for, not sent yet: for :meth:`submit`'s ``carried`` or
+        :meth:`submit_deferred`. ``then(rows, error)`` runs on the writer thread when its
+        transaction ended."""
+        return _carried_job((sql, params, then), key, _NEVER)
+
+    def submit_deferred(self, job: Job) -> None:
+        """Queue ``job`` (:meth:`statement`) to run in the next batch a caller's write starts,
+        or alone :data:`DEFER_LINGER` seconds after it was queued: it costs no commit of its
+        own. With several writers it may run after a later statement of its key that another
+        writer took: the statement must be one whose fence makes that harmless, or a later
+        statement of its key must carry it (:meth:`take_back`) or wait for it."""
+        job.deferred = True
+        self._put(job)
+
+    def take_back(self, job: Job) -> bool:
+        """Take a deferred ``job`` out of the queue before a writer took it (True): the caller
+        then carries it with a statement of its own. False: a writer has it already."""
+        with self._cv:
+            try:
+                self._queue.remove(job)
+            except ValueError:
+                return False
+            return True
+
     def submit(
-        self, sql: str, params: Any, key: str | None = "", *, carried: Sequence[Carried] = ()
+        self, sql: str, params: Any, key: str | None = "", *, carried: Sequence[Carried | Job] = ()
     ) -> asyncio.Future[Rows]:
         """Hand one statement to the writers (``key``: the run it locks, ``""`` for a read,
         ``None`` to run alone); the future, on the running loop, settles with its rows after its
@@ -402,14 +431,15 @@ class GroupCommitWriter(Generic[C]):
         ``:name`` with a dict (PostgreSQL's database translates it for psycopg).
 
         ``carried``: statements of the same ``key`` that nobody waits for, each ``(sql, params,
-        then)``; they run in order just before this one, in its transaction (alone, in order,
-        on its writer, if the group is re-run statement by statement), and ``then(rows,
-        error)`` runs on the writer thread when each one's transaction ended."""
+        then)`` or a :meth:`statement`; they run in order just before this one, in its
+        transaction (alone, in order, on its writer, if the group is re-run statement by
+        statement), and ``then(rows, error)`` runs on the writer thread when each one's
+        transaction ended."""
         loop = asyncio.get_running_loop()
         future: asyncio.Future[Rows] = loop.create_future()
         job = Job(None, sql, params, key, loop, future, self._deadline(None))
         if carried:
-            job.carried = [_carried_job(c, key, job.deadline) for c in carried]
+            job.carried = [c if isinstance(c, Job) else _carried_job(c, key, job.deadline) for c in carried]
         self._put(job)
         return future
 
@@ -444,12 +474,17 @@ class GroupCommitWriter(Generic[C]):
                         return
                     jobs = queue[:MAX_GROUP]
                     del queue[:MAX_GROUP]
+                    held = self._hold_for_a_write(jobs)
+                    if held:
+                        jobs = [job for job in jobs if not job.deferred]
                     if queue:  # more than one batch's worth: let another writer start
                         self._urgent = sum(1 for job in queue if not job.deferred)
                         self._deferred_at = time.monotonic()
                         cv.notify()
                     else:
                         self._urgent = 0
+                    if held:
+                        queue[:0] = held
                     self._busy = self.inline
                 jobs = _unpack(jobs)
                 started = time.perf_counter()
@@ -475,6 +510,19 @@ class GroupCommitWriter(Generic[C]):
                 with contextlib.suppress(Exception):
                     self._close_connection(slot.conn)
                 slot.conn = None
+
+    def _hold_for_a_write(self, jobs: list[Job]) -> list[Job]:
+        """The deferred jobs of a batch that should wait on for a caller's write: a batch of
+        reads alone (PostgreSQL's store reads through the writer) commits nothing it need not,
+        until the deferred jobs' linger is over. (Called with the lock held.)"""
+        if self._closing or self._deferred_at + DEFER_LINGER <= time.monotonic():
+            return []
+        held = [job for job in jobs if job.deferred]
+        if not held or len(held) == len(jobs):
+            return []
+        if any(job.fn is not None or job.key != "" for job in jobs if not job.deferred):
+            return []
+        return held
 
     def _connection(self, slot: _Slot[C]) -> C:
         conn = slot.conn
@@ -653,15 +701,21 @@ def _carried_job(carried: Carried, key: str | None, deadline: float) -> Job:
 
 
 def _unpack(jobs: list[Job]) -> list[Job]:
-    """``jobs`` with the statements each one carries just before it (see ``submit``)."""
+    """``jobs`` with the statements each one carries just before it (see ``submit``; a carried
+    statement taken back from the queue may carry others in turn)."""
     if not any(job.carried for job in jobs):
         return jobs
     unpacked: list[Job] = []
-    for job in jobs:
+
+    def add(job: Job) -> None:
         if job.carried:
-            unpacked.extend(job.carried)
-            job.carried = None
+            inner, job.carried = job.carried, None
+            for each in inner:
+                add(each)
         unpacked.append(job)
+
+    for job in jobs:
+        add(job)
     return unpacked
 
 

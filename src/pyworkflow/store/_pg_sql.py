@@ -135,6 +135,12 @@ SQL_FN_DELETE_CHECKPOINT = "SELECT pyworkflow_delete_checkpoint(?, ?, ?, ?, ?)" 
 SQL_FN_SUSPEND_RUN = "SELECT pyworkflow_suspend_run(?, ?, ?, ?::text[], ?::text[], ?::integer[], ?)"
 SQL_FN_FINISH_RUN = "SELECT pyworkflow_finish_run(?, ?, ?, ?, ?)"
 SQL_FN_CREATE_WAIT = "SELECT pyworkflow_create_wait(?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
+# A wait the turn suspends on, with the suspension's status and event; then the rest of the
+# suspension, written without a caller waiting (migration 0018).
+SQL_FN_CREATE_WAIT_SUSPENDING = "SELECT pyworkflow_create_wait_suspending(?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
+SQL_FN_END_SUSPENDED_TURN = (
+    "SELECT pyworkflow_end_suspended_turn(?, ?, ?, ?::text[], ?::text[], ?::integer[], ?)"
+)
 SQL_FN_EXPIRE_DUE_WAITS = "SELECT pyworkflow_expire_due_waits(?::double precision, ?::integer)"
 # A decision that leaves its run to any runtime (migrations 0004, 0017: it NOTIFYs).
 SQL_FN_RESOLVE_WAIT = "SELECT pyworkflow_resolve_wait(?, ?, ?, ?)"

@@ -56,7 +56,7 @@ import psycopg
 from psycopg_pool import AsyncConnectionPool
 
 from .._errors import WorkflowNotFoundError
-from ._group_commit import Carried, Rows
+from ._group_commit import Job, Rows
 from ._manage import SQL_CANCEL_REASON, retry_run_tx
 from ._migrations import Migration
 from ._migrations import pyworkflow_migrations as _migrations_of
@@ -72,7 +72,9 @@ from ._pg_sql import (
     SQL_FN_CLAIM_WITH_STATES,
     SQL_FN_COMPLETE_STEP,
     SQL_FN_CREATE_WAIT,
+    SQL_FN_CREATE_WAIT_SUSPENDING,
     SQL_FN_DELETE_CHECKPOINT,
+    SQL_FN_END_SUSPENDED_TURN,
     SQL_FN_EXPIRE_DUE_WAITS,
     SQL_FN_FINISH_RUN,
     SQL_FN_RESOLVE_WAIT,
@@ -167,7 +169,7 @@ class PostgresStore:
         )
         self._closed = False
         #: per run, the turn's deferred statements not written yet: its next statement carries them
-        self._carry: dict[str, list[Carried]] = {}
+        self._carry: dict[str, list[Job]] = {}
         self._carry_lock = threading.Lock()
         self._listeners: list[Callable[[], None]] = []
         self._listener_task: asyncio.Task[None] | None = None
@@ -241,64 +243,98 @@ class PostgresStore:
 
         return await self._on_loop(run())
 
-    def _submit(self, sql: str, params: Any, key: str | None) -> asyncio.Future[Rows]:
+    def _submit(
+        self, sql: str, params: Any, key: str | None, carried: Sequence[Job] = ()
+    ) -> asyncio.Future[Rows]:
         """Hand one statement to the group commit; the future settles after its transaction ended.
-        A caller that is cancelled stops waiting; the statement still runs to its commit. A
-        statement of a run carries the run's deferred ones (:meth:`_defer`) into its transaction."""
+        A caller that is cancelled stops waiting; the statement still runs to its commit.
+        ``carried``: the run's deferred statements, run just before it (:meth:`_in_order`)."""
         if self._closed:
             raise RuntimeError("store is closed")
-        return self._writer.submit(sql, params, key, carried=self._carried(key) if key else ())
+        return self._writer.submit(sql, params, key, carried=carried)
 
     def _defer(
-        self, fence: Fence, sql: str, params: Any, then: Callable[[BaseException | None], None]
+        self,
+        fence: Fence,
+        sql: str,
+        params: Any,
+        then: Callable[[BaseException | None], None],
+        *,
+        queued: bool = False,
+        carried: Sequence[Job] = (),
     ) -> None:
-        """Write ``sql`` (a fenced turn function returning its outcome) in the transaction of the
-        run's next write, just before it, whichever writer takes that (``then(error)`` once it
-        ended). Not written at all if the turn writes nothing more: as if the process died
-        before the call, which its fence and the run's recovery make good."""
+        """Write ``sql`` (a fenced turn function returning its outcome) without a caller waiting:
+        in the transaction of the run's next statement, just before it, whichever writer takes
+        that (``then(error)`` once it ended). ``queued``: also in the next group of any caller
+        (or alone after the writer's linger) if the run has no statement sooner, for what must
+        not wait for the run's next turn (the end of a suspended turn frees its lease);
+        otherwise not written at all if the turn writes nothing more, as if the process died
+        before the call, which its fence and the run's recovery make good. ``carried``: the
+        run's statements deferred before, written just before this one."""
+        run_id = fence.run_id
 
         def done(rows: Rows | None, error: BaseException | None) -> None:
+            if queued:  # written: the run's next statement need not wait for it
+                with self._carry_lock:
+                    waiting = self._carry.get(run_id)
+                    if waiting is not None and job in waiting:
+                        waiting.remove(job)
+                        if not waiting:
+                            del self._carry[run_id]
             if error is None and rows is not None:
                 try:
-                    _check_outcome(str(rows[0][0]), fence.run_id, fence.epoch, "")
+                    _check_outcome(str(rows[0][0]), run_id, fence.epoch, "")
                 except Exception as refused:  # the fence's refusal, reported as it
                     error = refused
             then(error)
 
+        job = self._writer.statement(sql, params, run_id, done)
+        job.carried = list(carried) or None
         with self._carry_lock:
-            self._carry.setdefault(fence.run_id, []).append((sql, params, done))
+            self._carry.setdefault(run_id, []).append(job)
             # A turn that crashed before writing again leaves its entry until the run's next
             # write here, which may never come (another process took the run over): beyond a
             # bound, the oldest are dropped, as a crash would have dropped them.
             if len(self._carry) > _MAX_CARRIED_RUNS:
                 del self._carry[next(iter(self._carry))]
+        if queued:
+            self._writer.submit_deferred(job)
 
-    def _carried(self, run_id: str) -> list[Carried]:
+    async def _in_order(self, run_id: str) -> list[Job]:
+        """The run's deferred statements that its next statement must carry: those not sent yet
+        (taken back from the writer's queue); one that a writer took already is waited for, so
+        that it is never written after that statement."""
         if not self._carry:  # the common case, without the lock
             return []
         with self._carry_lock:
-            return self._carry.pop(run_id, [])
+            jobs = self._carry.pop(run_id, [])
+        carried = []
+        for job in jobs:
+            if not job.deferred or self._writer.take_back(job):
+                carried.append(job)
+            else:
+                with contextlib.suppress(Exception):  # its own failure is its ``then``'s
+                    await asyncio.wrap_future(job.future)
+        return carried
 
     async def _write_carried(self, run_id: str) -> None:
         """Before a turn write that is not one grouped statement: the run's deferred statements
-        first, each committed (rarely any: a deletion is followed by the step's result)."""
-        for sql, params, then in self._carried(run_id):
-            try:
-                rows = await self._writer.submit(sql, params, run_id)
-            except Exception as exc:
-                then(None, exc)
-            else:
-                then(rows, None)
+        first, committed (rarely any: a deletion is followed by the step's result)."""
+        carried = await self._in_order(run_id)
+        if carried:
+            await self._submit("SELECT 1", None, run_id, carried)
 
     async def _call(self, sql: str, params: Any, run_id: str) -> str:
         """One statement that is a whole transition of ``run_id`` (a server-side function that
-        locks that run first), committed in a group; its outcome."""
-        rows = await self._submit(sql, params, run_id)
+        locks that run first), committed in a group after the run's deferred statements; its
+        outcome."""
+        rows = await self._submit(sql, params, run_id, await self._in_order(run_id))
         return str(rows[0][0])
 
     async def _fetch(self, sql: str, params: Any, run_id: str = "") -> Rows:
-        """One statement's rows: a read (no lock, ``run_id`` empty) or a transition of ``run_id``."""
-        return await self._submit(sql, params, run_id)
+        """One statement's rows: a read (no lock, ``run_id`` empty) or a transition of ``run_id``
+        (after the run's deferred statements, as :meth:`_call`)."""
+        return await self._submit(sql, params, run_id, await self._in_order(run_id) if run_id else ())
 
     async def _alone(self, sql: str, params: Any) -> Rows:
         """One statement that may lock several runs in any order: its own transaction, never in a group."""
@@ -636,9 +672,10 @@ class PostgresStore:
     async def create_wait(
         self, fence: Fence, wait: NewWait, *, now: float, suspend: bool = False
     ) -> WaitRecord:
-        # ``suspend`` may be ignored: here suspend_run records the whole suspension itself.
+        # ``suspend``: the suspension's status and event commit with the wait (migration 0018);
+        # suspend_run(recorded=True) then only ends the turn, without waiting.
         outcome = await self._call(
-            SQL_FN_CREATE_WAIT,
+            SQL_FN_CREATE_WAIT_SUSPENDING if suspend else SQL_FN_CREATE_WAIT,
             (fence.run_id, fence.epoch, wait.id, wait.wait_key, str(wait.kind), wait.name, wait.step_key,
              wait.token_digest, wait.expires_at, wait.payload_schema, now),
             fence.run_id,
@@ -671,15 +708,26 @@ class PostgresStore:
         recorded: bool = False,
         then: Callable[[BaseException | None], None] | None = None,
     ) -> None:
-        # create_wait(suspend=True) recorded nothing here (``recorded`` changes nothing): the
-        # whole suspension is one statement, committed before this returns.
+        params = (fence.run_id, fence.epoch, fence.wake_seq, list(notified), list(delivered),
+                  list(delivered.values()), now)  # fmt: skip
+        if recorded:
+            # The status and event committed with the wait (create_wait(suspend=True)); what is
+            # left frees the lease, and a crash before it commits leaves the lease to expire and
+            # the turn to run again (on_created again, at least once): no caller waits for it.
+            # It joins the next group of any caller (usually the next run's first statement),
+            # and a later statement of this run carries it, or waits for it (see _in_order).
+            log_failure = log_deferred(fence, "end of a suspended turn")
+
+            def done(error: BaseException | None) -> None:
+                log_failure(error)
+                if then is not None:
+                    then(error)
+
+            carried = await self._in_order(fence.run_id)
+            self._defer(fence, SQL_FN_END_SUSPENDED_TURN, params, done, queued=True, carried=carried)
+            return
         try:
-            outcome = await self._call(
-                SQL_FN_SUSPEND_RUN,
-                (fence.run_id, fence.epoch, fence.wake_seq, list(notified), list(delivered),
-                 list(delivered.values()), now),
-                fence.run_id,
-            )  # fmt: skip
+            outcome = await self._call(SQL_FN_SUSPEND_RUN, params, fence.run_id)
             _check_outcome(outcome, fence.run_id, fence.epoch, "")
         except BaseException as exc:
             if then is not None:
