@@ -9,8 +9,8 @@ from __future__ import annotations
 import secrets
 
 import pytest
+from upgrades import pyworkflow_postgres_before
 
-import pyworkflow.store._postgres as postgres_module
 from pyworkflow.store import NewWait, StepStatus, WaitKind, WaitStatus
 from pyworkflow.store._postgres import PostgresStore
 
@@ -21,12 +21,7 @@ T0 = 1_700_000_000.0
 
 
 def _older_store(url: str) -> PostgresStore:
-    every = postgres_module.pyworkflow_migrations()
-    before = [m for m in every if m.version < NEW]
-    assert next(m.version for m in every if m not in before) == NEW, "no pyworkflow migration 15"
-    with pytest.MonkeyPatch.context() as patch:
-        patch.setattr(postgres_module, "pyworkflow_migrations", lambda: before)
-        return PostgresStore(url)
+    return pyworkflow_postgres_before(url, NEW)
 
 
 async def _parked(store: PostgresStore) -> tuple[str, bytes]:

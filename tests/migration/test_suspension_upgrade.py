@@ -10,8 +10,8 @@ import asyncio
 import secrets
 
 import pytest
+from upgrades import pyworkflow_postgres_before
 
-import pyworkflow.store._postgres as postgres_module
 from pyworkflow.store import Fence, NewWait, RunStatus, WaitKind
 from pyworkflow.store._postgres import PostgresStore
 
@@ -23,12 +23,7 @@ SQL_VERSION = "SELECT max(version) FROM schema_migrations WHERE component = 'pyw
 
 
 def _older_store(url: str) -> PostgresStore:
-    every = postgres_module.pyworkflow_migrations()
-    before = [m for m in every if m.version < NEW]
-    assert next(m.version for m in every if m not in before) == NEW, "no pyworkflow migration 18"
-    with pytest.MonkeyPatch.context() as patch:
-        patch.setattr(postgres_module, "pyworkflow_migrations", lambda: before)
-        return PostgresStore(url)
+    return pyworkflow_postgres_before(url, NEW)
 
 
 def _hook(token: bytes) -> NewWait:

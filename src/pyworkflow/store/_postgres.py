@@ -716,13 +716,7 @@ class PostgresStore:
             # the turn to run again (on_created again, at least once): no caller waits for it.
             # It joins the next group of any caller (usually the next run's first statement),
             # and a later statement of this run carries it, or waits for it (see _in_order).
-            log_failure = log_deferred(fence, "end of a suspended turn")
-
-            def done(error: BaseException | None) -> None:
-                log_failure(error)
-                if then is not None:
-                    then(error)
-
+            done = log_deferred(fence, "end of a suspended turn", then)
             carried = await self._in_order(fence.run_id)
             self._defer(fence, SQL_FN_END_SUSPENDED_TURN, params, done, queued=True, carried=carried)
             return

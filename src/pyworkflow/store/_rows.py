@@ -164,14 +164,19 @@ def write_checkpoint(
     return revision
 
 
-def log_deferred(fence: Fence, what: str) -> Callable[[BaseException | None], None]:
+def log_deferred(
+    fence: Fence, what: str, then: Callable[[BaseException | None], None] | None = None
+) -> Callable[[BaseException | None], None]:
     """What a deferred write's failure leaves: the run's lease runs out and its turn runs again
-    (a lost lease means another owner holds the run already)."""
+    (a lost lease means another owner holds the run already). ``then(error)`` also hears of
+    the outcome, after it is logged."""
 
     def log_failure(error: BaseException | None) -> None:
         if error is not None:
             level = logging.DEBUG if isinstance(error, LeaseLostError) else logging.WARNING
             log.log(level, "run %s: the %s was not written (%s); the turn will run again if its lease "
                     "runs out", fence.run_id, what, error)  # fmt: skip
+        if then is not None:
+            then(error)
 
     return log_failure

@@ -576,14 +576,7 @@ class SQLiteStore:
             # The status and event committed with the wait (create_wait(suspend=True)); what is
             # left frees the lease, and a crash before it commits leaves the lease to expire and
             # the turn to run again (on_created again, at least once): no caller waits for it.
-            log_failure = log_deferred(fence, "end of a suspended turn")
-
-            def done(error: BaseException | None) -> None:
-                log_failure(error)
-                if then is not None:
-                    then(error)
-
-            self.db.write_deferred(tx, done)
+            self.db.write_deferred(tx, log_deferred(fence, "end of a suspended turn", then))
             return
         try:
             await self.db.write(tx)
