@@ -328,13 +328,14 @@ class PostgresStore:
         """One statement that is a whole transition of ``run_id`` (a server-side function that
         locks that run first), committed in a group after the run's deferred statements; its
         outcome."""
-        rows = await self._submit(sql, params, run_id, await self._in_order(run_id))
+        rows = await self._submit(sql, params, run_id, await self._in_order(run_id) if self._carry else ())
         return str(rows[0][0])
 
     async def _fetch(self, sql: str, params: Any, run_id: str = "") -> Rows:
         """One statement's rows: a read (no lock, ``run_id`` empty) or a transition of ``run_id``
         (after the run's deferred statements, as :meth:`_call`)."""
-        return await self._submit(sql, params, run_id, await self._in_order(run_id) if run_id else ())
+        carried = await self._in_order(run_id) if run_id and self._carry else ()
+        return await self._submit(sql, params, run_id, carried)
 
     async def _alone(self, sql: str, params: Any) -> Rows:
         """One statement that may lock several runs in any order: its own transaction, never in a group."""
