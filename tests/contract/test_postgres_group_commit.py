@@ -12,7 +12,7 @@ import threading
 import psycopg
 import pytest
 
-from pyworkflow.store import Fence, Migration, NewWait, PostgresDatabase, PostgresStore, WaitKind, _postgres
+from pyworkflow.store import Fence, Migration, NewWait, PostgresDatabase, PostgresStore, WaitKind, _pg_carry
 
 pytestmark = pytest.mark.postgres
 T0 = 1_700_000_000.0
@@ -211,7 +211,7 @@ async def test_deferred_statements_are_kept_for_a_bounded_number_of_runs(
     """A turn that crashed after deferring a deletion may never write its run here again: past the
     bound the oldest run's deferred statements are dropped (as the crash would have), and its
     step's result still deletes the checkpoint, without the deletion's own event."""
-    monkeypatch.setattr(_postgres, "_MAX_CARRIED_RUNS", 2)
+    monkeypatch.setattr(_pg_carry, "MAX_RUNS", 2)
     fences = []
     for i in range(3):
         claim = await pg_store.create_run(f"bound-{i}", "wf", b"{}", now=T0, lease_owner="w1", lease_ttl=30.0)
@@ -219,12 +219,12 @@ async def test_deferred_statements_are_kept_for_a_bounded_number_of_runs(
         fences.append(claim.fence)
         assert await pg_store.save_checkpoint(claim.fence, "s#1", "", b"1", expected_revision=0, now=T0) == 1
         assert await pg_store.delete_checkpoint(claim.fence, "s#1", "", now=T0, defer=True)
-    assert sorted(pg_store._carry) == ["bound-1", "bound-2"]
+    assert sorted(pg_store._deferred.runs) == ["bound-1", "bound-2"]
     for fence in fences:
         await pg_store.complete_step(fence, "s#1", b"{}", now=T0 + 1)
         assert (await pg_store.load_state(fence.run_id)).checkpoints == {}
     deleted = ["checkpoint_deleted" in [e.type for e in await pg_store.get_events(f.run_id)] for f in fences]
-    assert deleted == [False, True, True] and pg_store._carry == {}
+    assert deleted == [False, True, True] and pg_store._deferred.runs == {}
 
 
 async def _suspended_recorded(
@@ -297,7 +297,7 @@ async def test_a_statement_of_the_run_waits_for_the_end_of_its_turn_already_sent
         _, token, ended = await _suspended_recorded(pg_store, "held-1")
         locker.execute("SELECT 1 FROM runs WHERE id = 'held-1' FOR UPDATE")
         await asyncio.sleep(0.2)  # past the linger: a writer took it, and waits for the lock
-        assert not ended.done() and pg_store._carry.get("held-1")
+        assert not ended.done() and pg_store._deferred.runs.get("held-1")
         decision = asyncio.ensure_future(
             pg_store.resolve_wait_and_claim(
                 token_digest=token, payload=b"1", now=T0 + 1, check=None, owner="w2", lease_ttl=30.0,

@@ -31,7 +31,7 @@ later write, of its run or another's.
 
 **Carried statements.** A statement may carry others of the same run that no caller waits for
 (:meth:`GroupCommitWriter.submit` with ``carried``: a turn's deferred writes, see
-``PostgresStore._defer``): they run just before it, in its transaction, on its writer, so they
+``store/_pg_carry.py``): they run just before it, in its transaction, on its writer, so they
 cost no commit of their own and are never applied after it, whatever the number of writers. A
 deferred statement may also be queued (:meth:`GroupCommitWriter.submit_deferred`), to join the
 next batch of any caller; while it is still queued, :meth:`GroupCommitWriter.take_back` takes it

@@ -60,6 +60,7 @@ from ._group_commit import Job, Rows
 from ._manage import SQL_CANCEL_REASON, retry_run_tx
 from ._migrations import Migration
 from ._migrations import pyworkflow_migrations as _migrations_of
+from ._pg_carry import RunDeferrals
 from ._pg_db import AsyncPgConnection, PgConnection, PostgresDatabase
 from ._pg_sql import (
     CHANNEL,
@@ -139,9 +140,6 @@ Conn = AsyncPgConnection
 RawConn = psycopg.AsyncConnection[Any]
 log = logging.getLogger("pyworkflow.store.postgres")
 
-#: Runs whose deferred statements a store keeps at most (see ``PostgresStore._defer``).
-_MAX_CARRIED_RUNS = 10_000
-
 
 def pyworkflow_migrations() -> list[Migration]:
     """pyworkflow's PostgreSQL migrations (also ``pyworkflow.store.pyworkflow_migrations("postgres")``)."""
@@ -169,8 +167,7 @@ class PostgresStore:
         )
         self._closed = False
         #: per run, the turn's deferred statements not written yet: its next statement carries them
-        self._carry: dict[str, list[Job]] = {}
-        self._carry_lock = threading.Lock()
+        self._deferred = RunDeferrals(self._writer)
         self._listeners: list[Callable[[], None]] = []
         self._listener_task: asyncio.Task[None] | None = None
         self._inflight: set[asyncio.Task[Any]] = set()
@@ -248,93 +245,24 @@ class PostgresStore:
     ) -> asyncio.Future[Rows]:
         """Hand one statement to the group commit; the future settles after its transaction ended.
         A caller that is cancelled stops waiting; the statement still runs to its commit.
-        ``carried``: the run's deferred statements, run just before it (:meth:`_in_order`)."""
+        ``carried``: the run's deferred statements, run just before it (``RunDeferrals``)."""
         if self._closed:
             raise RuntimeError("store is closed")
         return self._writer.submit(sql, params, key, carried=carried)
-
-    def _defer(
-        self,
-        fence: Fence,
-        sql: str,
-        params: Any,
-        then: Callable[[BaseException | None], None],
-        *,
-        queued: bool = False,
-        carried: Sequence[Job] = (),
-    ) -> None:
-        """Write ``sql`` (a fenced turn function returning its outcome) without a caller waiting:
-        in the transaction of the run's next statement, just before it, whichever writer takes
-        that (``then(error)`` once it ended). ``queued``: also in the next group of any caller
-        (or alone after the writer's linger) if the run has no statement sooner, for what must
-        not wait for the run's next turn (the end of a suspended turn frees its lease);
-        otherwise not written at all if the turn writes nothing more, as if the process died
-        before the call, which its fence and the run's recovery make good. ``carried``: the
-        run's statements deferred before, written just before this one."""
-        run_id = fence.run_id
-
-        def done(rows: Rows | None, error: BaseException | None) -> None:
-            if queued:  # written: the run's next statement need not wait for it
-                with self._carry_lock:
-                    waiting = self._carry.get(run_id)
-                    if waiting is not None and job in waiting:
-                        waiting.remove(job)
-                        if not waiting:
-                            del self._carry[run_id]
-            if error is None and rows is not None:
-                try:
-                    _check_outcome(str(rows[0][0]), run_id, fence.epoch, "")
-                except Exception as refused:  # the fence's refusal, reported as it
-                    error = refused
-            then(error)
-
-        job = self._writer.statement(sql, params, run_id, done)
-        job.carried = list(carried) or None
-        with self._carry_lock:
-            self._carry.setdefault(run_id, []).append(job)
-            # A turn that crashed before writing again leaves its entry until the run's next
-            # write here, which may never come (another process took the run over): beyond a
-            # bound, the oldest are dropped, as a crash would have dropped them.
-            if len(self._carry) > _MAX_CARRIED_RUNS:
-                del self._carry[next(iter(self._carry))]
-        if queued:
-            self._writer.submit_deferred(job)
-
-    async def _in_order(self, run_id: str) -> list[Job]:
-        """The run's deferred statements that its next statement must carry: those not sent yet
-        (taken back from the writer's queue); one that a writer took already is waited for, so
-        that it is never written after that statement."""
-        if not self._carry:  # the common case, without the lock
-            return []
-        with self._carry_lock:
-            jobs = self._carry.pop(run_id, [])
-        carried = []
-        for job in jobs:
-            if not job.deferred or self._writer.take_back(job):
-                carried.append(job)
-            else:
-                with contextlib.suppress(Exception):  # its own failure is its ``then``'s
-                    await asyncio.wrap_future(job.future)
-        return carried
-
-    async def _write_carried(self, run_id: str) -> None:
-        """Before a turn write that is not one grouped statement: the run's deferred statements
-        first, committed (rarely any: a deletion is followed by the step's result)."""
-        carried = await self._in_order(run_id)
-        if carried:
-            await self._submit("SELECT 1", None, run_id, carried)
 
     async def _call(self, sql: str, params: Any, run_id: str) -> str:
         """One statement that is a whole transition of ``run_id`` (a server-side function that
         locks that run first), committed in a group after the run's deferred statements; its
         outcome."""
-        rows = await self._submit(sql, params, run_id, await self._in_order(run_id) if self._carry else ())
+        rows = await self._submit(
+            sql, params, run_id, await self._deferred.in_order(run_id) if self._deferred else ()
+        )
         return str(rows[0][0])
 
     async def _fetch(self, sql: str, params: Any, run_id: str = "") -> Rows:
         """One statement's rows: a read (no lock, ``run_id`` empty) or a transition of ``run_id``
         (after the run's deferred statements, as :meth:`_call`)."""
-        carried = await self._in_order(run_id) if run_id and self._carry else ()
+        carried = await self._deferred.in_order(run_id) if run_id and self._deferred else ()
         return await self._submit(sql, params, run_id, carried)
 
     async def _alone(self, sql: str, params: Any) -> Rows:
@@ -597,7 +525,7 @@ class PostgresStore:
         return _claims_with_states(await self._alone(SQL_FN_CLAIM_WITH_STATES, params))
 
     async def release(self, fence: Fence, *, now: float) -> None:
-        await self._write_carried(fence.run_id)
+        await self._deferred.write(fence.run_id)
 
         async def tx(conn: Conn) -> None:
             if await _fenced(conn, fence) == "ok":
@@ -625,7 +553,7 @@ class PostgresStore:
         delivered: int,
         now: float,
     ) -> None:
-        await self._write_carried(fence.run_id)
+        await self._deferred.write(fence.run_id)
 
         async def tx(conn: Conn) -> None:
             await _check_fence(conn, fence)
@@ -665,7 +593,9 @@ class PostgresStore:
         # step's result), so it costs no commit of its own.
         params = (fence.run_id, fence.epoch, scope, name, now)
         if defer:
-            self._defer(fence, SQL_FN_DELETE_CHECKPOINT, params, log_deferred(fence, "checkpoint deletion"))
+            self._deferred.defer(
+                fence, SQL_FN_DELETE_CHECKPOINT, params, log_deferred(fence, "checkpoint deletion")
+            )
             return True
         outcome = await self._call(SQL_FN_DELETE_CHECKPOINT, params, fence.run_id)
         return _check_outcome(outcome, fence.run_id, fence.epoch, "") == "1"
@@ -691,7 +621,7 @@ class PostgresStore:
         )  # fmt: skip
 
     async def add_wait_token(self, fence: Fence, wait_id: str, token_digest: bytes) -> None:
-        await self._write_carried(fence.run_id)
+        await self._deferred.write(fence.run_id)
 
         async def tx(conn: Conn) -> None:
             await _check_fence(conn, fence)
@@ -716,10 +646,10 @@ class PostgresStore:
             # left frees the lease, and a crash before it commits leaves the lease to expire and
             # the turn to run again (on_created again, at least once): no caller waits for it.
             # It joins the next group of any caller (usually the next run's first statement),
-            # and a later statement of this run carries it, or waits for it (see _in_order).
+            # and a later statement of this run carries it, or waits for it (see RunDeferrals).
             done = log_deferred(fence, "end of a suspended turn", then)
-            carried = await self._in_order(fence.run_id)
-            self._defer(fence, SQL_FN_END_SUSPENDED_TURN, params, done, queued=True, carried=carried)
+            carried = await self._deferred.in_order(fence.run_id)
+            self._deferred.defer(fence, SQL_FN_END_SUSPENDED_TURN, params, done, queued=True, carried=carried)
             return
         try:
             outcome = await self._call(SQL_FN_SUSPEND_RUN, params, fence.run_id)
