@@ -89,7 +89,10 @@ async def test_carried_statements_run_just_before_their_carrier_in_its_transacti
     groups, statements = db.groups, db.statements
     other = db.submit(insert, ("a",), key="a")
     carrier = db.submit(
-        insert, ("m-3",), key="m", carried=[(insert, ("m-1",), then), (insert, ("m-2",), then)]
+        insert,
+        ("m-3",),
+        key="m",
+        carried=[db.statement(insert, ("m-1",), "m", then), db.statement(insert, ("m-2",), "m", then)],
     )
     release.set()
     await held
@@ -100,7 +103,10 @@ async def test_carried_statements_run_just_before_their_carrier_in_its_transacti
 
     heard.clear()
     carrier = db.submit(
-        insert, ("n-2",), key="n", carried=[(insert, ("m-1",), then), (insert, ("n-1",), then)]
+        insert,
+        ("n-2",),
+        key="n",
+        carried=[db.statement(insert, ("m-1",), "n", then), db.statement(insert, ("n-1",), "n", then)],
     )
     assert await carrier == [("n-2",)]
     assert heard == [(None, "IntegrityError"), ([("n-1",)], None)]

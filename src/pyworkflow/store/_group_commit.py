@@ -87,8 +87,6 @@ C = TypeVar("C")
 Rows = list[tuple[Any, ...]]
 #: What a statement nobody waits for calls when its transaction ended: ``then(rows, error)``.
 Then = Callable[[Rows | None, BaseException | None], None]
-#: A statement carried by a later one of the same key: ``(sql, params, then)``.
-Carried = tuple[str, Any, Then]
 
 log = logging.getLogger("pyworkflow.store.group_commit")
 
@@ -400,7 +398,14 @@ class GroupCommitWriter(Generic[C]):
         """A statement nobody waits for, not sent yet: for :meth:`submit`'s ``carried`` or
         :meth:`submit_deferred`. ``then(rows, error)`` runs on the writer thread when its
         transaction ended."""
-        return _carried_job((sql, params, then), key, _NEVER)
+
+        def done(future: concurrent.futures.Future[Rows]) -> None:
+            error = future.exception()
+            then(None if error else future.result(), error)
+
+        future: concurrent.futures.Future[Rows] = concurrent.futures.Future()
+        future.add_done_callback(done)
+        return Job(None, sql, params, key, None, future, _NEVER)
 
     def submit_deferred(self, job: Job) -> None:
         """Queue ``job`` (:meth:`statement`) to run in the next batch a caller's write starts,
@@ -422,7 +427,7 @@ class GroupCommitWriter(Generic[C]):
             return True
 
     def submit(
-        self, sql: str, params: Any, key: str | None = "", *, carried: Sequence[Carried | Job] = ()
+        self, sql: str, params: Any, key: str | None = "", *, carried: Sequence[Job] = ()
     ) -> asyncio.Future[Rows]:
         """Hand one statement to the writers (``key``: the run it locks, ``""`` for a read,
         ``None`` to run alone); the future, on the running loop, settles with its rows after its
@@ -430,8 +435,8 @@ class GroupCommitWriter(Generic[C]):
         the kit's SQL, as a write function's: ``?`` placeholders with a sequence of ``params``,
         ``:name`` with a dict (PostgreSQL's database translates it for psycopg).
 
-        ``carried``: statements of the same ``key`` that nobody waits for, each ``(sql, params,
-        then)`` or a :meth:`statement`; they run in order just before this one, in its
+        ``carried``: statements of the same ``key`` that nobody waits for, each a
+        :meth:`statement`; they run in order just before this one, in its
         transaction (alone, in order, on its writer, if the group is re-run statement by
         statement), and ``then(rows, error)`` runs on the writer thread when each one's
         transaction ended."""
@@ -439,7 +444,7 @@ class GroupCommitWriter(Generic[C]):
         future: asyncio.Future[Rows] = loop.create_future()
         job = Job(None, sql, params, key, loop, future, self._deadline(None))
         if carried:
-            job.carried = [c if isinstance(c, Job) else _carried_job(c, key, job.deadline) for c in carried]
+            job.carried = list(carried)
         self._put(job)
         return future
 
@@ -686,18 +691,6 @@ def check_write_timeout(value: float | None) -> float | None:
 
 def _nothing(conn: Any) -> None:
     """The empty write transaction of :meth:`GroupCommitWriter.check_writable`."""
-
-
-def _carried_job(carried: Carried, key: str | None, deadline: float) -> Job:
-    sql, params, then = carried
-
-    def done(future: concurrent.futures.Future[Rows]) -> None:
-        error = future.exception()
-        then(None if error else future.result(), error)
-
-    future: concurrent.futures.Future[Rows] = concurrent.futures.Future()
-    future.add_done_callback(done)
-    return Job(None, sql, params, key, None, future, deadline)
 
 
 def _unpack(jobs: list[Job]) -> list[Job]:
