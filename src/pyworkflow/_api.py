@@ -84,8 +84,10 @@ def configure(
     ``storage``: ``sqlite:///path.db``, ``sqlite:////abs/path.db``, a file path or
     ``postgresql://...`` (see :func:`pyworkflow.store.parse_storage_url`; default:
     ``$PYWORKFLOW_STORAGE`` or ``~/.pyworkflow/pyworkflow.db``, the folder from ``$PYWORKFLOW_HOME``).
-    ``synchronous``: SQLite's durability level (FULL by default). ``max_crashes``: turns a run may
-    lose to dead workers before it is failed. ``retention``: an age (``"30d"``, ``"12h"``, or
+    ``synchronous``: SQLite's durability level (FULL by default). ``poll_interval``: how often an
+    idle local runtime looks for due work on SQLite (on PostgreSQL, whose notifications wake it,
+    once a second or this if longer), and ``wait_for_run``'s pace. ``max_crashes``: turns a run
+    may lose to dead workers before it is failed. ``retention``: an age (``"30d"``, ``"12h"``, or
     seconds) after which the local runtime purges finished runs with their events, steps, waits
     and checkpoints (None, the default: every run is kept; the Celery runtime's sweeper takes
     ``pyworkflow worker --retention``)."""

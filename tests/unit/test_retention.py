@@ -85,6 +85,33 @@ async def test_the_local_runtime_purges_finished_runs_by_itself(store_url: str) 
         await pyworkflow.shutdown()
 
 
+async def test_a_purge_backlog_is_worked_through_pass_after_pass(
+    store_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A pass that leaves runs behind is followed at once by the next (``poll_interval`` apart),
+    also on PostgreSQL, where an idle runtime otherwise polls once a second: passes of one
+    batch of 2 runs here, so 12 finished runs take 6 passes, about 0.3 s, not 6 s."""
+    from pyworkflow.store import _retention
+
+    purge = _retention.purge_runs
+    monkeypatch.setattr(_retention, "PASS_BATCHES", 1)
+    monkeypatch.setattr(_retention, "purge_runs", lambda *a, **k: purge(*a, **k, batch=2))
+    pyworkflow.configure(storage=store_url, retention=1)
+    try:
+        done = [await pyworkflow.start(quick) for _ in range(12)]
+        for run_id in done:
+            assert (await pyworkflow.wait_for_run(run_id, 30)).result == 1
+        finished = time.monotonic()
+        deadline = finished + 30
+        while await pyworkflow.list_runs(status="completed") and time.monotonic() < deadline:
+            await asyncio.sleep(0.05)
+        assert not await pyworkflow.list_runs(status="completed")
+        # 1 s of age, the idle second before the first pass on PostgreSQL, then 6 short passes
+        assert time.monotonic() - finished < 3.5
+    finally:
+        await pyworkflow.shutdown()
+
+
 AGES = [("30d", 30 * 86400), ("12h", 43200), ("90m", 5400), ("45s", 45), ("2w", 14 * 86400), ("1.5h", 5400)]
 
 

@@ -24,6 +24,14 @@ from ..store import Claim, Purger, RunState, Store, metrics
 log = logging.getLogger("pyworkflow.runtime")
 _HOST = socket.gethostname()
 
+#: How often an idle runtime polls a store that pushes (PostgreSQL's LISTEN/NOTIFY): every
+#: transaction that makes a run due now sends a notification, a reconnected listener wakes the loop
+#: once, a future due time already stored (a timer, a deadline, a lease running out) is the poll's
+#: own ``next_due``, and a turn ending here (which may have stored a new one) brings the next poll
+#: to ``poll_interval`` after the last, as on a store that does not push. The poll only backs
+#: these up: an idle process need not run it 20 times a second.
+PUSHED_POLL_INTERVAL = 1.0
+
 
 def owner_id() -> str:
     return f"{_HOST}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
@@ -65,6 +73,9 @@ class LocalRuntime:
         self.max_crashes = max_crashes
         self.loop: asyncio.AbstractEventLoop | None = None
         self._wake = asyncio.Event()
+        self._sleep: asyncio.Timeout | None = None  # the loop's sleep between polls, while it sleeps
+        self._polled_at = 0.0  # loop time of the last poll
+        self._ended = False  # a turn ended since the last poll began
         self._tasks: set[asyncio.Task[None]] = set()
         self._runner: asyncio.Task[None] | None = None
         self._heart: asyncio.Task[None] | None = None
@@ -190,6 +201,11 @@ class LocalRuntime:
             # then only a turn that frees capacity the loop was short of needs to wake it.
             if self._unsubscribe is None or len(self._tasks) >= self.max_concurrency:
                 self._wake.set()
+            else:  # it may have stored a due time that the last poll did not see
+                self._ended = True
+                soon, sleep = self._polled_at + self.poll_interval, self._sleep
+                if sleep is not None and not sleep.expired() and (sleep.when() or soon) > soon:
+                    sleep.reschedule(soon)
 
     def changed(self, run_id: str) -> asyncio.Event:
         """An event set the next time a turn of ``run_id`` ends in this process."""
@@ -205,7 +221,9 @@ class LocalRuntime:
             try:
                 timeout = await self._tick()
                 if self.purger is not None:
-                    await self.purger.tick()
+                    report = await self.purger.tick()
+                    if report is not None and not report.finished:  # a backlog: the next pass soon
+                        timeout = min(timeout, self.poll_interval)
                 if time.monotonic() >= next_dead_check:
                     next_dead_check = time.monotonic() + self.lease_ttl / 2
                     await self._free_dead_leases()
@@ -217,16 +235,20 @@ class LocalRuntime:
             # asyncio.timeout, not wait_for: 3.11's wait_for can swallow a cancellation that
             # races its timeout, which would leave stop() waiting forever.
             try:
-                async with asyncio.timeout(max(timeout, 0.001)):
+                async with asyncio.timeout(max(timeout, 0.001)) as self._sleep:
                     await self._wake.wait()
             except TimeoutError:
                 pass
+            finally:
+                self._sleep = None
             self._wake.clear()
 
     async def _tick(self) -> float:
         """Expire due waits and claim due runs; return how long to sleep."""
         now = _clock.now()
         free = self.max_concurrency - len(self._tasks)
+        self._polled_at = asyncio.get_running_loop().time()
+        self._ended = False
         # One store call (one round trip on PostgreSQL): expire due waits, claim, next due time.
         poll = await self.store.poll(
             self.owner, limit=max(free, 0), now=now, lease_ttl=self.lease_ttl, max_crashes=self.max_crashes
@@ -234,10 +256,14 @@ class LocalRuntime:
         for claim in poll.claims:
             crashpoint("after_claim")
             self._spawn(claim, None)
+        # A store that pushes wakes the loop itself (see PUSHED_POLL_INTERVAL); at capacity, a
+        # finishing turn does.
+        pushed = self._unsubscribe is not None and not self._ended
+        idle = max(self.poll_interval, PUSHED_POLL_INTERVAL) if pushed else self.poll_interval
         due = poll.next_due
-        if due is None or free <= 0:  # at capacity, a finishing turn wakes the loop
-            return self.poll_interval
-        return max(0.0, min(self.poll_interval, due - _clock.now()))
+        if due is None or free <= 0:
+            return idle
+        return max(0.0, min(idle, due - _clock.now()))
 
     async def _heartbeat(self) -> None:
         while True:
