@@ -3,6 +3,7 @@ connection, never from the engine's memory. Shared by ``bench.hitl`` and ``bench
 
 from __future__ import annotations
 
+import argparse
 import contextlib
 import json
 import os
@@ -12,6 +13,21 @@ from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any, Protocol
 from urllib.parse import urlsplit, urlunsplit
+
+#: The PostgreSQL server a benchmark makes its databases on, unless ``--url`` names another.
+DEFAULT_PG_SERVER = os.environ.get("PYWORKFLOW_TEST_PG", "postgresql://postgres@127.0.0.1:5432/postgres")
+
+
+def add_store_arguments(parser: argparse.ArgumentParser) -> None:
+    """``--store sqlite|postgresql`` and ``--url``, the PostgreSQL server (a role that may create
+    databases: the benchmark makes its own and drops it after)."""
+    parser.add_argument("--store", choices=("sqlite", "postgresql"), default="sqlite")
+    parser.add_argument(
+        "--url",
+        default=DEFAULT_PG_SERVER,
+        help="--store postgresql: the server (a role that may create databases)",
+    )
+
 
 # -- looking at the store from outside the engine -------------------------------------------------
 

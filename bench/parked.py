@@ -65,7 +65,7 @@ from pyworkflow import (
     workflow,
 )
 
-from ._observers import Observer, PostgresObserver, SQLiteObserver, fresh_database
+from ._observers import Observer, PostgresObserver, SQLiteObserver, add_store_arguments, fresh_database
 
 PARKED = "bench.parked"
 RESULTS_DIR = Path(__file__).resolve().parent / "results"
@@ -545,10 +545,7 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     parser.add_argument("--deadline-margin", type=float, default=15.0,
                         help="seconds (+1 per 100 runs) from parking to the deadline")  # fmt: skip
     parser.add_argument("--poll-interval", type=float, default=0.05, help="the runtime's (default 0.05 s)")
-    parser.add_argument("--store", choices=("sqlite", "postgresql"), default="sqlite")
-    parser.add_argument("--url", default=os.environ.get("PYWORKFLOW_TEST_PG",
-                        "postgresql://postgres@127.0.0.1:5432/postgres"),
-                        help="--store postgresql: the server (a role that may create databases)")  # fmt: skip
+    add_store_arguments(parser)
     parser.add_argument("--dir", type=Path, default=None, help="where the SQLite files go")
     parser.add_argument("--out", type=Path, default=None, help="JSON output file")
     return parser.parse_args(argv)

@@ -103,3 +103,24 @@ def test_parked_benchmark_small_runs_on_postgresql(tmp_path: Path) -> None:
     with psycopg.connect(PG_ADMIN_URL, autocommit=True) as conn:  # its databases are gone
         left = conn.execute("SELECT datname FROM pg_database WHERE datname LIKE 'pwbench_parked%'").fetchall()
     assert left == [], left
+
+
+def test_idle_benchmark_watches_both_faces(tmp_path: Path) -> None:
+    """``bench.idle`` on SQLite and PostgreSQL: each figure is there; the local runtime polled
+    (at its 50 ms on SQLite, about once a second on PostgreSQL, whose notifications wake it)."""
+    parts = urlsplit(PG_ADMIN_URL)
+    require_service("PostgreSQL", parts.hostname or "127.0.0.1", parts.port or 5432)
+    for store in ("sqlite", "postgresql"):
+        out = tmp_path / f"idle-{store}.json"
+        cmd = [sys.executable, "-m", "bench.idle", "--seconds", "2", "--store", store, "--url", PG_ADMIN_URL,
+               "--out", str(out)]  # fmt: skip
+        proc = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=120)
+        assert proc.returncode == 0, proc.stdout + proc.stderr
+        assert "local runtime (poll_interval 0.05 s)" in proc.stdout, proc.stdout
+        result = json.loads(out.read_text())
+        local, server = result["local_runtime"], result["graph_server"]
+        if store == "sqlite":
+            assert 5 <= local["polls_per_s"] <= 21 and local["postgresql_cpu_percent"] is None, local
+        else:
+            assert 0 < local["polls_per_s"] <= 2 and local["postgresql_cpu_percent"] is not None, local
+        assert server["server_cpu_percent"] >= 0 and server["worker_cpu_percent"] >= 0, server
