@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import os
 import time
@@ -473,34 +474,48 @@ def _wake_runtime(run_id: str) -> None:
 
 
 _TERMINAL = (RunStatus.COMPLETED, RunStatus.FAILED, RunStatus.CANCELLED)
+#: ``wait_for_run``'s pause between two reads of a run grows from ``poll_interval`` (doubling) to
+#: this: a caller waiting hours for a decision on a run served elsewhere reads it once a second,
+#: not 20 times (DBOS's result handles poll once a second too).
+WAIT_PAUSE_MAX = 1.0
 
 
 async def wait_for_run(
     run_id: str, timeout: float | None = None, *, until: tuple[str, ...] | None = None
 ) -> WorkflowRun:
     """Wait until the run is terminal (or reaches one of ``until``) and return it; raises
-    ``TimeoutError`` after ``timeout`` seconds. Runs executed elsewhere are polled."""
+    ``TimeoutError`` after ``timeout`` seconds. A run whose turns this process's runtime runs is
+    looked at again as each of its turns ends; otherwise it is read every ``poll_interval`` at
+    first, then less and less often, down to once a second (:data:`WAIT_PAUSE_MAX`)."""
     try:
         wanted = {RunStatus(s) for s in until} if until else set(_TERMINAL)
     except ValueError:
         raise ConfigurationError(f"until must name run statuses, not {until!r}") from None
+    _check_run_id(run_id)  # before it keys anything (a bad id is WorkflowNotFoundError)
     deadline = None if timeout is None else time.monotonic() + timeout
+    step = _settings.poll_interval
+    longest = max(_settings.poll_interval, WAIT_PAUSE_MAX)
     while True:
-        run = await get_workflow_run(run_id)
-        if run.status in wanted or (until is None and run.is_terminal):
-            return run
-        remaining = None if deadline is None else deadline - time.monotonic()
-        if remaining is not None and remaining <= 0:
-            raise TimeoutError(f"run {run_id} is still {run.status} after {timeout} s")
-        pause = _settings.poll_interval if remaining is None else min(_settings.poll_interval, remaining)
-        if _runtime is not None and _runtime.running and _runtime.loop is asyncio.get_running_loop():
-            try:
-                async with asyncio.timeout(max(pause, 0.001) * 4):
-                    await _runtime.changed(run_id).wait()
-            except TimeoutError:
-                pass
-        else:
-            await asyncio.sleep(max(pause, 0.001))
+        rt = _runtime
+        here = rt is not None and rt.running and rt.loop is asyncio.get_running_loop()
+        with rt.watching(run_id) if here and rt is not None else contextlib.nullcontext() as changed:
+            # Watched before the read, so a turn of the run that ends during it is not missed.
+            run = await get_workflow_run(run_id)
+            if run.status in wanted or (until is None and run.is_terminal):
+                return run
+            remaining = None if deadline is None else deadline - time.monotonic()
+            if remaining is not None and remaining <= 0:
+                raise TimeoutError(f"run {run_id} is still {run.status} after {timeout} s")
+            if changed is not None:  # a turn ending here sets it; the timeout is for turns run elsewhere
+                pause = min(step * 4, longest)
+                with contextlib.suppress(TimeoutError):
+                    async with asyncio.timeout(
+                        max(pause if remaining is None else min(pause, remaining), 0.001)
+                    ):
+                        await changed.wait()
+            else:
+                await asyncio.sleep(max(step if remaining is None else min(step, remaining), 0.001))
+        step = min(step * 2, longest)
 
 
 async def serve() -> None:

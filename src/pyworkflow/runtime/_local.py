@@ -9,12 +9,13 @@ with a retention it also purges runs that finished longer ago (:class:`~pyworkfl
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import os
 import socket
 import time
 import uuid
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
 
 from .. import _clock
 from .._crashpoints import crashpoint
@@ -79,7 +80,8 @@ class LocalRuntime:
         self._tasks: set[asyncio.Task[None]] = set()
         self._runner: asyncio.Task[None] | None = None
         self._heart: asyncio.Task[None] | None = None
-        self._changed: dict[str, asyncio.Event] = {}
+        self._changed: dict[str, asyncio.Event] = {}  # see watching()
+        self._watchers: dict[str, int] = {}
         self._unsubscribe: Callable[[], None] | None = None
         self.turns = 0  # turns executed by this runtime (for tests and benchmarks)
         #: retention (``configure(retention=...)``): finished runs older than it are purged here
@@ -207,12 +209,23 @@ class LocalRuntime:
                 if sleep is not None and not sleep.expired() and (sleep.when() or soon) > soon:
                     sleep.reschedule(soon)
 
-    def changed(self, run_id: str) -> asyncio.Event:
-        """An event set the next time a turn of ``run_id`` ends in this process."""
+    @contextlib.contextmanager
+    def watching(self, run_id: str) -> Iterator[asyncio.Event]:
+        """An event set the next time a turn of ``run_id`` ends in this process, kept for as long
+        as some block watches it (so a run nobody watches any more, or one that never runs here,
+        leaves nothing behind)."""
         event = self._changed.get(run_id)
         if event is None:
             event = self._changed[run_id] = asyncio.Event()
-        return event
+        self._watchers[run_id] = self._watchers.get(run_id, 0) + 1
+        try:
+            yield event
+        finally:
+            left = self._watchers.pop(run_id) - 1
+            if left:
+                self._watchers[run_id] = left
+            else:  # nobody watches the run any more: whatever event it has is nobody's
+                self._changed.pop(run_id, None)
 
     async def _run(self, go: asyncio.Event) -> None:
         await go.wait()
