@@ -269,12 +269,13 @@ class LocalRuntime:
         for claim in poll.claims:
             crashpoint("after_claim")
             self._spawn(claim, None)
-        # A store that pushes wakes the loop itself (see PUSHED_POLL_INTERVAL); at capacity, a
-        # finishing turn does.
+        if free <= 0:  # at capacity a finishing turn wakes the loop (polled before it is gone)
+            return self.poll_interval
+        # A store that pushes wakes the loop itself (see PUSHED_POLL_INTERVAL).
         pushed = self._unsubscribe is not None and not self._ended
         idle = max(self.poll_interval, PUSHED_POLL_INTERVAL) if pushed else self.poll_interval
         due = poll.next_due
-        if due is None or free <= 0:
+        if due is None:
             return idle
         return max(0.0, min(idle, due - _clock.now()))
 
