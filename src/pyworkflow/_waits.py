@@ -179,7 +179,10 @@ async def _wait_for(
             ctx.suspension_recorded = False  # the turn goes on: a later suspension records itself
             raise
         crashpoint("after_on_created")
-    ctx.notified.append(wait.id)
+        # Marked with the end of the turn, so a turn run again does not call it again. A wait
+        # nobody was told of needs no mark (an update of its row that PostgreSQL would keep as a
+        # dead row version with an entry in each of the wait's indexes until a vacuum).
+        ctx.notified.append(wait.id)
     raise SuspensionSignal("hook", wait_key)
 
 

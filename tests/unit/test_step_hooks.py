@@ -365,3 +365,30 @@ async def test_payload_schema_rejects_and_changes_nothing(engine: str) -> None:
     assert wait.status == WaitStatus.PENDING and wait.payload is None
     await resume_hook(token, {"approved": False})
     assert (await wait_for_run(run_id, 5)).result == {"approved": False}
+
+
+@step
+async def ask_quietly() -> Any:
+    return await step_hook("quiet")  # nobody told: found in the inbox or by listing the waits
+
+
+@workflow
+async def quiet_flow() -> Any:
+    return await ask_quietly()
+
+
+async def test_only_a_wait_whose_on_created_ran_is_marked_notified(engine: str) -> None:
+    """The mark keeps a turn run again from calling ``on_created`` again; a wait without one is
+    not written a second time for it (on PostgreSQL each such update is a dead row version and
+    an entry in each of the wait's indexes until a vacuum)."""
+    store = pyworkflow.get_store()
+    quiet = await start(quiet_flow)
+    told = await start(review_flow, "draft")
+    await next_token("review")
+    for run_id in (quiet, told):
+        await wait_for_run(run_id, 10, until=("suspended",))
+    await store.database.check_writable()  # the suspended turns' ends, written without waiting
+    waits = {w.run_id: w for w in await store.list_waits()}
+    assert waits[told].notified and not waits[quiet].notified
+    await store.resolve_wait(wait_id=waits[quiet].id, payload=b'"fine"', now=time.time())
+    assert (await wait_for_run(quiet, 10)).result == "fine"
