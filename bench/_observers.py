@@ -9,7 +9,7 @@ import json
 import os
 import sqlite3
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any, Protocol
 from urllib.parse import urlsplit, urlunsplit
@@ -178,6 +178,16 @@ class PostgresObserver:
 
     def close(self) -> None:
         self.conn.close()
+
+
+def save_and_report(out: Path, result: dict[str, Any], report: Callable[[dict[str, Any]], None]) -> int:
+    """Writes a benchmark's ``result`` (with ``out`` in it) as JSON to ``out``, its folder made if
+    need be, then prints it with ``report``; the exit status."""
+    result["out"] = str(out)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(json.dumps(result, indent=2) + "\n")
+    report(result)
+    return 0
 
 
 def storage_url(store: str, path: Path, url: str | None) -> str:

@@ -24,7 +24,6 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
-import json
 import math
 import os
 import platform
@@ -53,7 +52,7 @@ from pyworkflow.store import _group_commit
 
 from ._disk import ceiling, commit_floor
 from ._fsyncs import STRACE_ARGS, FsyncCounter, strace_available
-from ._observers import Observer, fresh_database, make_observer, storage_url
+from ._observers import Observer, fresh_database, make_observer, save_and_report, storage_url
 
 HITL = "bench.hitl"
 PLAIN = "bench.plain"
@@ -731,11 +730,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         )  # fmt: skip
         result["peak_rss_mb_with_flat"] = round(peak_rss_mb(), 1)
     result["config"]["loadavg_at_end"] = [round(x, 2) for x in os.getloadavg()]
-    result["out"] = str(out)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(json.dumps(result, indent=2) + "\n")
-    report(result)
-    return 0
+    return save_and_report(out, result, report)
 
 
 if __name__ == "__main__":

@@ -65,7 +65,14 @@ from pyworkflow import (
     workflow,
 )
 
-from ._observers import Observer, PostgresObserver, SQLiteObserver, add_store_arguments, fresh_database
+from ._observers import (
+    Observer,
+    PostgresObserver,
+    SQLiteObserver,
+    add_store_arguments,
+    fresh_database,
+    save_and_report,
+)
 
 PARKED = "bench.parked"
 RESULTS_DIR = Path(__file__).resolve().parent / "results"
@@ -332,7 +339,7 @@ def inbox(storage: str) -> dict[str, Any]:
         counts: dict[str, int] = {}
         for _ in range(20):
             t = time.perf_counter()
-            items, _more = store.console_inbox(kinds, None, None, 50)
+            items = store.console_inbox(kinds, None, None, 50).items
             page_ms.append((time.perf_counter() - t) * 1000)
             t = time.perf_counter()
             counts = store.console_inbox_counts()
@@ -585,11 +592,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     }
     result.update(asyncio.run(run(args, workdir)))
     result["config"]["loadavg_at_end"] = [round(x, 2) for x in os.getloadavg()]
-    result["out"] = str(out)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(json.dumps(result, indent=2) + "\n")
-    report(result)
-    return 0
+    return save_and_report(out, result, report)
 
 
 if __name__ == "__main__":

@@ -124,3 +124,28 @@ def test_idle_benchmark_watches_both_faces(tmp_path: Path) -> None:
         else:
             assert 0 < local["polls_per_s"] <= 2 and local["postgresql_cpu_percent"] is not None, local
         assert server["server_cpu_percent"] >= 0 and server["worker_cpu_percent"] >= 0, server
+
+
+def test_console_search_benchmark_reads_a_window_at_a_time(tmp_path: Path) -> None:
+    """``bench.console_search`` with a window of 100 over 300 parked runs: a term that matches
+    nothing stops at the window on each read, and the oldest run is reached by its id through
+    the pages' cursors (100, 100, 100)."""
+    out = tmp_path / "search.json"
+    cmd = [sys.executable, "-m", "bench.console_search", "--n", "300", "--window", "100", "--repeat", "1",
+           "--out", str(out)]  # fmt: skip
+    proc = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=240)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    result = json.loads(out.read_text())
+    assert result["search_window"] == 100
+    none, every, nothing = (result["searches"][k] for k in ("none", "every_run", "no_run"))
+    assert none["runs_shown"] == 50 and not none["runs_page_stopped"] and not none["run_counts_partial"]
+    assert every["runs_shown"] == every["inbox_shown"] == 50 and not every["runs_page_stopped"]
+    assert every["run_counts"]["suspended"] == 100 and every["run_counts_partial"]
+    assert nothing["runs_shown"] == nothing["inbox_shown"] == 0
+    assert nothing["runs_page_stopped"] and nothing["inbox_page_stopped"] and nothing["run_counts_partial"]
+    assert result["walk_to_the_oldest_run_by_id"] == {
+        **result["walk_to_the_oldest_run_by_id"],
+        "pages": 3,
+        "found": True,
+    }
+    assert "the oldest run by its id: 3 pages" in proc.stdout, proc.stdout

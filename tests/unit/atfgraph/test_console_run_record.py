@@ -10,12 +10,15 @@ from __future__ import annotations
 import os
 from collections.abc import AsyncIterator
 from html.parser import HTMLParser
+from types import SimpleNamespace
 from typing import Any
 
 import pytest
+from starlette.requests import Request
 
 import atfgraph.server._console_reads as console_reads
 import atfgraph.server.console._common as console_common
+import atfgraph.server.console._pages as console_pages
 from atfgraph._json import dumps
 from atfgraph.server._console_reads import CHECKPOINT_HISTORY
 from atfgraph.server._hub import Hub
@@ -25,9 +28,10 @@ from atfgraph.server._refusals import Invalid
 from atfgraph.server._routes import parse_link_request
 from atfgraph.server._service import LinkRequest, Service
 from atfgraph.server._store import GraphStore
-from atfgraph.server.console._common import shown_count
+from atfgraph.server.console._common import Auth, render, shown_count
 from atfgraph.server.console._history import json_diff, revisions
 from atfgraph.server.console._markdown import question_html
+from atfgraph.server.console._pages import inbox_context, runs_context
 from pyworkflow.store import write_checkpoint
 
 ON_POSTGRES = os.environ.get("PYWORKFLOW_TEST_STORE", "sqlite") in ("postgresql", "postgres")
@@ -162,7 +166,153 @@ async def test_the_runs_pages_cursors_reach_every_run_once(service: Service) -> 
     found = store.console_runs("all", None, None, None, None, 3, search='"i":4')
     assert [r["id"] for r in found.items] == [ids[4]]
     counts = store.console_run_counts("all", None, None, None, None)
-    assert counts == {"pending": 7, "running": 0, "suspended": 0, "completed": 0, "failed": 0, "cancelled": 0}
+    assert counts.by_status == {
+        "pending": 7,
+        "running": 0,
+        "suspended": 0,
+        "completed": 0,
+        "failed": 0,
+        "cancelled": 0,
+    }
+    assert not counts.partial
+
+
+async def test_a_search_reads_a_window_at_a_time_and_its_cursors_go_on_past_it(
+    service: Service, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A search reads SEARCH_WINDOW rows a request (here 3), not every row of the listing: a page
+    the window did not fill stops there and its cursor goes on from the window's end, so walking
+    the cursors reaches every match once; counts are of the newest window and say so."""
+    monkeypatch.setattr(console_reads, "SEARCH_WINDOW", 3)
+    store = service.store
+    needles = {1, 8}
+    ids = [
+        (
+            await store.submit(
+                "n.skill", dumps({"i": i, "tag": "needle" if i in needles else "hay"}), max_attempts=1
+            )
+        )[0]["id"]
+        for i in range(10)
+    ]
+    newest = [r["id"] for r in store.console_runs("all", None, None, None, None, 50).items]
+    assert sorted(newest) == sorted(ids)
+    wanted = [r for r in newest if ids.index(r) in needles]
+
+    seen: list[str] = []
+    pages = []
+    page = store.console_runs("all", None, None, None, None, 5, search="NEEDLE")
+    while True:
+        pages.append(page)
+        seen += [r["id"] for r in page.items]
+        if page.next is None:
+            break
+        page = store.console_runs("all", None, None, None, None, 5, search="needle", after=page.next)
+    assert seen == wanted  # each match once, newest first
+    assert len(pages) == 4  # windows of 3, 3, 3 and the last run
+    assert [p.stopped for p in pages] == [True, True, True, False]
+    assert pages[0].previous is None and pages[0].next == _cursor_of(store, newest[2])
+    assert pages[1].items == [] and pages[1].next == _cursor_of(store, newest[5])
+    # The third page's newer runs are not searched yet past one window: it says there may be some.
+    assert pages[2].previous is not None
+    back = store.console_runs("all", None, None, None, None, 5, search="needle", before=pages[2].previous)
+    assert back.items == [] and back.stopped and back.previous == _cursor_of(store, newest[5])
+    # From the last window's edge, one run is left: it is searched and nothing goes on past it.
+
+    assert (
+        store.console_runs("all", None, None, None, None, 5, search="needle", after=pages[2].next).next
+        is None
+    )
+
+    counts = store.console_run_counts("all", None, None, None, "needle")
+    assert counts.by_status["pending"] == 1 and counts.partial  # one needle in the newest 3
+    monkeypatch.setattr(console_reads, "SEARCH_WINDOW", 10)
+    counts = store.console_run_counts("all", None, None, None, "needle")
+    assert counts.by_status["pending"] == 2 and not counts.partial
+    assert store.console_run_counts("all", None, None, None, "nowhere").by_status["pending"] == 0
+    monkeypatch.setattr(console_reads, "SEARCH_WINDOW", 3)
+
+    def waits(conn: Any) -> None:
+        for i, run_id in enumerate(ids):
+            conn.execute(
+                "INSERT INTO waits (id, run_id, wait_key, kind, name, status, created_at)"
+                " VALUES (?, ?, ?, 'hook', ?, 'pending', ?)",
+                (f"w{i}", run_id, f"k{i}", "needle" if i in needles else "hay", float(i)),
+            )
+
+    await store.db.write(waits)
+    kinds = ("approval", "hook", "step_hook")
+    found: list[str] = []
+    inbox = store.console_inbox(kinds, "needle", None, 5)
+    stops = [inbox.stopped]
+    found += [w["id"] for w in inbox.items]
+    while inbox.next is not None:
+        inbox = store.console_inbox(kinds, "needle", inbox.next, 5)
+        stops.append(inbox.stopped)
+        found += [w["id"] for w in inbox.items]
+    assert found == ["w1", "w8"] and stops == [True, True, True, False]
+    assert store.console_inbox(kinds, None, None, 5).stopped is False
+
+
+async def test_the_pages_say_where_a_search_stopped(
+    service: Service, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The Runs page and the inbox, rendered for a search past its window (here 2): the counts
+    end in "+", the page says it read 2 at a time, and the link on continues the search."""
+    monkeypatch.setattr(console_reads, "SEARCH_WINDOW", 2)
+    monkeypatch.setattr(console_pages, "SEARCH_WINDOW", 2)
+    store = service.store
+    runs = [(await store.submit("n.skill", dumps({"i": i}), max_attempts=1))[0]["id"] for i in range(4)]
+
+    def waits(conn: Any) -> None:
+        for i, run_id in enumerate(runs):
+            conn.execute(
+                "INSERT INTO waits (id, run_id, wait_key, kind, name, status, created_at)"
+                " VALUES (?, ?, ?, 'hook', 'w', 'pending', ?)",
+                (f"w{i}", run_id, f"k{i}", float(i)),
+            )
+
+    await store.db.write(waits)
+    app = SimpleNamespace(state=SimpleNamespace(store=store))
+    auth = Auth(OWNER, None)
+
+    def page(path: str, query: str, context: Any) -> str:
+        scope = {
+            "type": "http",
+            "method": "GET",
+            "path": path,
+            "query_string": query.encode(),
+            "headers": [],
+            "app": app,
+        }
+        request = Request(scope)
+        return bytes(render(request, path.strip("/") + ".html", auth, **context(request)).body).decode()
+
+    runs_html = page("/runs", "q=nowhere", runs_context)
+    assert "0+ matching" in runs_html and "A search reads 2 runs at a time" in runs_html
+    assert (
+        'rel="next">Search older runs →' in runs_html
+        and "No run matches among those searched so far." in runs_html
+    )
+    found = page("/runs", f"q={runs[0]}", runs_context)  # the oldest run, past the first window
+    assert "0+ matching" in found and 'rel="next"' in found and f'data-run-id="{runs[0]}"' not in found
+    # ... and yet linked at once: the search is the start of its id (4 characters at least).
+    assert f'starts with “{runs[0][:6]}”: <a href="/runs/{runs[0]}">' in page(
+        "/runs", f"q={runs[0][:6]}", runs_context
+    )
+    assert "starts with" not in page("/runs", f"q={runs[0][:3]}", runs_context)
+    assert "starts with" not in page("/runs", f"q={runs[0][:4]}%20x", runs_context)
+    inbox_html = page("/inbox", "q=nowhere", inbox_context)
+    assert "reads 2 waiting items at a time and stopped there" in inbox_html
+    assert "matches “nowhere” among those searched so far." in inbox_html
+    assert 'rel="next">Search the next 2 →' in inbox_html
+    plain = page("/inbox", "", inbox_context)
+    assert "Search the next" not in plain and "reads 2 waiting" not in plain
+    assert "A search reads" not in page("/runs", "", runs_context)
+
+
+def _cursor_of(store: GraphStore, run_id: str) -> tuple[float, str]:
+    run = next(r for r in store.console_runs("all", None, None, None, None, 50).items if r["id"] == run_id)
+    return (run["created_at"], run["id"])
 
 
 def test_node_endpoints() -> None:
@@ -216,9 +366,9 @@ async def test_the_consoles_counts_stop_at_the_cap_and_say_so(
     store = service.store
     for _ in range(5):
         await store.submit("n.skill", b"{}", max_attempts=1)
-    counts = store.console_run_counts("all", None, None, None, None)
+    counts = store.console_run_counts("all", None, None, None, None).by_status
     assert counts["pending"] == 4 and counts["running"] == 0  # stopped at 3 + 1
-    assert store.console_run_counts("workflow", None, None, None, None)["pending"] == 0
+    assert store.console_run_counts("workflow", None, None, None, None).by_status["pending"] == 0
 
     def waits(conn: Any) -> None:
         for i, kind in enumerate(["step_hook"] * 5 + ["hook"] + ["timer"] * 4):
@@ -232,3 +382,4 @@ async def test_the_consoles_counts_stop_at_the_cap_and_say_so(
     assert store.console_inbox_counts() == {"approval": 0, "hook": 1, "step_hook": 4}
     assert [shown_count(n) for n in (0, 3, 4)] == ["0", "3", "3+"]
     assert shown_count([1, 2]) == "3" and shown_count([4, 1, 0]) == "4+"
+    assert shown_count([1, 2], partial=True) == "3+" and shown_count(0, partial=True) == "0+"

@@ -88,13 +88,14 @@ def _duration(seconds: float | None) -> str:
     return f"{seconds / 3600:.1f} h"
 
 
-def shown_count(counts: int | Iterable[int]) -> str:
+def shown_count(counts: int | Iterable[int], partial: bool = False) -> str:
     """A count the store capped at COUNT_CAP (``console_inbox_counts``, ``console_run_counts``),
     or the sum of several, as shown: "1,234", or "10,000+" when the count stopped at its cap (a
-    sum ends in "+" when any of its counts did)."""
+    sum ends in "+" when any of its counts did) or, ``partial``, a search's count stopped at the
+    end of its window (SEARCH_WINDOW): "12+"."""
     parts = [counts] if isinstance(counts, int) else list(counts)
     total = sum(min(n, COUNT_CAP) for n in parts)
-    return f"{total:,}+" if any(n > COUNT_CAP for n in parts) else f"{total:,}"
+    return f"{total:,}+" if partial or any(n > COUNT_CAP for n in parts) else f"{total:,}"
 
 
 _env.filters.update(pretty=_pretty, when=_when, iso=_iso, ago=_ago, duration=_duration)

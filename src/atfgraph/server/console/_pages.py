@@ -17,6 +17,7 @@ from fastapi import APIRouter, Request, Response
 from pyworkflow import MAX_WORKFLOW_NAME
 
 from ..._models import TraverserStatus
+from .._console_reads import SEARCH_WINDOW
 from .._graph_sql import ENGINE_STATUS
 from .._identity import Permission
 from .._runs_reads import RUN_STATUSES, engine_status
@@ -163,9 +164,9 @@ def inbox_context(request: Request, draft: Draft | None = None) -> dict[str, Any
     search = q.get("q", "").strip()[:200]
     after = _cursor(q.get("after", ""), errors)
     store = _store(request)
-    items, more = store.console_inbox(_KIND_SETS[kind], search or None, after, INBOX_PAGE)
-    live = _served(store, {i["run"]["node_id"] for i in items if i["kind"] == "approval"})
-    cards = [_card(item, live) for item in items]
+    page = store.console_inbox(_KIND_SETS[kind], search or None, after, INBOX_PAGE)
+    live = _served(store, {i["run"]["node_id"] for i in page.items if i["kind"] == "approval"})
+    cards = [_card(item, live) for item in page.items]
     assigned = assignments(store, [c["id"] for c in cards if c["kind"] == "approval"])
     for card in cards:
         if card["kind"] == "approval":
@@ -174,8 +175,8 @@ def inbox_context(request: Request, draft: Draft | None = None) -> dict[str, Any
     counts = {"all": shown_count(counted.values()), **{k: shown_count(n) for k, n in counted.items()}}
     base = {k: v for k, v in (("kind", kind if kind != "all" else ""), ("q", search)) if v}
     next_url = None
-    if more is not None:
-        next_url = "/inbox?" + urlencode({**base, "after": f"{more[0]!r}~{more[1]}"})
+    if page.next is not None:
+        next_url = "/inbox?" + urlencode({**base, "after": f"{page.next[0]!r}~{page.next[1]}"})
     live_query = urlencode({**base, **({"after": q.get("after", "")} if after else {})})
     return {
         "items": cards,
@@ -185,6 +186,8 @@ def inbox_context(request: Request, draft: Draft | None = None) -> dict[str, Any
         "filters": {"kind": kind, "q": search},
         "errors": errors,
         "next_url": next_url,
+        "stopped": page.stopped,
+        "search_window": SEARCH_WINDOW,
         "first_url": ("/inbox?" + urlencode(base)) if after else None,
         "page_size": INBOX_PAGE,
         "decided": store.console_approvals(False, 20) if kind in ("all", "approval") else None,
@@ -285,6 +288,8 @@ def _parse_time(value: str, errors: list[str], label: str) -> float | None:
 _KINDS = {"all": "all", "workflow": "workflows", "traverser": "traversers"}
 #: Runs on one page of the Runs page; the others are behind its "older" and "newer" links.
 RUNS_PAGE = 50
+#: The shortest search the Runs page also takes as the start of a run's id (as git takes 4).
+MIN_ID_PREFIX = 4
 
 
 def runs_context(request: Request) -> dict[str, Any]:
@@ -313,6 +318,12 @@ def runs_context(request: Request) -> dict[str, Any]:
         kind, status or None, node or None, since, until, RUNS_PAGE, search or None, after, before
     )
     counts = store.console_run_counts(kind, node or None, since, until, search or None)
+    # A search that can be an id's start also finds the runs it starts, however old (an index
+    # range, where the search itself reads SEARCH_WINDOW runs at a time).
+    by_id: list[str] = []
+    more_ids = False
+    if len(search) >= MIN_ID_PREFIX and not any(c.isspace() for c in search):
+        by_id, more_ids = store.ids_with_prefix("run", search)
     filters = {
         "kind": kind,
         "status": status,
@@ -327,7 +338,8 @@ def runs_context(request: Request) -> dict[str, Any]:
     def at(cursor: tuple[float, str] | None, name: str) -> str | None:
         return None if cursor is None else "/runs?" + urlencode({**base, name: f"{cursor[0]!r}~{cursor[1]}"})
 
-    matching = shown_count(counts.get(engine_status(status), 0) if status else counts.values())
+    by_status, partial = counts.by_status, counts.partial
+    matching = shown_count(by_status.get(engine_status(status), 0) if status else by_status.values(), partial)
 
     def status_url(value: str) -> str:
         """This listing with the status filter ``value`` (empty: any), from its first page."""
@@ -339,10 +351,15 @@ def runs_context(request: Request) -> dict[str, Any]:
         "kinds": _KINDS,
         "statuses": [(s, ENGINE_STATUS[s]) for s in _STATUSES],
         "counts": {
-            api: shown_count(counts.get(engine, 0))
+            api: shown_count(by_status.get(engine, 0), partial)
             for api, engine in ((s, ENGINE_STATUS[s]) for s in _STATUSES)
         },
-        "any": shown_count(counts.values()),
+        "any": shown_count(by_status.values(), partial),
+        "stopped": page.stopped,
+        "by_id": by_id,
+        "more_ids": more_ids,
+        "counted_in_window": partial,
+        "search_window": SEARCH_WINDOW,
         "matching": matching,
         "filters": filters,
         "errors": errors,
