@@ -216,20 +216,12 @@ class ConsoleReads(RunsReads):
                 cond, values = _past("r", sign, cursor)
                 where, params = where + cond, params + values
         way = "" if before is not None else " DESC"
-        sql = (
-            _RUN_SUMMARY
-            + "FROM runs r WHERE 1 = 1{where} ORDER BY r.created_at"
-            + way
-            + ", r.id"
-            + way
-            + " LIMIT ?"
-        )
+        order = f"r.created_at{way}, r.id{way}"
 
         def fn(conn: Conn) -> tuple[list[Any], Cursor | None]:
             bound, bounded, edge = _window(conn, "runs r", where, params, before is None, match)
-            rows = _rows(
-                conn, sql.format(where=where + bound + match), [*params, *bounded, *matched, limit + 1]
-            )
+            sql = f"{_RUN_SUMMARY}FROM runs r WHERE 1 = 1{where}{bound}{match} ORDER BY {order} LIMIT ?"
+            rows = _rows(conn, sql, [*params, *bounded, *matched, limit + 1])
             return rows, edge if len(rows) <= limit else None
 
         rows, edge = self.read_one(fn)
