@@ -53,8 +53,10 @@ def test_hitl_benchmark_quick_runs_both_modes(tmp_path: Path) -> None:
     if counted:
         assert all(p["fsyncs_per_run"] >= 1 for p in one.values()), one
         # The traced pass commits what the timed ones do (strace's slowdown does not make the end
-        # of a suspended turn commit alone), so its fsyncs are the timed passes' commits'.
-        assert all(p["commits_per_run_traced"] == p["commits_per_run"] for p in one.values()), one
+        # of a suspended turn commit alone: that would be one more commit a run), so its fsyncs
+        # are the timed passes' commits'. A stray commit of the runtime's own periodic work in
+        # either pass (one in 40 runs, seen on a slow machine) is not that: up to 0.1 a run.
+        assert all(abs(p["commits_per_run_traced"] - p["commits_per_run"]) <= 0.1 for p in one.values()), one
         assert "WAL checkpoints" in proc.stdout, proc.stdout
     floor = result["commit_floor"]
     assert floor["pages_per_commit"] == 6 and floor["synchronous"] == "FULL"
