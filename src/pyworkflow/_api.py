@@ -87,7 +87,9 @@ def configure(
     ``$PYWORKFLOW_STORAGE`` or ``~/.pyworkflow/pyworkflow.db``, the folder from ``$PYWORKFLOW_HOME``).
     ``synchronous``: SQLite's durability level (FULL by default). ``poll_interval``: how often an
     idle local runtime looks for due work on SQLite (on PostgreSQL, whose notifications wake it,
-    once a second or this if longer), and ``wait_for_run``'s pace. ``max_crashes``: turns a run
+    once a second or this if longer), and ``wait_for_run``'s pace. ``max_concurrency``: turns the
+    local runtime runs at once (a run started or decided beyond it waits in the queue for a free
+    permit, however many arrive together). ``max_crashes``: turns a run
     may lose to dead workers before it is failed. ``retention``: an age (``"30d"``, ``"12h"``, or
     seconds) after which the local runtime purges finished runs with their events, steps, waits
     and checkpoints (None, the default: every run is kept; the Celery runtime's sweeper takes
@@ -378,34 +380,37 @@ async def resume_hook(token: str, payload: Any = None) -> ResumeResult:
     data = encode_payload(payload)
     store = get_store()
     runtime = _runtime_here()
-    claim = None
-    if runtime is not None and runtime.has_capacity:
-        # This process's runtime takes the resumed turn: claimed in the decision's transaction
-        # (as a new run's first turn is in its creation), not by a later poll with a commit of
-        # its own.
-        resolved, claim = await store.resolve_wait_and_claim(
-            token_digest=digest,
-            payload=data,
-            now=_clock.now(),
-            check=lambda wait: check_stored_schema(wait, data),
-            owner=runtime.owner,
-            lease_ttl=runtime.lease_ttl,
-            max_crashes=runtime.max_crashes,
-        )
-    else:
-        resolved = await store.resolve_wait(
-            token_digest=digest,
-            payload=data,
-            now=_clock.now(),
-            check=lambda wait: check_stored_schema(wait, data),
-        )
-    crashpoint("after_hook_resumed")
-    _log_received(resolved)
-    with await _tracing.decided(get_store(), resolved, began):
-        if claim is not None and runtime is not None:
-            runtime.adopt(claim)
+    # A permit of this process's runtime is held from before the decision until its claim has a
+    # task, so a burst of decisions takes no more turns than the runtime has room for.
+    with runtime.permits(1) if runtime is not None else contextlib.nullcontext(0) as granted:
+        claim = None
+        if runtime is not None and granted:
+            # This process's runtime takes the resumed turn: claimed in the decision's transaction
+            # (as a new run's first turn is in its creation), not by a later poll with a commit of
+            # its own.
+            resolved, claim = await store.resolve_wait_and_claim(
+                token_digest=digest,
+                payload=data,
+                now=_clock.now(),
+                check=lambda wait: check_stored_schema(wait, data),
+                owner=runtime.owner,
+                lease_ttl=runtime.lease_ttl,
+                max_crashes=runtime.max_crashes,
+            )
         else:
-            _wake_runtime(resolved.run_id)
+            resolved = await store.resolve_wait(
+                token_digest=digest,
+                payload=data,
+                now=_clock.now(),
+                check=lambda wait: check_stored_schema(wait, data),
+            )
+        crashpoint("after_hook_resumed")
+        _log_received(resolved)
+        with await _tracing.decided(get_store(), resolved, began):
+            if claim is not None and runtime is not None:
+                runtime.adopt(claim)
+            else:
+                _wake_runtime(resolved.run_id)
     return ResumeResult(resolved.run_id, resolved.id, resolved.name, resolved.status)
 
 

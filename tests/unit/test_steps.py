@@ -262,3 +262,47 @@ async def test_runs_beyond_max_concurrency_wait_in_the_queue(store_url: str) -> 
         assert ACTIVE[1] == 2
     finally:
         await pyworkflow.shutdown()
+
+
+async def test_runs_started_all_at_once_keep_to_max_concurrency(store_url: str) -> None:
+    # Every start checks for a free permit before its creation commits: without a permit held
+    # across that await, all of a burst saw the same free permits and ran at once.
+    ACTIVE[:] = [0, 0]
+    pyworkflow.configure(storage=store_url, poll_interval=0.02, max_concurrency=2)
+    try:
+        run_ids = await asyncio.gather(*(start(busy_flow) for _ in range(8)))
+        runs = [await wait_for_run(r, 10) for r in run_ids]
+        assert [r.result for r in runs] == ["done"] * 8
+        assert ACTIVE[1] == 2
+    finally:
+        await pyworkflow.shutdown()
+
+
+@step
+async def busy_after_hook() -> None:
+    await step_hook("go", on_created=TOKENS.append)
+    await busy()
+
+
+@workflow
+async def resumed_busy_flow() -> str:
+    await busy_after_hook()
+    return "done"
+
+
+async def test_runs_resumed_all_at_once_keep_to_max_concurrency(store_url: str) -> None:
+    # A decision claims the run it wakes when the runtime has a free permit (the claim rides in
+    # the decision's transaction): a burst of decisions must not all take the same permits.
+    ACTIVE[:] = [0, 0]
+    pyworkflow.configure(storage=store_url, poll_interval=0.02, max_concurrency=2)
+    try:
+        run_ids = [await start(resumed_busy_flow) for _ in range(8)]
+        for r in run_ids:
+            assert (await wait_for_run(r, 10, until=(RunStatus.SUSPENDED,))).status == RunStatus.SUSPENDED
+        assert ACTIVE[1] == 0 and len(TOKENS) == 8
+        await asyncio.gather(*(resume_hook(t, "go") for t in TOKENS))
+        runs = [await wait_for_run(r, 10) for r in run_ids]
+        assert [r.result for r in runs] == ["done"] * 8
+        assert ACTIVE[1] == 2
+    finally:
+        await pyworkflow.shutdown()

@@ -78,6 +78,7 @@ class LocalRuntime:
         self._polled_at = 0.0  # loop time of the last poll
         self._ended = False  # a turn ended since the last poll began
         self._tasks: set[asyncio.Task[None]] = set()
+        self._reserved = 0  # permits held for claims being made (see permits())
         self._runner: asyncio.Task[None] | None = None
         self._heart: asyncio.Task[None] | None = None
         self._changed: dict[str, asyncio.Event] = {}  # see watching()
@@ -145,19 +146,39 @@ class LocalRuntime:
     async def submit(self, run_id: str, workflow: str, input: bytes) -> None:
         """Create a run and, with capacity to spare, run its first turn here without a round trip
         through the queue; at capacity the run waits in the queue like any other."""
-        owner = self.owner if len(self._tasks) < self.max_concurrency else None
-        claim = await self.store.create_run(
-            run_id, workflow, input, now=_clock.now(), lease_owner=owner, lease_ttl=self.lease_ttl
-        )
-        crashpoint("after_run_created")
-        if claim is not None:
-            self._spawn(claim, RunState())
-        else:
-            self.wake()
+        with self.permits(1) as granted:
+            claim = await self.store.create_run(
+                run_id,
+                workflow,
+                input,
+                now=_clock.now(),
+                lease_owner=self.owner if granted else None,
+                lease_ttl=self.lease_ttl,
+            )
+            crashpoint("after_run_created")
+            if claim is not None:
+                self._spawn(claim, RunState())
+            else:
+                self.wake()
 
     @property
-    def has_capacity(self) -> bool:
-        return len(self._tasks) < self.max_concurrency
+    def free_permits(self) -> int:
+        """Turns this runtime may still take on: ``max_concurrency`` less those running and those
+        held for claims being made."""
+        return self.max_concurrency - len(self._tasks) - self._reserved
+
+    @contextlib.contextmanager
+    def permits(self, wanted: int) -> Iterator[int]:
+        """Hold up to ``wanted`` free permits for claims about to be made, across the store call
+        that makes them; yields how many were granted (0 at capacity). Each claim made must be
+        spawned (a task) before the block ends. Without the hold, a burst of starts or decisions
+        all saw the same free permits while their claims were committing, and all ran at once."""
+        granted = max(0, min(wanted, self.free_permits))
+        self._reserved += granted
+        try:
+            yield granted
+        finally:
+            self._reserved -= granted
 
     def adopt(self, claim: Claim) -> None:
         """Run a turn claimed for this runtime elsewhere in this process (a decision's
@@ -201,7 +222,7 @@ class LocalRuntime:
             # A wake-up that arrived during the turn left the run due again; capacity freed too.
             # A store that notifies reports the former itself (the turn's end sends NOTIFY), so
             # then only a turn that frees capacity the loop was short of needs to wake it.
-            if self._unsubscribe is None or len(self._tasks) >= self.max_concurrency:
+            if self._unsubscribe is None or self.free_permits <= 0:
                 self._wake.set()
             else:  # it may have stored a due time that the last poll did not see
                 self._ended = True
@@ -259,16 +280,16 @@ class LocalRuntime:
     async def _tick(self) -> float:
         """Expire due waits and claim due runs; return how long to sleep."""
         now = _clock.now()
-        free = self.max_concurrency - len(self._tasks)
         self._polled_at = asyncio.get_running_loop().time()
         self._ended = False
-        # One store call (one round trip on PostgreSQL): expire due waits, claim, next due time.
-        poll = await self.store.poll(
-            self.owner, limit=max(free, 0), now=now, lease_ttl=self.lease_ttl, max_crashes=self.max_crashes
-        )
-        for claim in poll.claims:
-            crashpoint("after_claim")
-            self._spawn(claim, None)
+        with self.permits(self.max_concurrency) as free:
+            # One store call (one round trip on PostgreSQL): expire due waits, claim, next due time.
+            poll = await self.store.poll(
+                self.owner, limit=free, now=now, lease_ttl=self.lease_ttl, max_crashes=self.max_crashes
+            )
+            for claim in poll.claims:
+                crashpoint("after_claim")
+                self._spawn(claim, None)
         if free <= 0:  # at capacity a finishing turn wakes the loop (polled before it is gone)
             return self.poll_interval
         # A store that pushes wakes the loop itself (see PUSHED_POLL_INTERVAL).
