@@ -1,6 +1,6 @@
 """What the Celery sweeper publishes from (``PostgresStore.ready_runs``): each due queue row as
 (run, epoch, due time), so two wake-ups of one run are two rows to publish, and the same stale
-row is the same one each time it is read."""
+row is the same one each time it is read; and how many there are (``count_ready``)."""
 
 from __future__ import annotations
 
@@ -62,3 +62,8 @@ async def test_ready_rows_are_the_earliest_due_and_the_runs_out_leases(pg_store:
         lost,
         due[2],
     ]
+    # The same rows counted (the sweeper weighs them against its broker's queue), up to a limit.
+    assert await pg_store.count_ready(now=now, limit=100) == 4
+    assert await pg_store.count_ready(now=now, limit=3) == 3
+    assert await pg_store.count_ready(now=now, limit=0) == 0
+    assert await pg_store.count_ready(now=T0 + 2, limit=100) == 3  # the lapsed lease, T0 + 1, T0 + 2

@@ -59,6 +59,8 @@ class CeleryStore(Store, Protocol):
         limit: int = 1000,
     ) -> list[tuple[str, int, float]]: ...
 
+    async def count_ready(self, *, now: float, limit: int) -> int: ...
+
 
 def celery_store(store: Store) -> CeleryStore:
     if not (hasattr(store, "claim_run") and hasattr(store, "ready_runs")):
@@ -145,6 +147,23 @@ def dispatch(run_ids: Iterable[str], options: CeleryOptions, *, app: Celery | No
     except Exception as exc:
         log.warning("could not publish a turn (%s); the sweeper will publish it again", exc)
     return sent
+
+
+def queue_depth(options: CeleryOptions, *, app: Celery | None = None) -> int | None:
+    """Turn messages ready in the broker's queue (published, not yet handed to a worker): 0 for
+    a queue the broker does not have (Redis drops an empty one); None when the broker cannot
+    be asked (it is down: the caller decides as if it could not tell)."""
+    app = app or app_for(options)
+    try:
+        with app.connection_for_read() as conn:
+            conn.ensure_connection(max_retries=1)
+            declared = conn.default_channel.queue_declare(queue=options.queue, passive=True)
+            return int(declared.message_count)
+    except Exception as exc:
+        if str(getattr(exc, "reply_code", "")) == "404":  # no such queue (kombu's Redis says "404")
+            return 0
+        log.warning("could not read the broker queue's depth (%s)", exc)
+        return None
 
 
 async def submit(store: Store, run_id: str, workflow: str, input: bytes, extra: Mapping[str, Any]) -> None:

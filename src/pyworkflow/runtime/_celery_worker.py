@@ -26,8 +26,11 @@ from .. import _clock, _tracing
 from .._crashpoints import crashpoint
 from .._engine import execute_turn
 from ..store import Purger, metrics, open_store, parse_age, tracing
-from ._celery import TURN_TASK, CeleryOptions, CeleryStore, celery_store, dispatch, make_app
+from ._celery import TURN_TASK, CeleryOptions, CeleryStore, celery_store, dispatch, make_app, queue_depth
 from ._local import _dead_local_owners, owner_id
+
+#: A due queue row as ``ready_runs`` lists it: (run id, epoch, due time).
+Ready = tuple[str, int, float]
 
 log = logging.getLogger("pyworkflow.celery")
 
@@ -193,6 +196,23 @@ class Sweeper:
                 cancel()
             loop.close()
 
+    async def _unqueued(self, stale: list[Ready], now: float) -> list[Ready]:
+        """Of the ``stale`` rows (due for ``dispatch_grace``, oldest first), those no message in
+        the broker's queue stands for. The queue is first in, first out: its D ready messages
+        are for the D runs that became due last, so of the U runs due and unclaimed only the
+        U - D that became due first lack one (a worker holds it, or it was lost), and only they
+        are published again. Without this, a backlog older than ``dispatch_grace`` was published
+        again whole, every ``lease_ttl``, lengthening itself. A message that does not stand for
+        a due run (a duplicate; another application's task in the queue) can only delay a lost
+        message's turn until the queue has drained that far, never lose it."""
+        if not stale:
+            return stale
+        depth = queue_depth(self.settings.celery)
+        if not depth:  # nothing queued (or the broker cannot say): every stale row lacks one
+            return stale
+        due = await self.store.count_ready(now=now, limit=depth + len(stale))
+        return stale[: max(0, due - depth)]
+
     async def sweep_once(self) -> float:
         """One sweep; returns how long to sleep before the next."""
         s, store = self.settings, self.store
@@ -204,8 +224,9 @@ class Sweeper:
             metrics.LEASE_EXPIRIES.labels("workflow").inc(freed)
             log.info("freed %d run(s) of dead worker(s) %s", freed, ", ".join(dead))
         now = _clock.now()
-        # Rows whose lease ran out (dead workers) and rows nobody published for a while ...
-        ready = await store.ready_runs(now=now, due_before=now - s.dispatch_grace)
+        # Rows whose lease ran out (dead workers) and rows nobody published for a while, less
+        # those a message in the broker's queue stands for ...
+        ready = await self._unqueued(await store.ready_runs(now=now, due_before=now - s.dispatch_grace), now)
         if expired:  # ... and the runs this sweep's expiries just woke (due at swept_at exactly)
             ready += await store.ready_runs(now=now, due_before=swept_at, due_after=swept_at)
         # One message per wake-up: a row is (run, epoch, due time), so the same stale row is not

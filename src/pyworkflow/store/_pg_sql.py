@@ -64,10 +64,12 @@ SELECT run_id, epoch, available_at FROM (
    ORDER BY lease_expires_at LIMIT :limit)
 ) ready ORDER BY available_at LIMIT :limit
 """
-SQL_ANY_READY = """
-SELECT 1 FROM queue
+# How many queue rows a claim would take now, counted up to :limit (1: is there any; the Celery
+# sweeper's weighing of them against its broker's queue).
+SQL_COUNT_READY = """
+SELECT count(*) FROM (SELECT 1 FROM queue
 WHERE node_id IS NULL AND available_at <= :now AND (lease_expires_at IS NULL OR lease_expires_at < :now)
-LIMIT 1
+LIMIT :limit) due
 """
 # Several queue rows at once: locked in run id order first (the order groups lock runs in), so a
 # heartbeat never waits in a cycle with a group that holds some of the same runs. By owner, and

@@ -64,7 +64,7 @@ from ._pg_carry import RunDeferrals
 from ._pg_db import AsyncPgConnection, PgConnection, PostgresDatabase
 from ._pg_sql import (
     CHANNEL,
-    SQL_ANY_READY,
+    SQL_COUNT_READY,
     SQL_CREATE_RUN,
     SQL_DELETE_STEP_CHECKPOINTS,
     SQL_EVENTS,
@@ -459,7 +459,7 @@ class PostgresStore:
     # -- the queue -------------------------------------------------------------------------------
 
     async def has_ready(self, *, now: float) -> bool:
-        return bool(await self._fetch(SQL_ANY_READY, {"now": now}))
+        return await self.count_ready(now=now, limit=1) > 0
 
     async def claim(
         self, owner: str, *, limit: int, now: float, lease_ttl: float, max_crashes: int
@@ -487,15 +487,17 @@ class PostgresStore:
         due_after: float | None = None,
         limit: int = 1000,
     ) -> list[tuple[str, int, float]]:
-        """Runs a claim would take: unleased ones that became due between ``due_after`` and
-        ``due_before`` (default: any time up to ``now``) and those whose lease ran out, as
-        ``(run_id, epoch, available_at)``: a new wake-up of a run (a new queue row, an earlier due
-        time, a new claim) has a new pair of the last two. The Celery sweeper publishes turns for
-        them. Not part of :class:`~pyworkflow.store.Store` (yet)."""
+        """Runs a claim would take (unleased, due between ``due_after`` and ``due_before``, or
+        lease ran out) as ``(run_id, epoch, available_at)``, a new pair of the last two for each
+        wake-up of a run: what the Celery sweeper publishes. Not part of the ``Store`` protocol."""
         due = now if due_before is None else due_before
         after = float("-inf") if due_after is None else due_after
         rows = await self._fetch(SQL_READY_IDS, {"now": now, "due": due, "after": after, "limit": limit})
         return [(str(r[0]), int(r[1]), float(r[2])) for r in rows]
+
+    async def count_ready(self, *, now: float, limit: int) -> int:
+        """How many runs a claim would take now (as :meth:`has_ready`), counted up to ``limit``."""
+        return int((await self._fetch(SQL_COUNT_READY, {"now": now, "limit": max(limit, 0)}))[0][0])
 
     async def heartbeat(self, owner: str, *, lease_expires_at: float) -> int:
         async def tx(conn: Conn) -> int:
