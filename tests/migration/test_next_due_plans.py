@@ -15,7 +15,7 @@ import psycopg
 import pytest
 
 from pyworkflow.store import SQLiteStore, open_store
-from pyworkflow.store._pg_sql import SQL_READY_IDS
+from pyworkflow.store._pg_sql import SQL_COUNT_READY, SQL_READY_IDS
 from pyworkflow.store._sqlite import SQL_NEXT_QUEUE, SQL_READY
 
 #: The two queue lookups of pyworkflow_next_due (migration postgres 0013).
@@ -159,3 +159,16 @@ def test_postgresql_celery_sweeper_reads_ready_rows_through_indexes(pg_database:
         assert [r[2] for r in rows] == [float(1000 + i) for i in range(501, 1001)]
         rows = conn.execute("EXECUTE ready (6000, 1000, 0, 1000)").fetchall()  # every lease ran out
         assert [r[0] for r in rows] == [f"r{i}" for i in range(1, 501)]
+        # How many are ready (the sweeper weighs them against its broker's queue), counted up to
+        # a limit through queue_local_ready: the due rows are read, never the 19,000 due later.
+        statement = SQL_COUNT_READY.replace(":now", "$1").replace(":limit", "$2")
+        conn.execute(f"PREPARE count_ready (float8, int) AS {statement}")
+        plan = [
+            str(r[0])
+            for r in conn.execute("EXPLAIN (ANALYZE, TIMING OFF) EXECUTE count_ready (2000, 100000)")
+        ]
+        text = "\n".join(plan)
+        assert "Seq Scan" not in text and "queue_local_ready" in text, text
+        assert conn.execute("EXECUTE count_ready (2000, 100000)").fetchone() == (500,)
+        assert conn.execute("EXECUTE count_ready (6000, 100000)").fetchone() == (5000,)  # 500 leases ran out
+        assert conn.execute("EXECUTE count_ready (6000, 10)").fetchone() == (10,)
