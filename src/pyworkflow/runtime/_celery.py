@@ -99,6 +99,10 @@ def make_app(options: CeleryOptions) -> Celery:
     worker registers the turn task, senders only need its name)."""
     app = Celery("pyworkflow", broker=options.broker, set_as_current=False)
     app.conf.update(
+        # The broker asked for, even where $CELERY_BROKER_URL names another: Celery prefers that
+        # variable to its app's own broker_url, but not to the read and write URLs.
+        broker_read_url=options.broker,
+        broker_write_url=options.broker,
         # A message is acknowledged only after its turn ran, and put back if the worker process
         # died running it: the turn is retried, and the store makes the retry harmless.
         task_acks_late=True,
