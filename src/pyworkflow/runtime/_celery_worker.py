@@ -226,7 +226,8 @@ class Sweeper:
         now = _clock.now()
         # Rows whose lease ran out (dead workers) and rows nobody published for a while, less
         # those a message in the broker's queue stands for ...
-        ready = await self._unqueued(await store.ready_runs(now=now, due_before=now - s.dispatch_grace), now)
+        stale = await self._unqueued(await store.ready_runs(now=now, due_before=now - s.dispatch_grace), now)
+        ready = list(stale)
         if expired:  # ... and the runs this sweep's expiries just woke (due at swept_at exactly)
             ready += await store.ready_runs(now=now, due_before=swept_at, due_after=swept_at)
         # One message per wake-up: a row is (run, epoch, due time), so the same stale row is not
@@ -234,7 +235,10 @@ class Sweeper:
         # (its second timer, its next retry, a new claim that died) is a new row, published now.
         fresh = [r for r in dict.fromkeys(ready) if now - self._recent.get(r, 0.0) > s.lease_ttl]
         if fresh:
-            self.published += dispatch(dict.fromkeys(r[0] for r in fresh), s.celery)
+            sent = dispatch(dict.fromkeys(r[0] for r in fresh), s.celery)
+            self.published += sent
+            again = set(stale)
+            metrics.TURNS_REPUBLISHED.inc(min(sent, sum(1 for r in fresh if r in again)))
             self._recent.update(dict.fromkeys(fresh, now))
             log.info("published %d turn(s) (%d waits expired)", len(fresh), expired)
         if len(self._recent) > 100_000:

@@ -95,6 +95,12 @@ LEASE_EXPIRIES = Counter(
     ["kind"],
     registry=REGISTRY,
 )
+TURNS_REPUBLISHED = Counter(
+    "pyworkflow_turns_republished",
+    "Turns the Celery sweeper published again for runs due and unclaimed past its grace that no"
+    " message in the broker's queue stood for (a message lost, a dead worker's run).",
+    registry=REGISTRY,
+)
 TIMERS_FIRED = Counter(
     "pyworkflow_timers_fired",
     "Waits that expired and were acted on: durable sleeps, retry back-offs, hook and approval timeouts.",

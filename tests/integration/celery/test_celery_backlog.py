@@ -17,6 +17,7 @@ from charness import Cluster
 import pyworkflow
 from pyworkflow.runtime._celery import CeleryOptions, make_app, queue_depth
 from pyworkflow.runtime._celery_worker import Sweeper, WorkerSettings
+from pyworkflow.store import metrics
 
 
 def _options(cluster: Cluster) -> CeleryOptions:
@@ -47,14 +48,21 @@ def _take(cluster: Cluster, count: int | None = None) -> list[str]:
     return taken
 
 
+def _republished() -> float:
+    return metrics.REGISTRY.get_sample_value("pyworkflow_turns_republished_total") or 0.0
+
+
 async def _sweep(cluster: Cluster, sweeper: Sweeper | None = None) -> tuple[Sweeper, int]:
-    """One sweep (by ``sweeper``, or a new one); how many turns it published."""
+    """One sweep (by ``sweeper``, or a new one); how many turns it published, each counted as
+    published again (``pyworkflow_turns_republished_total``: no wait expired here)."""
     if sweeper is None:
         settings = WorkerSettings(storage=cluster.storage, celery=_options(cluster), dispatch_grace=0.0)
         sweeper = Sweeper(settings)
-    before = sweeper.published
+    before, counted = sweeper.published, _republished()
     await sweeper.sweep_once()
-    return sweeper, sweeper.published - before
+    published = sweeper.published - before
+    assert _republished() - counted == published
+    return sweeper, published
 
 
 async def _backlog_is_published_once(cluster: Cluster) -> None:
