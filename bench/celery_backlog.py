@@ -6,7 +6,9 @@
 benchmark's own) while no worker consumes, so each has one turn message waiting in the queue: a
 backlog. Then ``--sweeps`` sweeps of a sweeper whose ``dispatch_grace`` is 0 (every due run counts
 as waiting too long for its message, as the whole backlog does once it is older than the default
-30 s) are timed, and what each published is counted, with the queue's depth after them. Then the
+30 s) are timed, and what each published is counted, with how long the sweeper then sleeps (its
+``sweep_interval``, 1 s: a backlog no longer makes it sweep every 50 ms) and the queue's depth
+after them. Then the
 queue is emptied (the messages lost) and one more sweep publishes them again. Printed as JSON.
 """
 
@@ -32,9 +34,10 @@ async def sweeps(options: CeleryOptions, storage: str, count: int) -> list[dict[
         done = []
         for _ in range(count):
             before, started = sweeper.published, time.perf_counter()
-            await sweeper.sweep_once()
+            pause = await sweeper.sweep_once()
             done.append({"ms": round((time.perf_counter() - started) * 1000, 1),
-                         "published": sweeper.published - before})  # fmt: skip
+                         "published": sweeper.published - before,
+                         "then_sleeps_s": round(pause, 3)})  # fmt: skip
         return done
     finally:
         sweeper.stop()

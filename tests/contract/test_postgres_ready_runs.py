@@ -67,3 +67,25 @@ async def test_ready_rows_are_the_earliest_due_and_the_runs_out_leases(pg_store:
     assert await pg_store.count_ready(now=now, limit=3) == 3
     assert await pg_store.count_ready(now=now, limit=0) == 0
     assert await pg_store.count_ready(now=T0 + 2, limit=100) == 3  # the lapsed lease, T0 + 1, T0 + 2
+
+
+async def test_the_next_deadline_is_the_earliest_pending_one(pg_store: PostgresStore) -> None:
+    """``next_deadline``: the sweeper's wake-up for deadlines, apart from the queue's due rows
+    (``next_due`` is the earliest of both); an expired wait's deadline no longer counts."""
+    assert await pg_store.next_deadline() is None
+    runs = []
+    for expires_at in (T0 + 50, T0 + 20):
+        run_id = secrets.token_hex(8)
+        claim = await pg_store.create_run(
+            run_id, "wf", b'{"args":[]}', now=T0, lease_owner="w", lease_ttl=TTL
+        )
+        assert claim is not None
+        await pg_store.create_wait(claim.fence, _timer(expires_at), now=T0)
+        await pg_store.suspend_run(claim.fence, notified=[], delivered={}, now=T0)
+        runs.append(run_id)
+    backlog = secrets.token_hex(8)
+    await pg_store.create_run(backlog, "wf", b'{"args":[]}', now=T0 - 5, lease_owner=None, lease_ttl=TTL)
+    assert await pg_store.next_deadline() == T0 + 20
+    assert await pg_store.next_due() == T0 - 5  # the queued run, due before any deadline
+    assert await pg_store.expire_due_waits(now=T0 + 20) == 1
+    assert await pg_store.next_deadline() == T0 + 50

@@ -20,6 +20,7 @@ Messages are JSON and carry only a run id: no workflow data, no secrets, nothing
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import threading
@@ -60,6 +61,8 @@ class CeleryStore(Store, Protocol):
     ) -> list[tuple[str, int, float]]: ...
 
     async def count_ready(self, *, now: float, limit: int) -> int: ...
+
+    async def next_deadline(self) -> float | None: ...
 
 
 def celery_store(store: Store) -> CeleryStore:
@@ -153,21 +156,47 @@ def dispatch(run_ids: Iterable[str], options: CeleryOptions, *, app: Celery | No
     return sent
 
 
-def queue_depth(options: CeleryOptions, *, app: Celery | None = None) -> int | None:
-    """Turn messages ready in the broker's queue (published, not yet handed to a worker): 0 for
-    a queue the broker does not have (Redis drops an empty one); None when the broker cannot
-    be asked (it is down: the caller decides as if it could not tell)."""
-    app = app or app_for(options)
-    try:
-        with app.connection_for_read() as conn:
-            conn.ensure_connection(max_retries=1)
-            declared = conn.default_channel.queue_declare(queue=options.queue, passive=True)
+class QueueDepth:
+    """Turn messages ready in the broker's queue (published, not yet handed to a worker), read
+    over one broker connection kept from one read to the next (the sweeper reads it every sweep
+    while a backlog lasts). A read that fails closes the connection; the next opens another."""
+
+    def __init__(self, options: CeleryOptions, *, app: Celery | None = None) -> None:
+        self.options = options
+        self._app = app or app_for(options)
+        self._conn: Any = None
+
+    def read(self) -> int | None:
+        """0 for a queue the broker does not have (Redis drops an empty one); None when the broker
+        cannot be asked (it is down: the caller decides as if it could not tell)."""
+        try:
+            if self._conn is None:
+                self._conn = self._app.connection_for_read()
+                self._conn.ensure_connection(max_retries=1)
+            declared = self._conn.default_channel.queue_declare(queue=self.options.queue, passive=True)
             return int(declared.message_count)
-    except Exception as exc:
-        if str(getattr(exc, "reply_code", "")) == "404":  # no such queue (kombu's Redis says "404")
-            return 0
-        log.warning("could not read the broker queue's depth (%s)", exc)
-        return None
+        except Exception as exc:
+            # RabbitMQ closes the channel a passive declare of a missing queue was asked on.
+            self.close()
+            if str(getattr(exc, "reply_code", "")) == "404":  # no such queue (kombu's Redis says "404")
+                return 0
+            log.warning("could not read the broker queue's depth (%s)", exc)
+            return None
+
+    def close(self) -> None:
+        conn, self._conn = self._conn, None
+        if conn is not None:
+            with contextlib.suppress(Exception):
+                conn.release()
+
+
+def queue_depth(options: CeleryOptions, *, app: Celery | None = None) -> int | None:
+    """One read of :class:`QueueDepth` on a connection of its own."""
+    depth = QueueDepth(options, app=app)
+    try:
+        return depth.read()
+    finally:
+        depth.close()
 
 
 async def submit(store: Store, run_id: str, workflow: str, input: bytes, extra: Mapping[str, Any]) -> None:

@@ -26,7 +26,7 @@ from .. import _clock, _tracing
 from .._crashpoints import crashpoint
 from .._engine import execute_turn
 from ..store import Purger, metrics, open_store, parse_age, tracing
-from ._celery import TURN_TASK, CeleryOptions, CeleryStore, celery_store, dispatch, make_app, queue_depth
+from ._celery import TURN_TASK, CeleryOptions, CeleryStore, QueueDepth, celery_store, dispatch, make_app
 from ._local import _dead_local_owners, owner_id
 
 #: A due queue row as ``ready_runs`` lists it: (run id, epoch, due time).
@@ -148,6 +148,23 @@ class Worker:
         self.store.close()
 
 
+def next_sweep_in(due: float | None, deadline: float | None, now: float, interval: float) -> float:
+    """How long the sweeper sleeps after a sweep: until the next deadline (its run's turn is
+    published when it falls due) or the next queue row or lease falls due, at most ``interval``.
+    ``due`` is the store's next due time (deadlines, rows and leases), ``deadline`` its next
+    deadline alone. A row already due was weighed by this sweep (published, or left to its
+    message or its grace): it waits for the next sweep. Before, any row due in the past (a
+    backlog: runs waiting for a worker) made the sweeper sweep every 50 ms, and ask the broker
+    for its queue's depth each time, for as long as the backlog lasted; a deadline due in the
+    past (more than one sweep expires) still makes it sweep again at once."""
+    pause = interval
+    if deadline is not None:
+        pause = min(pause, deadline - now)
+    if due is not None and due > now:
+        pause = min(pause, due - now)
+    return max(0.05, pause)
+
+
 class Sweeper:
     """The periodic sweeper: expires due waits (hook deadlines, durable sleeps, retry back-offs),
     frees the leases of dead workers on this host, publishes turns for due runs nobody is
@@ -165,6 +182,7 @@ class Sweeper:
         self._thread: threading.Thread | None = None
         self.published = 0
         self.purger = None if settings.retention is None else Purger(self.store.database, settings.retention)
+        self._depth = QueueDepth(settings.celery)
 
     def start(self) -> None:
         self._thread = threading.Thread(target=self.run_forever, name="pyworkflow-sweeper", daemon=True)
@@ -175,6 +193,7 @@ class Sweeper:
         self._poke.set()
         if self._thread is not None:
             self._thread.join(timeout=10)
+        self._depth.close()
         if self._own_store:
             self.store.close()
 
@@ -207,7 +226,7 @@ class Sweeper:
         message's turn until the queue has drained that far, never lose it."""
         if not stale:
             return stale
-        depth = queue_depth(self.settings.celery)
+        depth = self._depth.read()
         if not depth:  # nothing queued (or the broker cannot say): every stale row lacks one
             return stale
         due = await self.store.count_ready(now=now, limit=depth + len(stale))
@@ -245,11 +264,9 @@ class Sweeper:
             self._recent = {k: v for k, v in self._recent.items() if now - v <= s.lease_ttl}
         if self.purger is not None:
             await self.purger.tick()
-        due = await store.next_due()
-        pause = s.sweep_interval
-        if due is not None:
-            pause = max(0.05, min(pause, due - _clock.now()))
-        return pause
+        return next_sweep_in(
+            await store.next_due(), await store.next_deadline(), _clock.now(), s.sweep_interval
+        )
 
 
 # -- the process's worker, and the Celery app a worker runs -------------------------------------

@@ -97,6 +97,12 @@ def _add_state_row(state: RunState, r: Sequence[Any], k: int) -> None:
         state.checkpoints[(scope, name)] = CheckpointRecord(scope, name, r[k + 22], r[k + 23])
 
 
+def _first_float(rows: Sequence[Sequence[Any]]) -> float | None:
+    """A one-value read's value (a time; NULL: None)."""
+    value = rows[0][0] if rows else None
+    return None if value is None else float(value)
+
+
 def _claims_with_states(rows: Sequence[Sequence[Any]]) -> Poll:
     """The claims ``pyworkflow_claim_with_states`` returned, each with its run's state (empty for
     a first turn), and the next due time of a poll (None for the other claims)."""

@@ -61,10 +61,10 @@ from ._manage import SQL_CANCEL_REASON, retry_run_tx
 from ._migrations import Migration
 from ._migrations import pyworkflow_migrations as _migrations_of
 from ._pg_carry import RunDeferrals
+from ._pg_celery import CeleryQueue
 from ._pg_db import AsyncPgConnection, PgConnection, PostgresDatabase
 from ._pg_sql import (
     CHANNEL,
-    SQL_COUNT_READY,
     SQL_CREATE_RUN,
     SQL_DELETE_STEP_CHECKPOINTS,
     SQL_EVENTS,
@@ -88,7 +88,6 @@ from ._pg_sql import (
     SQL_LEASE_OWNERS,
     SQL_NEXT_DUE,
     SQL_NOTIFY,
-    SQL_READY_IDS,
     SQL_STATE,
     SQL_UNLEASE,
     SQL_UPSERT_STEP,
@@ -104,6 +103,7 @@ from ._pg_tx import (
     _claims_with_states,
     _event,
     _fenced,
+    _first_float,
     _insert_wait,
     _refuse_second_result,
 )
@@ -146,7 +146,7 @@ def pyworkflow_migrations() -> list[Migration]:
     return _migrations_of("postgres")
 
 
-class PostgresStore:
+class PostgresStore(CeleryQueue):
     """:class:`~pyworkflow.store.Store` on PostgreSQL (psycopg 3: the pipelined group commit of a
     :class:`~pyworkflow.store.PostgresDatabase` with two writers for the single-statement
     transitions and reads, an ``AsyncConnectionPool`` for the others)."""
@@ -470,35 +470,6 @@ class PostgresStore:
         params = ("claim", None, owner, max(limit, 0), now, lease_ttl, max_crashes)
         return _claims_with_states(await self._alone(SQL_FN_CLAIM_WITH_STATES, params)).claims
 
-    async def claim_run(
-        self, run_id: str, owner: str, *, now: float, lease_ttl: float, max_crashes: int
-    ) -> Claim | None:
-        """Lease this run if it is due and nobody holds it (the Celery runtime's turn), with its
-        state; else None. Not part of :class:`~pyworkflow.store.Store` (yet)."""
-        params = ("run", run_id, owner, 1, now, lease_ttl, max_crashes)
-        claims = _claims_with_states(await self._fetch(SQL_FN_CLAIM_WITH_STATES, params, run_id)).claims
-        return claims[0] if claims else None
-
-    async def ready_runs(
-        self,
-        *,
-        now: float,
-        due_before: float | None = None,
-        due_after: float | None = None,
-        limit: int = 1000,
-    ) -> list[tuple[str, int, float]]:
-        """Runs a claim would take (unleased, due between ``due_after`` and ``due_before``, or
-        lease ran out) as ``(run_id, epoch, available_at)``, a new pair of the last two for each
-        wake-up of a run: what the Celery sweeper publishes. Not part of the ``Store`` protocol."""
-        due = now if due_before is None else due_before
-        after = float("-inf") if due_after is None else due_after
-        rows = await self._fetch(SQL_READY_IDS, {"now": now, "due": due, "after": after, "limit": limit})
-        return [(str(r[0]), int(r[1]), float(r[2])) for r in rows]
-
-    async def count_ready(self, *, now: float, limit: int) -> int:
-        """How many runs a claim would take now (as :meth:`has_ready`), counted up to ``limit``."""
-        return int((await self._fetch(SQL_COUNT_READY, {"now": now, "limit": max(limit, 0)}))[0][0])
-
     async def heartbeat(self, owner: str, *, lease_expires_at: float) -> int:
         async def tx(conn: Conn) -> int:
             return await _affected(conn, SQL_HEARTBEAT, {"expires": lease_expires_at, "owner": owner})
@@ -518,9 +489,7 @@ class PostgresStore:
         return [r[0] for r in await self._fetch(SQL_LEASE_OWNERS, (now,))]
 
     async def next_due(self) -> float | None:
-        rows = await self._fetch(SQL_NEXT_DUE, None)
-        value = rows[0][0] if rows else None
-        return float(value) if value is not None else None
+        return _first_float(await self._fetch(SQL_NEXT_DUE, None))
 
     async def poll(self, owner: str, *, limit: int, now: float, lease_ttl: float, max_crashes: int) -> Poll:
         params = ("poll", None, owner, max(limit, 0), now, lease_ttl, max_crashes)
@@ -692,7 +661,6 @@ class PostgresStore:
         kinds: Sequence[WaitKind] | None = None,
         limit: int = 100,
     ) -> list[WaitRecord]:
-
         sql, params = list_waits_sql(status, kinds)
         return [wait_from_row(r) for r in await self._fetch(sql, (*params, limit))]
 

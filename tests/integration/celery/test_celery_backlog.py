@@ -2,7 +2,8 @@
 message in the broker's queue stands for it. No worker consumes here, so the queue holds exactly
 what was published; ``dispatch_grace`` is 0, so every due run is already "stale". Messages lost
 from the queue's head (taken and dropped) or all of them (purged) are published again, once.
-Real PostgreSQL, Redis and RabbitMQ."""
+While the backlog lasts the sweeper sweeps once a ``sweep_interval`` and asks the broker over one
+connection. Real PostgreSQL, Redis and RabbitMQ."""
 
 from __future__ import annotations
 
@@ -12,10 +13,11 @@ import time
 from collections import Counter
 
 import cwf
+import redis
 from charness import Cluster
 
 import pyworkflow
-from pyworkflow.runtime._celery import CeleryOptions, make_app, queue_depth
+from pyworkflow.runtime._celery import CeleryOptions, QueueDepth, make_app, queue_depth
 from pyworkflow.runtime._celery_worker import Sweeper, WorkerSettings
 from pyworkflow.store import metrics
 
@@ -111,3 +113,63 @@ async def test_the_depth_of_a_queue_the_broker_does_not_have_is_0_redis(client: 
 async def test_the_depth_of_a_queue_the_broker_does_not_have_is_0_rabbitmq(client: Cluster) -> None:
     assert queue_depth(CeleryOptions(client.broker, client.queue + "-never-used")) == 0
     assert queue_depth(CeleryOptions("amqp://guest:guest@127.0.0.1:1//", client.queue)) is None
+
+
+async def _a_backlog_is_swept_once_an_interval(cluster: Cluster) -> Sweeper:
+    """Runs due and waiting in the queue for a worker: every sweep weighs them against the queue
+    (``dispatch_grace`` 0) and then sleeps ``sweep_interval``. Before, a row due in the past made
+    the sweeper sleep 50 ms, so it swept (and asked the broker) 20 times a second all backlog long."""
+    for i in range(3):
+        await pyworkflow.start(cwf.sleeper, f"q{i}")
+    await _until_depth(cluster, 3)
+    settings = WorkerSettings(
+        storage=cluster.storage, celery=_options(cluster), dispatch_grace=0.0, sweep_interval=1.0
+    )
+    sweeper = Sweeper(settings)
+    try:
+        pauses = [await sweeper.sweep_once() for _ in range(3)]
+        assert pauses == [1.0, 1.0, 1.0] and sweeper.published == 0
+    except BaseException:
+        sweeper.stop()
+        raise
+    return sweeper
+
+
+async def test_a_backlog_is_swept_once_an_interval_over_one_connection_redis(client: Cluster) -> None:
+    sweeper = await _a_backlog_is_swept_once_an_interval(client)
+    counter = redis.Redis.from_url(client.broker)
+    try:
+        opened = counter.info("stats")["total_connections_received"]
+        for _ in range(5):
+            assert await sweeper.sweep_once() == 1.0
+        assert counter.info("stats")["total_connections_received"] == opened, "a connection per sweep"
+    finally:
+        counter.close()
+        sweeper.stop()
+
+
+async def test_a_backlog_is_swept_once_an_interval_rabbitmq(client: Cluster) -> None:
+    (await _a_backlog_is_swept_once_an_interval(client)).stop()
+
+
+async def _depth_reads_go_on_after_a_missing_queue(cluster: Cluster) -> None:
+    """RabbitMQ closes the channel a missing queue was asked about on: a kept connection is
+    dropped then, and the next read opens another."""
+    await pyworkflow.start(cwf.sleeper, "d0")
+    await _until_depth(cluster, 1)
+    missing = QueueDepth(CeleryOptions(cluster.broker, cluster.queue + "-never-used"))
+    present = QueueDepth(_options(cluster))
+    try:
+        assert [missing.read(), missing.read()] == [0, 0]
+        assert [present.read(), present.read()] == [1, 1]
+    finally:
+        missing.close()
+        present.close()
+
+
+async def test_depth_reads_go_on_after_a_missing_queue_redis(client: Cluster) -> None:
+    await _depth_reads_go_on_after_a_missing_queue(client)
+
+
+async def test_depth_reads_go_on_after_a_missing_queue_rabbitmq(client: Cluster) -> None:
+    await _depth_reads_go_on_after_a_missing_queue(client)
