@@ -534,11 +534,11 @@ def report(result: dict[str, Any]) -> None:
     print(f"results: {result['out']}")
 
 
-def _server_version(url: str) -> str:
+def _server_setting(url: str, name: str) -> str:
     import psycopg
 
     with psycopg.connect(url, autocommit=True) as conn:
-        row = conn.execute("SHOW server_version").fetchone()
+        row = conn.execute(f"SHOW {name}").fetchone()
     return str(row[0]) if row else "?"
 
 
@@ -564,7 +564,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     workdir.mkdir(parents=True, exist_ok=True)
     out = args.out or RESULTS_DIR / f"parked-{args.store}.json"
     default = "(default)" if args.poll_interval == 0.05 else "(non-default)"
-    durability = "synchronous=FULL" if args.store == "sqlite" else "synchronous_commit=on (the server's)"
+    durability = "synchronous=FULL"
+    if args.store == "postgresql":  # autovacuum decides how much dead space parking leaves
+        durability = (
+            f"synchronous_commit=on, autovacuum={_server_setting(args.url, 'autovacuum')} (the server's)"
+        )
     result: dict[str, Any] = {
         "config": {
             "n": args.n,
@@ -577,7 +581,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             "command": " ".join([Path(sys.executable).name, "-m", "bench.parked", *(argv or sys.argv[1:])]),
             "python": platform.python_version(),
             "sqlite": sqlite3.sqlite_version,
-            "postgresql": _server_version(args.url) if args.store == "postgresql" else None,
+            "postgresql": _server_setting(args.url, "server_version") if args.store == "postgresql" else None,
             "cpus": os.cpu_count(),
             "date_utc": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
             "loadavg_at_start": [round(x, 2) for x in os.getloadavg()],
