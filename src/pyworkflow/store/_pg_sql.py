@@ -93,7 +93,7 @@ WHERE lease_owner IS NOT NULL AND lease_expires_at >= ? AND node_id IS NULL
 # As pyworkflow_next_due (migration 0013): two ordered index lookups, not a read of the whole queue.
 SQL_NEXT_DUE = "SELECT pyworkflow_next_due()"
 # The earliest pending deadline, through waits_due (its predicate is this one): the Celery sweeper
-# acts on a deadline when it falls due, on a queue row only once it waited dispatch_grace.
+# wakes for it even behind a backlog of due queue rows, which pyworkflow_next_due returns first.
 SQL_NEXT_DEADLINE = "SELECT MIN(expires_at) FROM waits WHERE status = 'pending' AND expires_at IS NOT NULL"
 SQL_STEP = "SELECT status FROM steps WHERE run_id = ? AND step_key = ?"
 SQL_UPSERT_STEP = """
