@@ -73,7 +73,6 @@ async def test_the_next_deadline_is_the_earliest_pending_one(pg_store: PostgresS
     """``next_deadline``: the sweeper's wake-up for deadlines, apart from the queue's due rows
     (``next_due`` is the earliest of both); an expired wait's deadline no longer counts."""
     assert await pg_store.next_deadline() is None
-    runs = []
     for expires_at in (T0 + 50, T0 + 20):
         run_id = secrets.token_hex(8)
         claim = await pg_store.create_run(
@@ -82,7 +81,6 @@ async def test_the_next_deadline_is_the_earliest_pending_one(pg_store: PostgresS
         assert claim is not None
         await pg_store.create_wait(claim.fence, _timer(expires_at), now=T0)
         await pg_store.suspend_run(claim.fence, notified=[], delivered={}, now=T0)
-        runs.append(run_id)
     backlog = secrets.token_hex(8)
     await pg_store.create_run(backlog, "wf", b'{"args":[]}', now=T0 - 5, lease_owner=None, lease_ttl=TTL)
     assert await pg_store.next_deadline() == T0 + 20
