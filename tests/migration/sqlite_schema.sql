@@ -98,7 +98,7 @@ CREATE INDEX queue_local_leases ON queue (node_id, lease_expires_at) WHERE lease
 CREATE INDEX queue_ready ON queue (node_id, available_at);
 
 -- index runs_by_idempotency_key
-CREATE UNIQUE INDEX runs_by_idempotency_key ON runs (idempotency_key);
+CREATE UNIQUE INDEX runs_by_idempotency_key ON runs (idempotency_key) WHERE idempotency_key IS NOT NULL;
 
 -- index runs_by_status
 CREATE INDEX runs_by_status ON runs (status, created_at);

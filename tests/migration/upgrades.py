@@ -16,16 +16,61 @@ import pyworkflow.store._postgres as postgres_module
 from atfgraph.server._store import GraphStore
 from pyworkflow.store._postgres import PostgresStore
 
+#: pyworkflow migrations released with an atfgraph one that its functions need (dialect: {(atfgraph
+#: version, pyworkflow version)}): a database from before the atfgraph migration is from before the
+#: pyworkflow one too. PostgreSQL's runs_by_idempotency_key holds the keyed runs only since
+#: pyworkflow 20, which the submission function before atfgraph 17 cannot insert against.
+RELEASED_TOGETHER: dict[str, set[tuple[int, int]]] = {"postgres": {(17, 20)}, "sqlite": set()}
+
 
 @contextmanager
 def written_before(dialect: str, db: str, first_new: int, *, lease_seconds: float) -> Iterator[GraphStore]:
-    """A graph store on ``db`` at the schema before atfgraph migration ``first_new``."""
+    """A graph store on ``db`` at the schema before atfgraph migration ``first_new`` (and before
+    the pyworkflow migrations released with it or later, ``RELEASED_TOGETHER``)."""
     every = store_module.server_migrations
-    before = [m for m in every(dialect) if not (m.component == "atfgraph" and m.version >= first_new)]
-    missing = [m.version for m in every(dialect) if m not in before]
+    later = [ours for theirs, ours in RELEASED_TOGETHER[dialect] if theirs >= first_new]
+    pyworkflow_new = min(later, default=None)
+    before = [
+        m
+        for m in every(dialect)
+        if not (m.component == "atfgraph" and m.version >= first_new)
+        and not (m.component == "pyworkflow" and pyworkflow_new is not None and m.version >= pyworkflow_new)
+    ]
+    missing = [m.version for m in every(dialect) if m.component == "atfgraph" and m not in before]
     assert min(missing) == first_new, f"atfgraph has no migration {first_new} on {dialect}"
     with pytest.MonkeyPatch.context() as patch:
         patch.setattr(store_module, "server_migrations", lambda d: before)
+        # The graph store's own pyworkflow store (PostgreSQL) applies pyworkflow's track too.
+        ours = [m for m in before if m.component == "pyworkflow"]
+        patch.setattr(postgres_module, "pyworkflow_migrations", lambda: ours)
+        old = GraphStore(db, lease_seconds=lease_seconds)
+        try:
+            yield old
+        finally:
+            old.close()
+
+
+@contextmanager
+def graph_store_before_pyworkflow(
+    dialect: str, db: str, first_new: int, *, lease_seconds: float
+) -> Iterator[GraphStore]:
+    """A graph store on ``db`` at the schema before pyworkflow migration ``first_new`` (and the
+    atfgraph migrations released with it, ``RELEASED_TOGETHER``)."""
+    theirs = min((t for t, ours in RELEASED_TOGETHER[dialect] if ours == first_new), default=None)
+    every = store_module.server_migrations
+    before = [
+        m
+        for m in every(dialect)
+        if not (m.component == "pyworkflow" and m.version >= first_new)
+        and not (m.component == "atfgraph" and theirs is not None and m.version >= theirs)
+    ]
+    assert any(m.component == "pyworkflow" and m.version == first_new for m in every(dialect)), (
+        f"pyworkflow has no migration {first_new} on {dialect}"
+    )
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(store_module, "server_migrations", lambda d: before)
+        ours = [m for m in before if m.component == "pyworkflow"]
+        patch.setattr(postgres_module, "pyworkflow_migrations", lambda: ours)
         old = GraphStore(db, lease_seconds=lease_seconds)
         try:
             yield old

@@ -35,12 +35,14 @@ ENGINE_STATUS = {
 }
 
 # Create a traverser, queued for its first claim; nothing when its idempotency key is taken (a
-# submission that raced ours on another server committed first: the caller reads that one).
+# submission that raced ours on another server committed first: the caller reads that one). The
+# conflict target names the condition of runs_by_idempotency_key (keyed runs only, pyworkflow
+# migration sqlite 0008).
 SQL_INSERT_TRAVERSER = """
 INSERT INTO runs (id, workflow, status, input, node_id, attempt, max_attempts, idempotency_key,
                   created_at, updated_at)
 VALUES (?, ?, 'pending', ?, ?, 0, ?, ?, ?, ?)
-ON CONFLICT (idempotency_key) DO NOTHING
+ON CONFLICT (idempotency_key) WHERE idempotency_key IS NOT NULL DO NOTHING
 """
 # Its queue row: due now, claimable by the node's workers. epoch = attempt (0) here and on every
 # row created later for the run (the engine's wake), so the fence only grows.
