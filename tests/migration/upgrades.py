@@ -1,8 +1,8 @@
-"""How the upgrade tests reach a database written before one of atfgraph's migrations: the graph
-store opened with only the migrations older than it, on the temporary SQLite file or the new
-PostgreSQL database ``location`` gives (``tests/migration/conftest.py``). Opening a
-``GraphStore`` afterwards applies the rest. The same for pyworkflow's PostgreSQL store
-(``pyworkflow_postgres_before``)."""
+"""How the upgrade tests reach a database written before one of atfgraph's or pyworkflow's
+migrations: the graph store opened with only the migrations older than it, on the temporary
+SQLite file or the new PostgreSQL database ``location`` gives (``tests/migration/conftest.py``).
+Opening a ``GraphStore`` afterwards applies the rest. The same for pyworkflow's PostgreSQL store
+alone (``pyworkflow_postgres_before``)."""
 
 from __future__ import annotations
 
@@ -14,6 +14,7 @@ import pytest
 import atfgraph.server._store as store_module
 import pyworkflow.store._postgres as postgres_module
 from atfgraph.server._store import GraphStore
+from pyworkflow.store import Migration
 from pyworkflow.store._postgres import PostgresStore
 
 #: pyworkflow migrations released with an atfgraph one that its functions need (dialect: {(atfgraph
@@ -24,20 +25,20 @@ RELEASED_TOGETHER: dict[str, set[tuple[int, int]]] = {"postgres": {(17, 20)}, "s
 
 
 @contextmanager
-def written_before(dialect: str, db: str, first_new: int, *, lease_seconds: float) -> Iterator[GraphStore]:
-    """A graph store on ``db`` at the schema before atfgraph migration ``first_new`` (and before
-    the pyworkflow migrations released with it or later, ``RELEASED_TOGETHER``)."""
-    every = store_module.server_migrations
-    later = [ours for theirs, ours in RELEASED_TOGETHER[dialect] if theirs >= first_new]
-    pyworkflow_new = min(later, default=None)
+def _graph_store_before(
+    dialect: str, db: str, atfgraph_new: int | None, pyworkflow_new: int | None, lease_seconds: float
+) -> Iterator[GraphStore]:
+    """A graph store on ``db`` without atfgraph's migrations from ``atfgraph_new`` and
+    pyworkflow's from ``pyworkflow_new`` on (None: all of that component's)."""
+
+    def newer(m: Migration, component: str, first: int | None) -> bool:
+        return m.component == component and first is not None and m.version >= first
+
     before = [
         m
-        for m in every(dialect)
-        if not (m.component == "atfgraph" and m.version >= first_new)
-        and not (m.component == "pyworkflow" and pyworkflow_new is not None and m.version >= pyworkflow_new)
+        for m in store_module.server_migrations(dialect)
+        if not newer(m, "atfgraph", atfgraph_new) and not newer(m, "pyworkflow", pyworkflow_new)
     ]
-    missing = [m.version for m in every(dialect) if m.component == "atfgraph" and m not in before]
-    assert min(missing) == first_new, f"atfgraph has no migration {first_new} on {dialect}"
     with pytest.MonkeyPatch.context() as patch:
         patch.setattr(store_module, "server_migrations", lambda d: before)
         # The graph store's own pyworkflow store (PostgreSQL) applies pyworkflow's track too.
@@ -50,32 +51,32 @@ def written_before(dialect: str, db: str, first_new: int, *, lease_seconds: floa
             old.close()
 
 
+def _versions(dialect: str, component: str) -> list[int]:
+    return [m.version for m in store_module.server_migrations(dialect) if m.component == component]
+
+
+@contextmanager
+def written_before(dialect: str, db: str, first_new: int, *, lease_seconds: float) -> Iterator[GraphStore]:
+    """A graph store on ``db`` at the schema before atfgraph migration ``first_new`` (and before
+    the pyworkflow migrations released with it or later, ``RELEASED_TOGETHER``)."""
+    assert first_new in _versions(dialect, "atfgraph"), f"atfgraph has no migration {first_new} on {dialect}"
+    ours = min((o for theirs, o in RELEASED_TOGETHER[dialect] if theirs >= first_new), default=None)
+    with _graph_store_before(dialect, db, first_new, ours, lease_seconds) as old:
+        yield old
+
+
 @contextmanager
 def graph_store_before_pyworkflow(
     dialect: str, db: str, first_new: int, *, lease_seconds: float
 ) -> Iterator[GraphStore]:
     """A graph store on ``db`` at the schema before pyworkflow migration ``first_new`` (and the
     atfgraph migrations released with it, ``RELEASED_TOGETHER``)."""
-    theirs = min((t for t, ours in RELEASED_TOGETHER[dialect] if ours == first_new), default=None)
-    every = store_module.server_migrations
-    before = [
-        m
-        for m in every(dialect)
-        if not (m.component == "pyworkflow" and m.version >= first_new)
-        and not (m.component == "atfgraph" and theirs is not None and m.version >= theirs)
-    ]
-    assert any(m.component == "pyworkflow" and m.version == first_new for m in every(dialect)), (
+    assert first_new in _versions(dialect, "pyworkflow"), (
         f"pyworkflow has no migration {first_new} on {dialect}"
     )
-    with pytest.MonkeyPatch.context() as patch:
-        patch.setattr(store_module, "server_migrations", lambda d: before)
-        ours = [m for m in before if m.component == "pyworkflow"]
-        patch.setattr(postgres_module, "pyworkflow_migrations", lambda: ours)
-        old = GraphStore(db, lease_seconds=lease_seconds)
-        try:
-            yield old
-        finally:
-            old.close()
+    theirs = min((t for t, ours in RELEASED_TOGETHER[dialect] if ours == first_new), default=None)
+    with _graph_store_before(dialect, db, theirs, first_new, lease_seconds) as old:
+        yield old
 
 
 def pyworkflow_postgres_before(url: str, first_new: int) -> PostgresStore:
