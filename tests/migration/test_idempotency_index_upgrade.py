@@ -1,8 +1,9 @@
 """The runs' index by idempotency key holds the keyed runs only (pyworkflow migration sqlite 0008
 and postgres 0020; atfgraph postgres 0017 names its condition in the submission's insert): on a
 database written before, keyed submissions keep answering with the traverser they created first,
-a key used for another submission is still refused, unkeyed ones go on, and lookups by key still
-go through the index."""
+a key used for another submission is still refused, and unkeyed ones go on. (Lookups by key
+use the partial index: tests/unit/atfgraph/test_atfg_store.py checks the plans of the graph
+store's statements on both dialects.)"""
 
 from __future__ import annotations
 

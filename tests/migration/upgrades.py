@@ -29,7 +29,7 @@ def _graph_store_before(
     dialect: str, db: str, atfgraph_new: int | None, pyworkflow_new: int | None, lease_seconds: float
 ) -> Iterator[GraphStore]:
     """A graph store on ``db`` without atfgraph's migrations from ``atfgraph_new`` and
-    pyworkflow's from ``pyworkflow_new`` on (None: all of that component's)."""
+    pyworkflow's from ``pyworkflow_new`` on (None: that component's are all applied)."""
 
     def newer(m: Migration, component: str, first: int | None) -> bool:
         return m.component == component and first is not None and m.version >= first
