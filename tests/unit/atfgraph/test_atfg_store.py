@@ -54,6 +54,8 @@ HOT_QUERIES: list[tuple[str, tuple[object, ...]] | tuple[str, tuple[object, ...]
     ("SQL_LIST_TRAVERSERS", ("suspended", 1.0, 1.0, "a", 10), AFTER_DESC),
     ("SQL_LOCK_TRAVERSER", ("t",)),
     ("SQL_LOCK_APPROVAL", ("a",)),
+    # An earlier submission by key: runs_by_idempotency_key, partial (keyed runs only).
+    ("SQL_TRAVERSER_BY_KEY", ("k",)),
 ]
 
 
