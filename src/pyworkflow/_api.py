@@ -500,17 +500,23 @@ async def wait_for_run(
     deadline = None if timeout is None else time.monotonic() + timeout
     step = _settings.poll_interval
     longest = max(_settings.poll_interval, WAIT_PAUSE_MAX)
+    first = RunStatus.RUNNING not in wanted
     while True:
         rt = _runtime
         here = rt is not None and rt.running and rt.loop is asyncio.get_running_loop()
         with rt.watching(run_id) if here and rt is not None else contextlib.nullcontext() as changed:
             # Watched before the read, so a turn of the run that ends during it is not missed.
-            run = await get_workflow_run(run_id)
-            if run.status in wanted or (until is None and run.is_terminal):
+            # The first look at a run in a turn here (just started or resumed by this process)
+            # waits for that turn's end instead of reading: until then the run is running.
+            skip = first and rt is not None and changed is not None and rt.in_turn(run_id)
+            first = False
+            run = None if skip else await get_workflow_run(run_id)
+            if run is not None and (run.status in wanted or (until is None and run.is_terminal)):
                 return run
             remaining = None if deadline is None else deadline - time.monotonic()
             if remaining is not None and remaining <= 0:
-                raise TimeoutError(f"run {run_id} is still {run.status} after {timeout} s")
+                status = RunStatus.RUNNING if run is None else run.status
+                raise TimeoutError(f"run {run_id} is still {status} after {timeout} s")
             if changed is not None:  # a turn ending here sets it; the timeout is for turns run elsewhere
                 pause = min(step * 4, longest)
                 with contextlib.suppress(TimeoutError):

@@ -121,3 +121,40 @@ async def test_checkpoints_of_the_log_are_rare(engine: Any) -> None:
     assert (after.st_mtime_ns, after.st_size) == (before.st_mtime_ns, before.st_size)
     (limit,) = db.reader().execute("PRAGMA wal_autocheckpoint").fetchone()
     assert limit == 10_000
+
+
+async def test_waiting_for_a_run_in_a_turn_here_reads_it_once(
+    engine: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``wait_for_run`` right after ``start`` (or ``resume_hook``) in the process that runs the
+    turn reads the run once, when the turn has ended: not first as ``running``. A wait that wants
+    ``running`` still reads at once."""
+    store = pyworkflow.get_store()
+    reads: list[str] = []
+    read = store.get_run
+
+    async def counted(run_id: str) -> Any:
+        reads.append(run_id)
+        return await read(run_id)
+
+    monkeypatch.setattr(store, "get_run", counted)
+    run_id = await pyworkflow.start(hitl, 7)
+    run = await pyworkflow.wait_for_run(run_id, 10, until=("suspended",))
+    assert run.status == "suspended" and reads == [run_id]
+
+    reads.clear()
+    await pyworkflow.resume_hook(TOKENS[-1], {"approved": True})
+    run = await pyworkflow.wait_for_run(run_id, 10)
+    assert run.status == "completed" and reads == [run_id]
+
+    reads.clear()
+    other = await pyworkflow.start(hitl, 8)
+    assert (await pyworkflow.wait_for_run(other, 10, until=("running", "suspended"))).status in (
+        "running",
+        "suspended",
+    )
+    assert reads == [other]
+    reads.clear()
+    # A run in no turn here (suspended, its turn over): read at once, as before.
+    await pyworkflow.wait_for_run(other, 10, until=("suspended",))
+    assert reads == [other]

@@ -77,7 +77,8 @@ class LocalRuntime:
         self._sleep: asyncio.Timeout | None = None  # the loop's sleep between polls, while it sleeps
         self._polled_at = 0.0  # loop time of the last poll
         self._ended = False  # a turn ended since the last poll began
-        self._tasks: set[asyncio.Task[None]] = set()
+        self._tasks: dict[asyncio.Task[None], str] = {}  # active turns and their runs
+        self._in_turn: dict[str, int] = {}  # run id -> its turns active here (see in_turn())
         self._reserved = 0  # permits held for claims being made (see permits())
         self._runner: asyncio.Task[None] | None = None
         self._heart: asyncio.Task[None] | None = None
@@ -187,13 +188,18 @@ class LocalRuntime:
         self._spawn(claim, None)
 
     def _spawn(self, claim: Claim, state: RunState | None) -> None:
-        task = asyncio.create_task(self._turn(claim, state), name=f"pyworkflow-turn:{claim.fence.run_id}")
-        self._tasks.add(task)
+        run_id = claim.fence.run_id
+        task = asyncio.create_task(self._turn(claim, state), name=f"pyworkflow-turn:{run_id}")
+        self._tasks[task] = run_id
+        self._in_turn[run_id] = self._in_turn.get(run_id, 0) + 1
         metrics.PERMITS_IN_USE.inc()
         task.add_done_callback(self._turn_done)
 
     def _turn_done(self, task: asyncio.Task[None]) -> None:
-        self._tasks.discard(task)
+        run_id = self._tasks.pop(task)
+        left = self._in_turn.pop(run_id) - 1
+        if left:
+            self._in_turn[run_id] = left
         metrics.PERMITS_IN_USE.dec()
 
     async def _turn(self, claim: Claim, state: RunState | None) -> None:
@@ -229,6 +235,11 @@ class LocalRuntime:
                 soon, sleep = self._polled_at + self.poll_interval, self._sleep
                 if sleep is not None and not sleep.expired() and (sleep.when() or soon) > soon:
                     sleep.reschedule(soon)
+
+    def in_turn(self, run_id: str) -> bool:
+        """Whether a turn of ``run_id`` is active in this process: until it ends, the run is
+        ``running`` (or was cancelled meanwhile, which the turn's end then reports)."""
+        return run_id in self._in_turn
 
     @contextlib.contextmanager
     def watching(self, run_id: str) -> Iterator[asyncio.Event]:
