@@ -77,7 +77,7 @@ class LocalRuntime:
         self._sleep: asyncio.Timeout | None = None  # the loop's sleep between polls, while it sleeps
         self._polled_at = 0.0  # loop time of the last poll
         self._ended = False  # a turn ended since the last poll began
-        self._tasks: dict[asyncio.Task[None], str] = {}  # active turns and their runs
+        self._tasks: set[asyncio.Task[None]] = set()
         self._in_turn: dict[str, int] = {}  # run id -> its turns active here (see in_turn())
         self._reserved = 0  # permits held for claims being made (see permits())
         self._runner: asyncio.Task[None] | None = None
@@ -138,6 +138,7 @@ class LocalRuntime:
         if pending:
             await asyncio.gather(*pending, return_exceptions=True)
         self._runner = self._heart = None
+        self._in_turn.clear()  # a turn cancelled before it began never left it
 
     def wake(self) -> None:
         self._wake.set()
@@ -190,16 +191,13 @@ class LocalRuntime:
     def _spawn(self, claim: Claim, state: RunState | None) -> None:
         run_id = claim.fence.run_id
         task = asyncio.create_task(self._turn(claim, state), name=f"pyworkflow-turn:{run_id}")
-        self._tasks[task] = run_id
+        self._tasks.add(task)
         self._in_turn[run_id] = self._in_turn.get(run_id, 0) + 1
         metrics.PERMITS_IN_USE.inc()
         task.add_done_callback(self._turn_done)
 
     def _turn_done(self, task: asyncio.Task[None]) -> None:
-        run_id = self._tasks.pop(task)
-        left = self._in_turn.pop(run_id) - 1
-        if left:
-            self._in_turn[run_id] = left
+        self._tasks.discard(task)
         metrics.PERMITS_IN_USE.dec()
 
     async def _turn(self, claim: Claim, state: RunState | None) -> None:
@@ -222,6 +220,11 @@ class LocalRuntime:
                 extra={"run_id": run_id, "attempt": claim.fence.epoch},
             )
         finally:
+            # Out of the turn and its watchers told in one step: a look between the two would
+            # wait for an end that has already been signalled.
+            left = self._in_turn.pop(run_id, 1) - 1
+            if left:
+                self._in_turn[run_id] = left
             event = self._changed.pop(run_id, None)
             if event is not None:
                 event.set()
