@@ -159,7 +159,9 @@ def dispatch(run_ids: Iterable[str], options: CeleryOptions, *, app: Celery | No
 class QueueDepth:
     """Turn messages ready in the broker's queue (published, not yet handed to a worker), read
     over one broker connection kept from one read to the next (the sweeper reads it every sweep
-    while a backlog lasts). A read that fails closes the connection; the next opens another."""
+    while a backlog lasts). A read that fails closes the connection, the next opens another; a
+    queue the broker does not have is no failure (the channel RabbitMQ closes for it, py-amqp
+    opens again on the same connection)."""
 
     def __init__(self, options: CeleryOptions, *, app: Celery | None = None) -> None:
         self.options = options
@@ -176,10 +178,9 @@ class QueueDepth:
             declared = self._conn.default_channel.queue_declare(queue=self.options.queue, passive=True)
             return int(declared.message_count)
         except Exception as exc:
-            # RabbitMQ closes the channel a passive declare of a missing queue was asked on.
-            self.close()
             if str(getattr(exc, "reply_code", "")) == "404":  # no such queue (kombu's Redis says "404")
                 return 0
+            self.close()
             log.warning("could not read the broker queue's depth (%s)", exc)
             return None
 

@@ -153,15 +153,21 @@ async def test_a_backlog_is_swept_once_an_interval_rabbitmq(client: Cluster) -> 
 
 
 async def _depth_reads_go_on_after_a_missing_queue(cluster: Cluster) -> None:
-    """RabbitMQ closes the channel a missing queue was asked about on: a kept connection is
-    dropped then, and the next read opens another."""
+    """A queue the broker does not have (Redis drops an empty list; RabbitMQ closes the channel
+    it was asked about on, and py-amqp opens it again) keeps the connection: a sweeper reading
+    an empty Redis queue every second does not connect every second."""
     await pyworkflow.start(cwf.sleeper, "d0")
     await _until_depth(cluster, 1)
     missing = QueueDepth(CeleryOptions(cluster.broker, cluster.queue + "-never-used"))
     present = QueueDepth(_options(cluster))
     try:
+        assert missing.read() == 0
+        kept = missing._conn
+        assert kept is not None
         assert [missing.read(), missing.read()] == [0, 0]
+        assert missing._conn is kept, "a connection per read of a missing queue"
         assert [present.read(), present.read()] == [1, 1]
+        assert missing.read() == 0 and missing._conn is kept
     finally:
         missing.close()
         present.close()
