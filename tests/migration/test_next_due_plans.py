@@ -16,7 +16,7 @@ import pytest
 
 from pyworkflow.store import SQLiteStore, open_store
 from pyworkflow.store._pg_sql import SQL_COUNT_READY, SQL_NEXT_DEADLINE, SQL_READY_IDS
-from pyworkflow.store._sqlite import SQL_NEXT_QUEUE, SQL_READY
+from pyworkflow.store._sqlite import SQL_NEXT_DUE, SQL_NEXT_QUEUE, SQL_READY
 
 #: The two queue lookups of pyworkflow_next_due (migration postgres 0013).
 PG_QUEUE_LOOKUPS = (
@@ -56,6 +56,16 @@ def test_sqlite_reads_the_next_due_queue_row_through_indexes(tmp_path: Path) -> 
     finally:
         conn.close()
     assert plan == ["SEARCH queue USING INDEX queue_ready (node_id=? AND available_at<?)"], plan
+    conn = sqlite3.connect(tmp_path / "plans.db")
+    try:  # the runtime's one statement: the queue's two lookups and the first pending deadline
+        plan = [row[-1] for row in conn.execute("EXPLAIN QUERY PLAN " + SQL_NEXT_DUE)]
+    finally:
+        conn.close()
+    assert not [step for step in plan if step.startswith("SCAN queue") or step.startswith("SCAN waits")], plan
+    assert any("USING INDEX queue_ready" in step for step in plan), plan
+    assert any("INDEX queue_local_leases" in step for step in plan), plan
+    assert "SEARCH waits USING INDEX waits_due (expires_at>?)" in plan, plan
+    assert not [step for step in plan if "TEMP B-TREE" in step], plan
 
 
 @pytest.mark.postgres

@@ -129,6 +129,9 @@ SELECT MIN(t) FROM (
                    WHERE node_id IS NULL AND lease_expires_at IS NOT NULL ORDER BY lease_expires_at LIMIT 1))
 """
 SQL_NEXT_WAIT = "SELECT MIN(expires_at) FROM waits WHERE status = 'pending' AND expires_at IS NOT NULL"
+# Both in one statement (the runtime asks after every turn and every poll_interval when idle):
+# each scalar subquery keeps its own plan.
+SQL_NEXT_DUE = f"SELECT ({SQL_NEXT_QUEUE.strip()}), ({SQL_NEXT_WAIT})"
 # Record a step's outcome unless it already has a final one (then nothing changes: rowcount 0).
 SQL_UPSERT_STEP = """
 INSERT INTO steps (run_id, step_key, status, attempt, result, error, delivered, updated_at)
@@ -435,9 +438,8 @@ class SQLiteStore:
         return [r[0] for r in self.db.reader().execute(SQL_LEASE_OWNERS, (now,))]
 
     async def next_due(self) -> float | None:
-        reader = self.db.reader()
-        times = [reader.execute(SQL_NEXT_QUEUE).fetchone()[0], reader.execute(SQL_NEXT_WAIT).fetchone()[0]]
-        known = [t for t in times if t is not None]
+        queued, deadline = self.db.reader().execute(SQL_NEXT_DUE).fetchone()
+        known = [float(t) for t in (queued, deadline) if t is not None]
         return min(known) if known else None
 
     async def poll(self, owner: str, *, limit: int, now: float, lease_ttl: float, max_crashes: int) -> Poll:
