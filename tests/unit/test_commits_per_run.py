@@ -13,6 +13,7 @@ import pytest
 
 import pyworkflow
 from pyworkflow import (
+    _api,
     delete_step_checkpoint,
     load_step_checkpoint,
     save_step_checkpoint,
@@ -154,7 +155,10 @@ async def test_waiting_for_a_run_in_a_turn_here_reads_it_once(
         "suspended",
     )
     assert reads == [other]
+    await pyworkflow.wait_for_run(other, 10, until=("suspended",))
+    await pyworkflow.get_store().database.check_writable()  # the turn's end is in
     reads.clear()
     # A run in no turn here (suspended, its turn over): read at once, as before.
-    await pyworkflow.wait_for_run(other, 10, until=("suspended",))
+    assert not (await _api.get_runtime()).in_turn(other)
+    assert (await pyworkflow.wait_for_run(other, 10, until=("suspended",))).status == "suspended"
     assert reads == [other]
