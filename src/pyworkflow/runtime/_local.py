@@ -28,8 +28,8 @@ _HOST = socket.gethostname()
 #: How often an idle runtime polls a store that pushes (PostgreSQL's LISTEN/NOTIFY): every
 #: transaction that makes a run due now sends a notification, a reconnected listener wakes the loop
 #: once, a future due time already stored (a timer, a deadline, a lease running out) is the poll's
-#: own ``next_due``, and a turn ending here (which may have stored a new one) brings the next poll
-#: to ``poll_interval`` after the last, as on a store that does not push. The poll only backs
+#: own ``next_due``, and a turn suspending here (which may have stored a new one) brings the next
+#: poll to ``poll_interval`` after the last, as on a store that does not push. The poll only backs
 #: these up: an idle process need not run it 20 times a second.
 PUSHED_POLL_INTERVAL = 1.0
 
@@ -202,11 +202,15 @@ class LocalRuntime:
 
     async def _turn(self, claim: Claim, state: RunState | None) -> None:
         run_id = claim.fence.run_id
+        # Whether the turn may have left something for the loop's next poll: True unless the run
+        # ended (completed, failed, cancelled) or its lease was lost, which stores no due time
+        # and leaves nothing due (no run waits on another).
+        suspended = True
         try:
             if state is None:
                 state = await claim.load_state(self.store)
             self.turns += 1
-            await execute_turn(self.store, claim, state)
+            suspended = await execute_turn(self.store, claim, state)
         except asyncio.CancelledError:
             try:
                 await asyncio.shield(self.store.release(claim.fence, now=_clock.now()))
@@ -228,12 +232,14 @@ class LocalRuntime:
             event = self._changed.pop(run_id, None)
             if event is not None:
                 event.set()
-            # A wake-up that arrived during the turn left the run due again; capacity freed too.
-            # A store that notifies reports the former itself (the turn's end sends NOTIFY), so
-            # then only a turn that frees capacity the loop was short of needs to wake it.
-            if self._unsubscribe is None or self.free_permits <= 0:
+            # A wake-up that arrived during a suspended turn left the run due again; capacity
+            # freed too. A store that notifies reports the former itself (the turn's end sends
+            # NOTIFY), so then only a turn that frees capacity the loop was short of needs to
+            # wake it; a turn that ended the run leaves the next poll where it was (at most a
+            # poll_interval away on a store that does not notify, as for any other process's work).
+            if self.free_permits <= 0 or (suspended and self._unsubscribe is None):
                 self._wake.set()
-            else:  # it may have stored a due time that the last poll did not see
+            elif suspended:  # it may have stored a due time that the last poll did not see
                 self._ended = True
                 soon, sleep = self._polled_at + self.poll_interval, self._sleep
                 if sleep is not None and not sleep.expired() and (sleep.when() or soon) > soon:

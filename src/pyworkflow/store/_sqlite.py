@@ -129,7 +129,8 @@ SELECT MIN(t) FROM (
                    WHERE node_id IS NULL AND lease_expires_at IS NOT NULL ORDER BY lease_expires_at LIMIT 1))
 """
 SQL_NEXT_WAIT = "SELECT MIN(expires_at) FROM waits WHERE status = 'pending' AND expires_at IS NOT NULL"
-# Both in one statement (the runtime asks after every turn and every poll_interval when idle):
+# Both in one statement (the runtime asks after every turn that suspends and every poll_interval
+# when idle):
 # each scalar subquery keeps its own plan.
 SQL_NEXT_DUE = f"SELECT ({SQL_NEXT_QUEUE.strip()}), ({SQL_NEXT_WAIT})"
 # Record a step's outcome unless it already has a final one (then nothing changes: rowcount 0).

@@ -1,0 +1,94 @@
+"""When the local runtime polls its store after a turn: a turn that suspends the run may have
+stored a due time (a timer, a deadline, a retry) or left the run due again (a decision that came
+during the turn), so the loop polls at once on SQLite, which cannot notify; a turn that ends the
+run (completed, failed, cancelled) stores nothing due, so the next poll stays where it was. A
+count, not a timing: ``poll_interval`` is long here, so every poll counted was a wake-up."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+import pyworkflow
+from pyworkflow import _api, hook, step, workflow
+
+#: the test's hold on the step, and the step's signal that it runs (made anew for each test's
+#: event loop, see ``polls``)
+GATE = asyncio.Event()
+ENTERED = asyncio.Event()
+
+
+@step
+async def gated(i: int) -> int:
+    ENTERED.set()
+    await GATE.wait()
+    return i
+
+
+@workflow(name="tests.polls.plain")
+async def plain(i: int) -> int:
+    return await gated(i)
+
+
+@workflow(name="tests.polls.failing")
+async def failing(i: int) -> int:
+    await gated(i)
+    raise ValueError("the run fails after its step")
+
+
+@workflow(name="tests.polls.waiting")
+async def waiting(i: int) -> Any:
+    await gated(i)
+    return await hook(f"polls-{i}")
+
+
+@pytest.fixture
+async def polls(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> AsyncIterator[list[float]]:
+    global GATE, ENTERED
+    GATE, ENTERED = asyncio.Event(), asyncio.Event()
+    pyworkflow.configure(storage=f"sqlite:///{tmp_path / 'polls.db'}", poll_interval=30)
+    runtime = await _api.get_runtime()
+    calls: list[float] = []
+    poll = runtime.store.poll
+
+    async def counted(*args: Any, **kwargs: Any) -> Any:
+        calls.append(asyncio.get_running_loop().time())
+        return await poll(*args, **kwargs)
+
+    monkeypatch.setattr(runtime.store, "poll", counted)
+    try:
+        yield calls
+    finally:
+        GATE.set()
+        await pyworkflow.shutdown()
+
+
+async def polls_after_its_turn(calls: list[float], wf: Any, i: int, status: str) -> int:
+    """Start ``wf`` and hold its turn in the step until the loop has settled; count the polls
+    from letting the turn go until a moment after the run reached ``status``."""
+    GATE.clear()
+    ENTERED.clear()
+    run_id = await pyworkflow.start(wf, i)
+    await asyncio.wait_for(ENTERED.wait(), 10)
+    await asyncio.sleep(0.2)  # the start's own wake-up, if any, has been polled
+    before = len(calls)
+    GATE.set()
+    run = await pyworkflow.wait_for_run(run_id, 10, until=(status,))
+    assert run.status.value == status
+    waits = (await pyworkflow.get_store().load_state(run_id)).waits.values()
+    assert [w.kind.value for w in waits] == (["hook"] if status == "suspended" else [])
+    await asyncio.sleep(0.2)
+    return len(calls) - before
+
+
+async def test_a_turn_that_ends_the_run_does_not_wake_the_poll(polls: list[float]) -> None:
+    assert await polls_after_its_turn(polls, plain, 1, "completed") == 0
+    assert await polls_after_its_turn(polls, failing, 2, "failed") == 0
+
+
+async def test_a_turn_that_suspends_the_run_wakes_the_poll(polls: list[float]) -> None:
+    assert await polls_after_its_turn(polls, waiting, 3, "suspended") == 1
