@@ -8,13 +8,21 @@ serves Prometheus metrics.
 
 from __future__ import annotations
 
+import math
 import sys
 from typing import TYPE_CHECKING
 
 import click
 
 from ._errors import ConfigurationError
-from .runtime._celery import DEFAULT_QUEUE, DEFAULT_VISIBILITY_TIMEOUT, CeleryOptions
+from .runtime._celery import (
+    DEFAULT_DISPATCH_GRACE,
+    DEFAULT_QUEUE,
+    DEFAULT_VISIBILITY_TIMEOUT,
+    MAX_DISPATCH_GRACE,
+    MIN_DISPATCH_GRACE,
+    CeleryOptions,
+)
 
 if TYPE_CHECKING:  # the worker module imports Celery; load it only when a command runs
     from .runtime._celery_worker import WorkerSettings
@@ -30,6 +38,7 @@ def _settings(
     sweep_interval: float,
     imports: tuple[str, ...],
     retention: float | None = None,
+    dispatch_grace: float = DEFAULT_DISPATCH_GRACE,
 ) -> WorkerSettings:
     from .runtime._celery_worker import WorkerSettings
 
@@ -42,6 +51,7 @@ def _settings(
         lease_ttl=lease_ttl,
         max_crashes=max_crashes,
         sweep_interval=sweep_interval,
+        dispatch_grace=dispatch_grace,
         imports=imports,
         retention=retention,
     )
@@ -67,6 +77,15 @@ def _age(value: str | None) -> float | None:
         return parse_age(value, what="--retention")
     except ConfigurationError as exc:
         raise click.BadParameter(str(exc)) from None
+
+
+def _finite(value: float) -> float:
+    """A --dispatch-grace: click's FloatRange lets NaN through."""
+    if not math.isfinite(value):
+        raise click.BadParameter(
+            f"{value} is not in the range {MIN_DISPATCH_GRACE}<=x<={MAX_DISPATCH_GRACE}."
+        )
+    return value
 
 
 _common = [
@@ -95,6 +114,16 @@ _common = [
         help="Turns a run may lose to dead workers before it is failed.",
     ),
     click.option("--sweep-interval", type=float, default=1.0, show_default=True),
+    click.option(
+        "--dispatch-grace",
+        type=click.FloatRange(min=MIN_DISPATCH_GRACE, max=MAX_DISPATCH_GRACE),
+        callback=lambda _ctx, _param, value: _finite(value),
+        envvar="PYWORKFLOW_DISPATCH_GRACE",
+        default=DEFAULT_DISPATCH_GRACE,
+        show_default=True,
+        help="Seconds a due run may wait for its turn's message before the sweeper publishes it "
+        "again (a message lost between the database and the broker) [$PYWORKFLOW_DISPATCH_GRACE].",
+    ),
     click.option(
         "--retention",
         envvar="PYWORKFLOW_RETENTION",
@@ -164,6 +193,7 @@ def worker(
     lease_ttl: float,
     max_crashes: int,
     sweep_interval: float,
+    dispatch_grace: float,
     retention: float | None,
     imports: tuple[str, ...],
     concurrency: int | None,
@@ -180,7 +210,7 @@ def worker(
 
     _logging(loglevel, log_format)
     settings = _settings(storage, broker, queue, visibility_timeout, lease_ttl, max_crashes,
-                         sweep_interval, imports, retention)  # fmt: skip
+                         sweep_interval, imports, retention, dispatch_grace)  # fmt: skip
     run_worker(settings, concurrency=concurrency, pool=pool, sweeper=sweeper, loglevel=loglevel,
                hostname=hostname, metrics_port=metrics_port, metrics_host=metrics_host)  # fmt: skip
 
@@ -204,6 +234,7 @@ def sweeper(
     lease_ttl: float,
     max_crashes: int,
     sweep_interval: float,
+    dispatch_grace: float,
     retention: float | None,
     imports: tuple[str, ...],
     loglevel: str,
@@ -215,7 +246,7 @@ def sweeper(
 
     _logging(loglevel, log_format)
     settings = _settings(storage, broker, queue, visibility_timeout, lease_ttl, max_crashes,
-                         sweep_interval, imports, retention)  # fmt: skip
+                         sweep_interval, imports, retention, dispatch_grace)  # fmt: skip
     try:
         run_sweeper(settings)
     except KeyboardInterrupt:

@@ -37,6 +37,10 @@ from charness import Cluster  # noqa: E402 - needs CELERY_TESTS on sys.path
 #: The crash points a Celery worker passes (a run is created and a hook resumed by clients).
 WORKER_POINTS = tuple(p for p in POINTS if p not in ("after_run_created", "after_hook_resumed"))
 IMPORT = ("-I", "tests.reliability.workload")
+#: A driver that dies between a decision's commit and its publish leaves the run due with no
+#: message: the sweeper publishes it after the dispatch grace (30 s by default; 3 here, as the
+#: lease is 3 s instead of 30), the recovery a driver trial checks.
+GRACE = ("--dispatch-grace", "3")
 
 
 def _purge(broker: str, queue: str) -> None:
@@ -62,7 +66,7 @@ class _Workers:
 
     def start(self, crash_at: str | None = None) -> subprocess.Popen[bytes]:
         extra = {"PYWORKFLOW_CRASH_AT": crash_at} if crash_at else {}
-        return self.cluster.start_worker(concurrency=4, extra_env=extra, args=IMPORT)
+        return self.cluster.start_worker(concurrency=4, extra_env=extra, args=(*IMPORT, *GRACE))
 
     def reap(self, killed: set[int]) -> int:
         """Account for dead workers (crash point or kill) and replace them; how many died."""

@@ -5,10 +5,13 @@ from __future__ import annotations
 
 import os
 
+import pytest
 from click.testing import CliRunner
 
 from pyworkflow.cli import main
-from pyworkflow.runtime._celery_worker import default_concurrency
+from pyworkflow.runtime import _celery_worker
+from pyworkflow.runtime._celery import DEFAULT_DISPATCH_GRACE
+from pyworkflow.runtime._celery_worker import default_concurrency, settings_from_environment
 
 
 def test_concurrency_defaults_suit_the_pool() -> None:
@@ -31,3 +34,44 @@ def test_bad_concurrency_and_pool_are_refused_with_one_message() -> None:
         result = runner.invoke(main, ["worker", "--storage", "postgresql://nowhere/x", *args])
         assert result.exit_code == 2, (args, result.output)
         assert fragment in result.output, (args, result.output)
+
+
+def test_the_dispatch_grace_is_set_by_option_or_environment_and_bad_values_are_refused(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """``--dispatch-grace`` (``$PYWORKFLOW_DISPATCH_GRACE``): how long a due run may wait for its
+    turn's message before the sweeper publishes it again. Refused, on both commands and in the
+    environment of a plain Celery worker, unless it is a number of seconds from 1 to a day."""
+    runner = CliRunner()
+    for command in ("worker", "sweeper"):
+        for value, fragment in (
+            ("0", "0.0 is not in the range"),
+            ("-5", "-5.0 is not in the range"),
+            ("nan", "nan is not in the range 1.0<=x<=86400.0"),
+            ("soon", "'soon' is not a valid float"),
+            ("100000", "100000.0 is not in the range"),
+        ):
+            args = [command, "--storage", "postgresql://nowhere/x", "--dispatch-grace", value]
+            result = runner.invoke(main, args)
+            assert result.exit_code == 2, (command, value, result.output)
+            assert fragment in result.output, (command, value, result.output)
+    monkeypatch.setenv("PYWORKFLOW_STORAGE", "postgresql://nowhere/x")
+    assert settings_from_environment().dispatch_grace == DEFAULT_DISPATCH_GRACE == 30.0
+    monkeypatch.setenv("PYWORKFLOW_DISPATCH_GRACE", "3")
+    assert settings_from_environment().dispatch_grace == 3.0
+    for bad in ("0", "soon", "nan", "inf", "-1"):
+        monkeypatch.setenv("PYWORKFLOW_DISPATCH_GRACE", bad)
+        with pytest.raises(RuntimeError, match="PYWORKFLOW_DISPATCH_GRACE must be a number of seconds"):
+            settings_from_environment()
+
+
+def test_the_dispatch_grace_reaches_the_sweeper(monkeypatch: pytest.MonkeyPatch) -> None:
+    seen: list[float] = []
+    monkeypatch.setattr(_celery_worker, "run_sweeper", lambda settings: seen.append(settings.dispatch_grace))
+    args = ["sweeper", "--storage", "postgresql://nowhere/x", "--dispatch-grace", "2.5"]
+    result = CliRunner().invoke(main, args)
+    assert result.exit_code == 0, result.output
+    monkeypatch.setenv("PYWORKFLOW_DISPATCH_GRACE", "7")
+    result = CliRunner().invoke(main, ["sweeper", "--storage", "postgresql://nowhere/x"])
+    assert result.exit_code == 0, result.output
+    assert seen == [2.5, 7.0]

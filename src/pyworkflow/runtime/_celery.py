@@ -41,6 +41,12 @@ DEFAULT_QUEUE = "pyworkflow"
 #: Redis/SQS redeliver an unacknowledged message after this long: keep it longer than your
 #: longest step (a redelivery is harmless, but wasted). One hour by default, like Celery's.
 DEFAULT_VISIBILITY_TIMEOUT = 3600.0
+#: A due run the sweeper finds unclaimed this long after it became due, with no message in the
+#: broker's queue standing for it, is published again (its message was lost between the commit
+#: and the broker: a process that died there). Lost messages are rare, and a short grace only
+#: costs duplicate turns (fenced, so harmless) while workers are slow to take a backlog.
+DEFAULT_DISPATCH_GRACE = 30.0
+MIN_DISPATCH_GRACE, MAX_DISPATCH_GRACE = 1.0, 86_400.0
 TURN_TASK = "pyworkflow.turn"
 
 

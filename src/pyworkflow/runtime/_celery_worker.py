@@ -26,7 +26,18 @@ from .. import _clock, _tracing
 from .._crashpoints import crashpoint
 from .._engine import execute_turn
 from ..store import Purger, metrics, open_store, parse_age, tracing
-from ._celery import TURN_TASK, CeleryOptions, CeleryStore, QueueDepth, celery_store, dispatch, make_app
+from ._celery import (
+    DEFAULT_DISPATCH_GRACE,
+    MAX_DISPATCH_GRACE,
+    MIN_DISPATCH_GRACE,
+    TURN_TASK,
+    CeleryOptions,
+    CeleryStore,
+    QueueDepth,
+    celery_store,
+    dispatch,
+    make_app,
+)
 from ._local import _dead_local_owners, owner_id
 
 #: A due queue row as ``ready_runs`` lists it: (run id, epoch, due time).
@@ -46,7 +57,7 @@ class WorkerSettings:
     sweep_interval: float = 1.0
     #: an unleased due row is re-published only after it waited this long for its message (lost
     #: messages are rare; a backlog of queued messages must not be published again)
-    dispatch_grace: float = 30.0
+    dispatch_grace: float = DEFAULT_DISPATCH_GRACE
     imports: Sequence[str] = field(default_factory=tuple)
     #: seconds after which the sweeper purges finished runs (``--retention``); None: kept
     retention: float | None = None
@@ -288,9 +299,26 @@ def settings_from_environment() -> WorkerSettings:
         celery=CeleryOptions.from_extra({"queue": os.environ.get("PYWORKFLOW_QUEUE")}),
         lease_ttl=float(os.environ.get("PYWORKFLOW_LEASE_TTL", "30")),
         max_crashes=int(os.environ.get("PYWORKFLOW_MAX_CRASHES", "5")),
+        dispatch_grace=dispatch_grace(os.environ.get("PYWORKFLOW_DISPATCH_GRACE", "")),
         imports=imports,
         retention=parse_age(kept, what="PYWORKFLOW_RETENTION") if kept else None,
     )
+
+
+def dispatch_grace(text: str) -> float:
+    """``$PYWORKFLOW_DISPATCH_GRACE`` (seconds; empty: the default), checked as ``--dispatch-grace``."""
+    if not text.strip():
+        return DEFAULT_DISPATCH_GRACE
+    try:
+        seconds = float(text)
+    except ValueError:
+        seconds = float("nan")
+    if not MIN_DISPATCH_GRACE <= seconds <= MAX_DISPATCH_GRACE:  # NaN fails too
+        raise RuntimeError(
+            f"PYWORKFLOW_DISPATCH_GRACE must be a number of seconds from {MIN_DISPATCH_GRACE:g} to "
+            f"{MAX_DISPATCH_GRACE:g}, not {text!r}"
+        )
+    return seconds
 
 
 def current_worker() -> Worker:
