@@ -8,8 +8,10 @@ serves Prometheus metrics.
 
 from __future__ import annotations
 
+import contextlib
 import math
 import sys
+from collections.abc import Iterator
 from typing import TYPE_CHECKING
 
 import click
@@ -79,6 +81,13 @@ def _age(value: str | None) -> float | None:
         raise click.BadParameter(str(exc)) from None
 
 
+def _seconds(value: float) -> float:
+    """A duration option: a positive, finite number of seconds (as ``configure`` asks)."""
+    if not 0 < value < math.inf:  # NaN fails too
+        raise click.BadParameter(f"{value} is not a positive number of seconds.")
+    return value
+
+
 def _finite(value: float) -> float:
     """A --dispatch-grace: click's FloatRange lets NaN through."""
     if not math.isfinite(value):
@@ -101,19 +110,33 @@ _common = [
     click.option(
         "--visibility-timeout",
         type=float,
+        callback=lambda _ctx, _param, value: _seconds(value),
         default=DEFAULT_VISIBILITY_TIMEOUT,
         show_default=True,
         help="Seconds before Redis redelivers an unacknowledged turn; longer than your longest step.",
     ),
-    click.option("--lease-ttl", type=float, default=30.0, show_default=True, help="Turn lease, heartbeated."),
+    click.option(
+        "--lease-ttl",
+        type=float,
+        callback=lambda _ctx, _param, value: _seconds(value),
+        default=30.0,
+        show_default=True,
+        help="Turn lease, heartbeated.",
+    ),
     click.option(
         "--max-crashes",
-        type=int,
+        type=click.IntRange(min=1),
         default=5,
         show_default=True,
         help="Turns a run may lose to dead workers before it is failed.",
     ),
-    click.option("--sweep-interval", type=float, default=1.0, show_default=True),
+    click.option(
+        "--sweep-interval",
+        type=float,
+        callback=lambda _ctx, _param, value: _seconds(value),
+        default=1.0,
+        show_default=True,
+    ),
     click.option(
         "--dispatch-grace",
         type=click.FloatRange(min=MIN_DISPATCH_GRACE, max=MAX_DISPATCH_GRACE),
@@ -211,8 +234,9 @@ def worker(
     _logging(loglevel, log_format)
     settings = _settings(storage, broker, queue, visibility_timeout, lease_ttl, max_crashes,
                          sweep_interval, imports, retention, dispatch_grace)  # fmt: skip
-    run_worker(settings, concurrency=concurrency, pool=pool, sweeper=sweeper, loglevel=loglevel,
-               hostname=hostname, metrics_port=metrics_port, metrics_host=metrics_host)  # fmt: skip
+    with _one_line():
+        run_worker(settings, concurrency=concurrency, pool=pool, sweeper=sweeper, loglevel=loglevel,
+                   hostname=hostname, metrics_port=metrics_port, metrics_host=metrics_host)  # fmt: skip
 
 
 @main.command()
@@ -248,9 +272,25 @@ def sweeper(
     settings = _settings(storage, broker, queue, visibility_timeout, lease_ttl, max_crashes,
                          sweep_interval, imports, retention, dispatch_grace)  # fmt: skip
     try:
-        run_sweeper(settings)
+        with _one_line():
+            run_sweeper(settings)
     except KeyboardInterrupt:
         sys.exit(0)
+
+
+@contextlib.contextmanager
+def _one_line() -> Iterator[None]:
+    """A setting the store refuses, or a database that cannot be reached, ends the command with one
+    line (exit 2 and 1) instead of a traceback."""
+    import psycopg
+
+    try:
+        yield
+    except ConfigurationError as exc:
+        raise click.UsageError(str(exc)) from None
+    except psycopg.OperationalError as exc:
+        first = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
+        raise click.ClickException(f"cannot use the database: {first}") from None
 
 
 def _logging(level: str, fmt: str) -> None:

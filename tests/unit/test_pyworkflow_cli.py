@@ -75,3 +75,33 @@ def test_the_dispatch_grace_reaches_the_sweeper(monkeypatch: pytest.MonkeyPatch)
     result = CliRunner().invoke(main, ["sweeper", "--storage", "postgresql://nowhere/x"])
     assert result.exit_code == 0, result.output
     assert seen == [2.5, 7.0]
+
+
+def test_bad_durations_and_crash_limits_are_refused_on_both_commands() -> None:
+    """As ``configure`` refuses them: a lease, a sweep interval or a visibility timeout that is not
+    a positive, finite number of seconds, and a crash limit under 1."""
+    runner = CliRunner()
+    for command in ("worker", "sweeper"):
+        for option, value, fragment in (
+            ("--lease-ttl", "0", "0.0 is not a positive number of seconds"),
+            ("--lease-ttl", "-1", "-1.0 is not a positive number of seconds"),
+            ("--lease-ttl", "nan", "nan is not a positive number of seconds"),
+            ("--lease-ttl", "inf", "inf is not a positive number of seconds"),
+            ("--sweep-interval", "0", "0.0 is not a positive number of seconds"),
+            ("--sweep-interval", "nan", "nan is not a positive number of seconds"),
+            ("--visibility-timeout", "-5", "-5.0 is not a positive number of seconds"),
+            ("--max-crashes", "0", "0 is not in the range x>=1"),
+            ("--max-crashes", "-3", "-3 is not in the range x>=1"),
+        ):
+            result = runner.invoke(main, [command, "--storage", "postgresql://nowhere/x", option, value])
+            assert result.exit_code == 2, (command, option, value, result.output)
+            assert fragment in result.output, (command, option, value, result.output)
+
+
+def test_a_database_that_cannot_be_reached_is_one_line() -> None:
+    """Nothing listens on port 1: the sweeper (and a worker, which starts one) ends with one line
+    and exit code 1, not a traceback."""
+    result = CliRunner().invoke(main, ["sweeper", "--storage", "postgresql://127.0.0.1:1/x"])
+    assert result.exit_code == 1, result.output
+    assert result.output.startswith("Error: cannot use the database: "), result.output
+    assert len(result.output.strip().splitlines()) == 1 and "Traceback" not in result.output, result.output
