@@ -11,7 +11,7 @@ from __future__ import annotations
 import contextlib
 import math
 import sys
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING
 
 import click
@@ -88,6 +88,13 @@ def _seconds(value: float) -> float:
     return value
 
 
+def _duration(name: str, default: float, help: str) -> Callable[[click.decorators.FC], click.decorators.FC]:
+    return click.option(
+        name, type=float, callback=lambda _ctx, _param, value: _seconds(value), default=default,
+        show_default=True, help=help,
+    )  # fmt: skip
+
+
 def _finite(value: float) -> float:
     """A --dispatch-grace: click's FloatRange lets NaN through."""
     if not math.isfinite(value):
@@ -107,22 +114,12 @@ _common = [
     ),
     click.option("--broker", envvar="CELERY_BROKER_URL", default=None, help="[$CELERY_BROKER_URL]"),
     click.option("--queue", default=DEFAULT_QUEUE, show_default=True, help="Celery queue of turns."),
-    click.option(
+    _duration(
         "--visibility-timeout",
-        type=float,
-        callback=lambda _ctx, _param, value: _seconds(value),
-        default=DEFAULT_VISIBILITY_TIMEOUT,
-        show_default=True,
-        help="Seconds before Redis redelivers an unacknowledged turn; longer than your longest step.",
+        DEFAULT_VISIBILITY_TIMEOUT,
+        "Seconds before Redis redelivers an unacknowledged turn; longer than your longest step.",
     ),
-    click.option(
-        "--lease-ttl",
-        type=float,
-        callback=lambda _ctx, _param, value: _seconds(value),
-        default=30.0,
-        show_default=True,
-        help="Turn lease, heartbeated.",
-    ),
+    _duration("--lease-ttl", 30.0, "Turn lease, heartbeated."),
     click.option(
         "--max-crashes",
         type=click.IntRange(min=1),
@@ -130,13 +127,7 @@ _common = [
         show_default=True,
         help="Turns a run may lose to dead workers before it is failed.",
     ),
-    click.option(
-        "--sweep-interval",
-        type=float,
-        callback=lambda _ctx, _param, value: _seconds(value),
-        default=1.0,
-        show_default=True,
-    ),
+    _duration("--sweep-interval", 1.0, "Seconds between the sweeper's passes, at most."),
     click.option(
         "--dispatch-grace",
         type=click.FloatRange(min=MIN_DISPATCH_GRACE, max=MAX_DISPATCH_GRACE),
