@@ -61,8 +61,27 @@ def test_the_dispatch_grace_is_set_by_option_or_environment_and_bad_values_are_r
     assert settings_from_environment().dispatch_grace == 3.0
     for bad in ("0", "soon", "nan", "inf", "-1"):
         monkeypatch.setenv("PYWORKFLOW_DISPATCH_GRACE", bad)
-        with pytest.raises(RuntimeError, match="PYWORKFLOW_DISPATCH_GRACE must be a number of seconds"):
+        with pytest.raises(
+            RuntimeError, match="PYWORKFLOW_DISPATCH_GRACE must be a number of seconds from 1 to"
+        ):
             settings_from_environment()
+    monkeypatch.delenv("PYWORKFLOW_DISPATCH_GRACE")
+    # The plain Celery worker's other numbers are checked the same way.
+    monkeypatch.setenv("PYWORKFLOW_LEASE_TTL", "12.5")
+    monkeypatch.setenv("PYWORKFLOW_MAX_CRASHES", "2")
+    settings = settings_from_environment()
+    assert (settings.lease_ttl, settings.max_crashes) == (12.5, 2)
+    for name, bad, what in (
+        ("PYWORKFLOW_LEASE_TTL", "nan", "a positive number of seconds"),
+        ("PYWORKFLOW_LEASE_TTL", "-3", "a positive number of seconds"),
+        ("PYWORKFLOW_LEASE_TTL", "long", "a positive number of seconds"),
+        ("PYWORKFLOW_MAX_CRASHES", "0", "a whole number of at least 1"),
+        ("PYWORKFLOW_MAX_CRASHES", "2.5", "a whole number of at least 1"),
+    ):
+        monkeypatch.setenv(name, bad)
+        with pytest.raises(RuntimeError, match=f"{name} must be {what}, not '{bad}'"):
+            settings_from_environment()
+        monkeypatch.delenv(name)
 
 
 def test_the_dispatch_grace_reaches_the_sweeper(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -14,9 +14,10 @@ import asyncio
 import contextlib
 import importlib
 import logging
+import math
 import os
 import threading
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -297,28 +298,39 @@ def settings_from_environment() -> WorkerSettings:
     return WorkerSettings(
         storage=storage,
         celery=CeleryOptions.from_extra({"queue": os.environ.get("PYWORKFLOW_QUEUE")}),
-        lease_ttl=float(os.environ.get("PYWORKFLOW_LEASE_TTL", "30")),
-        max_crashes=int(os.environ.get("PYWORKFLOW_MAX_CRASHES", "5")),
-        dispatch_grace=dispatch_grace(os.environ.get("PYWORKFLOW_DISPATCH_GRACE", "")),
+        lease_ttl=_env(
+            "PYWORKFLOW_LEASE_TTL", 30.0, float, lambda v: 0 < v < math.inf, "a positive number of seconds"
+        ),
+        max_crashes=int(
+            _env("PYWORKFLOW_MAX_CRASHES", 5, int, lambda v: v >= 1, "a whole number of at least 1")
+        ),
+        dispatch_grace=_env(
+            "PYWORKFLOW_DISPATCH_GRACE",
+            DEFAULT_DISPATCH_GRACE,
+            float,
+            lambda v: MIN_DISPATCH_GRACE <= v <= MAX_DISPATCH_GRACE,
+            f"a number of seconds from {MIN_DISPATCH_GRACE:g} to {MAX_DISPATCH_GRACE:g}",
+        ),
         imports=imports,
         retention=parse_age(kept, what="PYWORKFLOW_RETENTION") if kept else None,
     )
 
 
-def dispatch_grace(text: str) -> float:
-    """``$PYWORKFLOW_DISPATCH_GRACE`` (seconds; empty: the default), checked as ``--dispatch-grace``."""
-    if not text.strip():
-        return DEFAULT_DISPATCH_GRACE
+def _env(
+    name: str, default: float, parse: Callable[[str], float], ok: Callable[[float], bool], what: str
+) -> float:
+    """A number from the environment (unset or empty: ``default``), refused unless ``ok``, as the
+    ``pyworkflow worker`` option of the same setting refuses it."""
+    text = os.environ.get(name, "").strip()
+    if not text:
+        return default
     try:
-        seconds = float(text)
+        value = parse(text)
     except ValueError:
-        seconds = float("nan")
-    if not MIN_DISPATCH_GRACE <= seconds <= MAX_DISPATCH_GRACE:  # NaN fails too
-        raise RuntimeError(
-            f"PYWORKFLOW_DISPATCH_GRACE must be a number of seconds from {MIN_DISPATCH_GRACE:g} to "
-            f"{MAX_DISPATCH_GRACE:g}, not {text!r}"
-        )
-    return seconds
+        value = math.nan
+    if not ok(value):  # NaN fails every test
+        raise RuntimeError(f"{name} must be {what}, not {text!r}")
+    return value
 
 
 def current_worker() -> Worker:
