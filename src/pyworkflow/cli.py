@@ -271,15 +271,16 @@ def sweeper(
 
 @contextlib.contextmanager
 def _one_line() -> Iterator[None]:
-    """A setting the store refuses, or a database that cannot be reached, ends the command with one
-    line (exit 2 and 1) instead of a traceback."""
-    import psycopg
-
+    """A setting the store refuses (the postgres extra missing included), or a database that cannot
+    be reached, ends the command with one line (exit 2 and 1) instead of a traceback."""
     try:
         yield
     except ConfigurationError as exc:
         raise click.UsageError(str(exc)) from None
-    except psycopg.OperationalError as exc:
+    except Exception as exc:
+        psycopg = sys.modules.get("psycopg")  # imported if it raised this; not imported here
+        if psycopg is None or not isinstance(exc, psycopg.OperationalError):
+            raise
         first = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
         raise click.ClickException(f"cannot use the database: {first}") from None
 

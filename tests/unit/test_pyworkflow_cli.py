@@ -4,6 +4,7 @@ before anything starts."""
 from __future__ import annotations
 
 import os
+import sys
 
 import pytest
 from click.testing import CliRunner
@@ -124,3 +125,17 @@ def test_a_database_that_cannot_be_reached_is_one_line() -> None:
     assert result.exit_code == 1, result.output
     assert result.output.startswith("Error: cannot use the database: "), result.output
     assert len(result.output.strip().splitlines()) == 1 and "Traceback" not in result.output, result.output
+
+
+def test_without_the_postgres_extra_the_sweeper_says_so_in_one_line(monkeypatch: pytest.MonkeyPatch) -> None:
+    """psycopg cannot be imported (as without the ``postgres`` extra): the store's own message,
+    one line, exit 2; the command's error handling imports nothing of its own."""
+    for name in [
+        m for m in sys.modules if m == "psycopg" or m.startswith(("psycopg.", "pyworkflow.store._p"))
+    ]:
+        monkeypatch.delitem(sys.modules, name)
+    monkeypatch.setitem(sys.modules, "psycopg", None)  # import psycopg raises ImportError
+    result = CliRunner().invoke(main, ["sweeper", "--storage", "postgresql://127.0.0.1:1/x"])
+    assert result.exit_code == 2, result.output
+    assert "PostgreSQL storage needs the postgres extra" in result.output, result.output
+    assert "Traceback" not in result.output, result.output
