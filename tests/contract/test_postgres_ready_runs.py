@@ -69,10 +69,13 @@ async def test_ready_rows_are_the_earliest_due_and_the_runs_out_leases(pg_store:
     assert await pg_store.count_ready(now=T0 + 2, limit=100) == 3  # the lapsed lease, T0 + 1, T0 + 2
 
 
-async def test_the_next_deadline_is_the_earliest_pending_one(pg_store: PostgresStore) -> None:
-    """``next_deadline``: the sweeper's wake-up for deadlines, apart from the queue's due rows
-    (``next_due`` is the earliest of both); an expired wait's deadline no longer counts."""
-    assert await pg_store.next_deadline() is None
+async def test_the_next_wake_is_the_next_due_time_and_the_earliest_pending_deadline(
+    pg_store: PostgresStore,
+) -> None:
+    """``next_wake``: the sweeper's wake-up in one read, the store's ``next_due`` (the earliest of
+    deadlines, queue rows and leases) and the earliest deadline alone, apart from the queue's due
+    rows; an expired wait's deadline no longer counts."""
+    assert await pg_store.next_wake() == (None, None)
     for expires_at in (T0 + 50, T0 + 20):
         run_id = secrets.token_hex(8)
         claim = await pg_store.create_run(
@@ -81,9 +84,11 @@ async def test_the_next_deadline_is_the_earliest_pending_one(pg_store: PostgresS
         assert claim is not None
         await pg_store.create_wait(claim.fence, _timer(expires_at), now=T0)
         await pg_store.suspend_run(claim.fence, notified=[], delivered={}, now=T0)
+    assert await pg_store.next_wake() == (T0 + 20, T0 + 20)
     backlog = secrets.token_hex(8)
     await pg_store.create_run(backlog, "wf", b'{"args":[]}', now=T0 - 5, lease_owner=None, lease_ttl=TTL)
-    assert await pg_store.next_deadline() == T0 + 20
-    assert await pg_store.next_due() == T0 - 5  # the queued run, due before any deadline
+    # The queued run is due before any deadline; the deadline is read apart from it.
+    assert await pg_store.next_wake() == (T0 - 5, T0 + 20)
+    assert await pg_store.next_due() == T0 - 5
     assert await pg_store.expire_due_waits(now=T0 + 20) == 1
-    assert await pg_store.next_deadline() == T0 + 50
+    assert await pg_store.next_wake() == (T0 - 5, T0 + 50)

@@ -15,7 +15,7 @@ import psycopg
 import pytest
 
 from pyworkflow.store import SQLiteStore, open_store
-from pyworkflow.store._pg_sql import SQL_COUNT_READY, SQL_NEXT_DEADLINE, SQL_READY_IDS
+from pyworkflow.store._pg_sql import SQL_COUNT_READY, SQL_NEXT_WAKE, SQL_READY_IDS
 from pyworkflow.store._sqlite import SQL_NEXT_DUE, SQL_NEXT_QUEUE, SQL_READY
 
 #: The two queue lookups of pyworkflow_next_due (migration postgres 0013).
@@ -108,13 +108,13 @@ def test_postgresql_reads_the_next_due_queue_row_through_indexes(pg_database: st
         (body,) = conn.execute("SELECT prosrc FROM pg_proc WHERE proname = 'pyworkflow_next_due'").fetchone()
         for sql in PG_QUEUE_LOOKUPS:  # the function runs exactly these lookups
             assert " ".join(sql.split()) in " ".join(body.split()), body
-        # The Celery sweeper's next deadline, a plain statement (no settings pinned): the first
-        # entry of waits_due, not a read of every pending wait.
+        # The Celery sweeper's wake-up, a plain statement (no settings pinned): the next due time
+        # and the next deadline, the first entry of waits_due, not a read of every pending wait.
         conn.execute("SET plan_cache_mode = force_generic_plan")
-        conn.execute(f"PREPARE next_deadline AS {SQL_NEXT_DEADLINE}")
-        plan = "\n".join(str(r[0]) for r in conn.execute("EXPLAIN EXECUTE next_deadline"))
+        conn.execute(f"PREPARE next_wake AS {SQL_NEXT_WAKE}")
+        plan = "\n".join(str(r[0]) for r in conn.execute("EXPLAIN EXECUTE next_wake"))
         assert "waits_due" in plan and "Limit" in plan and "Seq Scan" not in plan, plan
-        assert conn.execute("EXECUTE next_deadline").fetchone() == (1e9 + 1,)
+        assert conn.execute("EXECUTE next_wake").fetchone() == (1501, 1e9 + 1)
 
 
 @pytest.mark.postgres

@@ -276,9 +276,8 @@ class Sweeper:
             self._recent = {k: v for k, v in self._recent.items() if now - v <= s.lease_ttl}
         if self.purger is not None:
             await self.purger.tick()
-        return next_sweep_in(
-            await store.next_due(), await store.next_deadline(), _clock.now(), s.sweep_interval
-        )
+        due, deadline = await store.next_wake()
+        return next_sweep_in(due, deadline, _clock.now(), s.sweep_interval)
 
 
 # -- the process's worker, and the Celery app a worker runs -------------------------------------

@@ -1,6 +1,6 @@
 """What the Celery runtime needs of the PostgreSQL store beyond the ``Store`` protocol
 (``runtime._celery.CeleryStore``): a turn message's claim of its own run, and the sweeper's reads
-(the rows it may publish, how many are due, the next deadline). A base of :class:`PostgresStore`,
+(the rows it may publish, how many are due, when to wake). A base of :class:`PostgresStore`,
 whose one-statement ``_fetch`` they run on."""
 
 from __future__ import annotations
@@ -8,8 +8,8 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from ._group_commit import Rows
-from ._pg_sql import SQL_COUNT_READY, SQL_FN_CLAIM_WITH_STATES, SQL_NEXT_DEADLINE, SQL_READY_IDS
-from ._pg_tx import _claims_with_states, _first_float
+from ._pg_sql import SQL_COUNT_READY, SQL_FN_CLAIM_WITH_STATES, SQL_NEXT_WAKE, SQL_READY_IDS
+from ._pg_tx import _claims_with_states
 from ._protocol import Claim
 
 
@@ -49,6 +49,10 @@ class CeleryQueue:
         """How many runs a claim would take now (as :meth:`has_ready`), counted up to ``limit``."""
         return int((await self._fetch(SQL_COUNT_READY, {"now": now, "limit": max(limit, 0)}))[0][0])
 
-    async def next_deadline(self) -> float | None:
-        """The earliest deadline of a pending wait: the Celery sweeper's (not the ``Store`` protocol's)."""
-        return _first_float(await self._fetch(SQL_NEXT_DEADLINE, None))
+    async def next_wake(self) -> tuple[float | None, float | None]:
+        """The Celery sweeper's wake-up, in one round trip: :meth:`~pyworkflow.store.Store.next_due`
+        (deadlines, queue rows and leases) and the earliest deadline of a pending wait alone (the
+        sweeper wakes for it even behind a backlog of due queue rows). Not the ``Store`` protocol's."""
+        rows = await self._fetch(SQL_NEXT_WAKE, None)
+        due, deadline = rows[0] if rows else (None, None)
+        return (None if due is None else float(due), None if deadline is None else float(deadline))
