@@ -107,11 +107,27 @@ async def axe_violations(page: Page) -> list[str]:
     return out
 
 
+async def in_order(page: Page, *selectors: str) -> list[str]:
+    """``selectors`` (each matching one element on the page) sorted by where their elements
+    stand in the document, first to last: what a reader scrolling down meets first."""
+    order: list[str] = await page.evaluate(
+        """(selectors) => selectors
+            .map((s) => [s, document.querySelector(s)])
+            .map(([s, el]) => { if (!el) throw new Error("nothing matches " + s); return [s, el]; })
+            .sort(([, a], [, b]) =>
+                (a.compareDocumentPosition(b) & Node.DOCUMENT_POSITION_FOLLOWING ? -1 : 1))
+            .map(([s]) => s)""",
+        list(selectors),
+    )
+    return order
+
+
 __all__ = [
     "ARTIFACTS",
     "audit",
     "axe_violations",
     "create_token",
+    "in_order",
     "launch_browser",
     "new_page",
     "shot",

@@ -10,7 +10,7 @@ from collections.abc import Callable
 from typing import Any
 
 import pytest
-from atfg_console import audit, create_token, new_page, shot, sign_in
+from atfg_console import audit, create_token, in_order, new_page, shot, sign_in
 from atfg_harness import ServerProcess, WorkerProcess, wait_until
 from atfg_waits import only_approval, reach
 from playwright.async_api import Browser, expect
@@ -342,6 +342,9 @@ async def test_the_runs_page_lists_pyworkflow_runs_beside_traversers_and_shows_o
         await expect(wait_row).to_contain_text("step_hook")
         await expect(wait_row).to_contain_text("console_review")
         await expect(wait_row.locator(".status")).to_have_text("pending")
+        # The pending step hook leads the page, before the run's input and steps.
+        order = ["table.waits", "[data-live=io]", "table.steps"]
+        assert await in_order(page, *reversed(order)) == order
         await expect(page.locator("section.checkpoint")).to_contain_text('"outlined": "<b>release notes</b>"')
         events = page.locator("table.events")
         for event in ("run_created", "step_completed", "checkpoint_saved", "wait_created", "run_suspended"):
@@ -360,6 +363,8 @@ async def test_the_runs_page_lists_pyworkflow_runs_beside_traversers_and_shows_o
         await expect(page.locator("#run-status")).to_have_text("completed")
         await expect(page.locator("pre.result")).to_contain_text('"approved": true')
         await expect(page.locator("table.waits tbody tr").first.locator(".status")).to_have_text("received")
+        order = ["pre.result", "table.waits", "table.steps"]  # answered: the result leads
+        assert await in_order(page, *reversed(order)) == order
         await expect(page.locator("table.events")).to_contain_text("run_completed")
         await page.goto(f"{server.url}/runs/nope")
         await expect(page.locator("main")).to_contain_text("There is no run 'nope'.")

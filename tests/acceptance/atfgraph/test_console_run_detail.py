@@ -16,7 +16,7 @@ from collections.abc import Callable
 from typing import Any
 
 import pytest
-from atfg_console import audit, axe_violations, create_token, new_page, shot, sign_in
+from atfg_console import audit, axe_violations, create_token, in_order, new_page, shot, sign_in
 from atfg_harness import ServerProcess, WorkerProcess
 from atfg_waits import only_approval, reach
 from playwright.async_api import Browser, expect
@@ -47,8 +47,16 @@ async def test_a_traversers_checkpoint_history_diffs_and_safe_markdown_question(
     assert await sign_in(page, server, server.token("owner")) == 200
     await page.goto(f"{server.url}/runs/{handle.id}")
 
-    # The question: the safe subset rendered, everything else text.
+    # The question: the safe subset rendered, everything else text; it leads the page, before
+    # the run's input and steps.
     card = page.locator(f"article[data-approval-id='{approval['id']}']")
+    card_css = f"article[data-approval-id='{approval['id']}']"
+    assert await in_order(page, "table.steps", "[data-live=io]", card_css, "h1") == [
+        "h1",
+        card_css,
+        "[data-live=io]",
+        "table.steps",
+    ]
     heading = card.locator("h3.question")
     await expect(heading.locator("strong")).to_have_text("480 AUD")
     await expect(heading.locator("code")).to_have_text("QF-4417")
@@ -101,6 +109,12 @@ async def test_a_traversers_checkpoint_history_diffs_and_safe_markdown_question(
     await page.goto(f"{server.url}/runs/{handle.id}")
     await expect(page.locator("#run-status")).to_have_text("succeeded")
     await expect(page.locator(".approval-decided .question strong")).to_have_text("480 AUD")
+    # Nothing asked any more: the input and result come first, the decided approval after them.
+    assert await in_order(page, "table.steps", ".approval-decided", "pre.result") == [
+        "pre.result",
+        ".approval-decided",
+        "table.steps",
+    ]
     await expect(timeline.locator("tr", has_text="approval approved").locator("td.took")).not_to_be_empty()
     await expect(timeline.locator("tr", has_text="succeeded").locator("td.took")).not_to_be_empty()
     assert dialogs == []
