@@ -35,22 +35,13 @@ install: $(STAMP)
 run: $(RUN_STAMP)
 	$(BIN)/python -m examples.main_job --port $(PORT)
 
-## Install everything, start the local services the tests need, run the whole suite.
+## Install everything, start the local services the tests need, run the whole suite: once on
+## SQLite and, at the same time, again on PostgreSQL (scripts/test-suite.sh says what each pass
+## runs; one pass alone: scripts/test-suite.sh sqlite, or postgresql).
 test: $(STAMP)
 	bash scripts/system-deps.sh
 	bash scripts/services.sh
-	$(BIN)/python -m pytest -q --durations=15
-	# Again on PostgreSQL: the store contract, the engine's tests, and the graph server's store,
-	# identity and whole acceptance suite (real server and worker processes, the console in Chromium),
-	# and the reliability suite's tests that follow the backend setting (races, the stateful test,
-	# hostile input) but its race across two servers, which always uses PostgreSQL. (Its
-	# crash-restart, lease and soak campaigns, and the database faults, run every backend they
-	# need in the first pass; the benchmarks' smoke test runs on SQLite whatever the setting.)
-	PYWORKFLOW_TEST_STORE=postgresql $(BIN)/python -m pytest -q --durations=15 tests/contract tests/unit \
-		tests/acceptance/atfgraph --ignore=tests/unit/contrib --ignore=tests/unit/test_bench_smoke.py \
-		tests/reliability/test_races.py tests/reliability/test_state_machine.py \
-		tests/reliability/test_hostile_corpus.py \
-		--deselect tests/reliability/test_races.py::test_races_across_two_servers_sharing_postgresql
+	bash scripts/test-suite.sh
 
 ## The reliability suite's crash-restart campaigns at full size (2,000 trials per backend) and
 ## their figures; another size: make reliability RELIABILITY_ARGS="--trials 100" (or "--scale 3").
