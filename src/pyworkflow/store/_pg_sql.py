@@ -96,7 +96,7 @@ SQL_NEXT_DUE = "SELECT pyworkflow_next_due()"
 # wakes for it even behind a backlog of due queue rows, which pyworkflow_next_due returns first.
 SQL_NEXT_DEADLINE = "SELECT MIN(expires_at) FROM waits WHERE status = 'pending' AND expires_at IS NOT NULL"
 # Both in one round trip: what the Celery sweeper reads after each sweep to know how long to sleep.
-SQL_NEXT_WAKE = f"SELECT pyworkflow_next_due(), ({SQL_NEXT_DEADLINE})"
+SQL_NEXT_WAKE = f"{SQL_NEXT_DUE}, ({SQL_NEXT_DEADLINE})"
 SQL_STEP = "SELECT status FROM steps WHERE run_id = ? AND step_key = ?"
 SQL_UPSERT_STEP = """
 INSERT INTO steps (run_id, step_key, status, attempt, result, error, delivered, updated_at)
