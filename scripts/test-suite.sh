@@ -19,45 +19,57 @@
 set -u
 cd "$(dirname "$0")/.."
 PY=.venv/bin/python
-
-sqlite_pass() {
-  "$PY" -m pytest -q --durations=15 "$@"
-}
-
-postgresql_pass() {
-  PYWORKFLOW_TEST_STORE=postgresql "$PY" -m pytest -q --durations=15 "$@" \
-    tests/contract tests/unit tests/acceptance/atfgraph \
-    --ignore=tests/unit/contrib --ignore=tests/unit/test_bench_smoke.py \
-    tests/reliability/test_races.py tests/reliability/test_state_machine.py \
-    tests/reliability/test_hostile_corpus.py \
-    --deselect tests/reliability/test_races.py::test_races_across_two_servers_sharing_postgresql
-}
+# pytest, taking Ctrl-C as a KeyboardInterrupt even when started in the background (bash starts
+# background commands with SIGINT ignored, and Python then keeps it ignored): an interrupted
+# pass still runs its fixtures' teardown, which drops the databases and stops the processes its
+# tests started.
+PYTEST=("$PY" -c 'import runpy, signal, sys
+signal.signal(signal.SIGINT, signal.default_int_handler)
+sys.argv[0] = "pytest"
+runpy.run_module("pytest", run_name="__main__", alter_sys=True)')
+SQLITE_ARGS=(-q --durations=15)
+POSTGRESQL_ARGS=(-q --durations=15
+  tests/contract tests/unit tests/acceptance/atfgraph
+  --ignore=tests/unit/contrib --ignore=tests/unit/test_bench_smoke.py
+  tests/reliability/test_races.py tests/reliability/test_state_machine.py
+  tests/reliability/test_hostile_corpus.py
+  --deselect tests/reliability/test_races.py::test_races_across_two_servers_sharing_postgresql)
 
 case "${1:-both}" in
-  sqlite) sqlite_pass; exit $? ;;
-  postgresql) postgresql_pass; exit $? ;;
+  sqlite) exec "${PYTEST[@]}" "${SQLITE_ARGS[@]}" ;;
+  postgresql) PYWORKFLOW_TEST_STORE=postgresql exec "${PYTEST[@]}" "${POSTGRESQL_ARGS[@]}" ;;
   both) ;;
   *) echo "usage: $0 [sqlite|postgresql]" >&2; exit 2 ;;
 esac
 
-# Both at once: the PostgreSQL pass in the background, its output kept in a file and shown after
-# the SQLite pass's; its own temporary directory and no cache of its own (the two pytest
-# processes would write the same .pytest_cache).
+# Both at once, each in the background so that this script stays free to pass on a stop: the
+# PostgreSQL pass's output kept in a file and shown after the SQLite pass's, with its own
+# temporary directory and no cache of its own (the two would write the same .pytest_cache).
 work=$(mktemp -d "${TMPDIR:-/tmp}/pyworkflow-tests.XXXXXX")
 log="$work/postgresql.log"
-postgresql_pass -p no:cacheprovider --basetemp="$work/tmp" >"$log" 2>&1 &
+PYWORKFLOW_TEST_STORE=postgresql "${PYTEST[@]}" "${POSTGRESQL_ARGS[@]}" -p no:cacheprovider \
+  --basetemp="$work/tmp" >"$log" 2>&1 &
 pg=$!
-# Ctrl-C or a stop of this script stops the background pass too.
-trap 'kill "$pg" 2>/dev/null; wait "$pg" 2>/dev/null; rm -rf "$work"; exit 130' INT TERM
+"${PYTEST[@]}" "${SQLITE_ARGS[@]}" &
+sq=$!
+stopped() {  # both passes end as interrupted, each after its teardown
+  wait "$sq" "$pg" 2>/dev/null
+  rm -rf "$work"
+  exit "$1"
+}
+# Ctrl-C reaches both passes itself (they share the terminal's process group); a stop of this
+# script alone (TERM, HUP) is passed on to them as an interrupt.
+trap 'stopped 130' INT
+trap 'kill -INT "$sq" "$pg" 2>/dev/null; stopped 143' TERM HUP
 echo "== the suite on SQLite; the PostgreSQL pass runs at the same time (its output follows)"
-sqlite_pass
+wait "$sq"
 sqlite_status=$?
 echo
 echo "== the PostgreSQL pass (waiting for it to finish if it has not)"
 wait "$pg"
 pg_status=$?
+trap - INT TERM HUP
 cat "$log"
-trap - INT TERM
 if [ "$sqlite_status" -eq 0 ] && [ "$pg_status" -eq 0 ]; then
   rm -rf "$work"
   echo "== both passes passed"
