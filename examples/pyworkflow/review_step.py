@@ -84,7 +84,7 @@ async def publish(draft: str) -> dict[str, object]:
 
 
 async def main(db: Path) -> None:
-    pyworkflow.configure(storage=f"sqlite:///{db}")
+    pyworkflow.configure(storage=str(db))  # a bare path is taken literally
     print(f"store: {db} (SQLite, WAL, synchronous=FULL)")
     run_id = await pyworkflow.start(publish, "Durable review of a draft")
     token = await asyncio.wait_for(REVIEWER_INBOX.get(), 10)

@@ -93,7 +93,7 @@ async def support_chat(question: str) -> str:
 
 
 async def main(db: Path, answer: str) -> None:
-    pyworkflow.configure(storage=f"sqlite:///{db}")
+    pyworkflow.configure(storage=str(db))  # a bare path is taken literally
     print(f"store: {db}")
     print("visitor: Where is my order?")
     run_id = await pyworkflow.start(support_chat, "Where is my order?")

@@ -32,6 +32,7 @@ from .store import (
     open_store,
     parse_age,
     parse_storage_url,
+    sqlite_url,
     tracing,
 )
 
@@ -58,7 +59,7 @@ class Settings:
         return (
             self.storage
             or os.environ.get("PYWORKFLOW_STORAGE")
-            or f"sqlite:///{default_home() / 'pyworkflow.db'}"
+            or sqlite_url(default_home() / "pyworkflow.db")
         )
 
 

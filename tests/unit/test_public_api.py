@@ -129,6 +129,7 @@ STORE_API = [
     "refuse_newer_schema",
     "setup_logging",
     "sqlite_path",
+    "sqlite_url",
     "tracing",
     "wake_run",
     "write_checkpoint",

@@ -12,14 +12,23 @@ from click.testing import CliRunner
 
 import pyworkflow
 from pyworkflow import ConfigurationError
-from pyworkflow.store import SQLiteStore, StorageURL, open_store, parse_storage_url, redact_url, sqlite_path
+from pyworkflow.store import (
+    SQLiteStore,
+    StorageURL,
+    open_store,
+    parse_storage_url,
+    redact_url,
+    sqlite_path,
+    sqlite_url,
+)
 
 GOOD: list[tuple[str, StorageURL]] = [
     ("sqlite:///relative.db", StorageURL("sqlite", path="relative.db")),
     ("sqlite:///dir/relative.db", StorageURL("sqlite", path="dir/relative.db")),
     ("sqlite:////abs/path.db", StorageURL("sqlite", path="/abs/path.db")),
     ("sqlite:///my%20runs.db", StorageURL("sqlite", path="my runs.db")),
-    ("sqlite:///x.db?mode=ro#frag", StorageURL("sqlite", path="x.db?mode=ro#frag")),  # a file name
+    ("sqlite:///what%3F%23.db", StorageURL("sqlite", path="what?#.db")),
+    ("what?#.db", StorageURL("sqlite", path="what?#.db")),  # a bare path is taken literally
     ("sqlite:///:memory:", StorageURL("sqlite", path=":memory:")),
     ("relative.db", StorageURL("sqlite", path="relative.db")),
     ("/abs/path.db", StorageURL("sqlite", path="/abs/path.db")),
@@ -60,6 +69,10 @@ BAD: list[tuple[object, str]] = [
     ("sqlite:///", "has no path"),
     ("sqlite://x.db", "names a host ('x.db')"),
     ("sqlite://host/x.db", "names a host ('host')"),
+    ("sqlite:///x.db?synchronous=OFF", "has a query string ('?synchronous=OFF')"),
+    ("sqlite:///x.db?mode=ro#frag", "has a query string ('?mode=ro#frag')"),
+    ("sqlite:////abs/x.db?", "has a query string ('?')"),
+    ("sqlite:///x.db#frag", "has a fragment ('#frag')"),
     ("sqlite:x.db", "no '//'"),
     ("sqlite:/x.db", "no '//'"),
     ("postgresql:db.example/app", "no '//'"),
@@ -117,6 +130,44 @@ def test_sqlite_path_and_open_store_use_the_grammar(tmp_path: Path) -> None:
         assert isinstance(store, SQLiteStore) and (tmp_path / "b.db").exists()
     finally:
         store.close()
+
+
+ODD_NAMES = [
+    "/abs/x.db",
+    "rel/x y.db",
+    "/h/#work/a?b%20c.db",
+    "/tmp/ünï:code.db",
+    "C:\\runs\\x.db",
+    ":memory:",
+]
+
+
+@pytest.mark.parametrize("path", ODD_NAMES)
+def test_sqlite_url_reads_back_as_its_path(path: str) -> None:
+    url = sqlite_url(path)
+    assert url.startswith("sqlite:///") and not {"?", "#", " "} & set(url)
+    assert parse_storage_url(url) == StorageURL("sqlite", path=path)
+    assert sqlite_url(Path(path)) == url
+
+
+def test_the_default_store_and_a_stores_url_keep_a_folder_with_odd_characters(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The default (``$PYWORKFLOW_HOME/pyworkflow.db``) and a store's ``url`` are URLs built from
+    a path: a ``#``, ``?`` or ``%`` in the folder stays in the file name, not refused or decoded."""
+    home = tmp_path / "a #b?c%20d"
+    home.mkdir()
+    monkeypatch.setenv("PYWORKFLOW_HOME", str(home))
+    monkeypatch.delenv("PYWORKFLOW_STORAGE", raising=False)
+    pyworkflow.configure()
+    store = pyworkflow.get_store()
+    try:
+        assert isinstance(store, SQLiteStore)
+        assert store.db.path == str(home / "pyworkflow.db") and (home / "pyworkflow.db").exists()
+        assert sqlite_path(store.url) == store.db.path
+    finally:
+        pyworkflow.configure(storage=str(tmp_path / "other.db"))  # closes the default store
+    assert [p.name for p in tmp_path.iterdir()] == [home.name]
 
 
 def test_configure_refuses_what_the_grammar_refuses() -> None:

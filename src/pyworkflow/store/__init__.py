@@ -60,7 +60,7 @@ from ._retention import Purger, PurgeReport, count_purgeable, parse_age, purge_r
 from ._rows import check_revision, write_checkpoint
 from ._sqlite import SQLiteStore
 from ._sqlite_db import SQLiteDatabase
-from ._url import StorageURL, parse_storage_url, redact_url
+from ._url import StorageURL, parse_storage_url, redact_url, sqlite_url
 
 if TYPE_CHECKING:
     from ._pg_db import PostgresDatabase
@@ -110,6 +110,7 @@ __all__ = [
     "refuse_newer_schema",
     "setup_logging",
     "sqlite_path",
+    "sqlite_url",
     "tracing",
     "wake_run",
     "write_checkpoint",

@@ -51,6 +51,7 @@ from ._rows import (
     write_checkpoint,
 )
 from ._sqlite_db import SQLiteDatabase
+from ._url import sqlite_url
 
 log = logging.getLogger("pyworkflow.store")
 
@@ -306,7 +307,7 @@ class SQLiteStore:
             except (sqlite3.DatabaseError, OSError) as exc:
                 raise ConfigurationError(f"cannot open {path!r} as a SQLite database: {exc}") from exc
         self.db = db
-        self.url = f"sqlite:///{self.db.path}"
+        self.url = sqlite_url(self.db.path)
 
     @property
     def database(self) -> SQLiteDatabase:

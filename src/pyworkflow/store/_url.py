@@ -8,19 +8,23 @@
 ``postgres://...``            the same
 ============================  =========================================================
 
-A SQLite URL's path is percent-decoded (``sqlite:///my%20runs.db``) and taken literally
-otherwise (no query string: ``?`` and ``#`` belong to the file name). Anything else is refused
-with a :class:`~pyworkflow.ConfigurationError` saying why: an empty location, a NUL character, an
-unknown or misspelt scheme, a SQLite URL without a path or with a host (``sqlite://x.db``), or a
-scheme without its ``//`` (``sqlite:x.db``). Messages never show a password.
+A SQLite URL's path is percent-decoded (``sqlite:///my%20runs.db``) and takes no query string
+or fragment: ``sqlite:///x.db?synchronous=OFF`` is refused, not opened as a file of that name
+(settings go to ``configure()`` or the command's options; a file name with ``?`` or ``#`` is
+written ``%3F`` / ``%23`` in a URL, or as a bare path, which is taken literally). Anything else
+is refused with a :class:`~pyworkflow.ConfigurationError` saying why: an empty location, a NUL
+character, an unknown or misspelt scheme, a SQLite URL without a path or with a host
+(``sqlite://x.db``), or a scheme without its ``//`` (``sqlite:x.db``). Messages never show a
+password.
 """
 
 from __future__ import annotations
 
 import re
 from dataclasses import dataclass
+from os import PathLike, fspath
 from typing import Literal
-from urllib.parse import unquote, urlsplit, urlunsplit
+from urllib.parse import quote, unquote, urlsplit, urlunsplit
 
 from .._errors import ConfigurationError
 
@@ -32,6 +36,8 @@ _POSTGRES = ("postgresql://", "postgres://")
 _SCHEME = re.compile(r"^([A-Za-z][A-Za-z0-9+.-]*)://")
 #: Our schemes written without ``//`` (``sqlite:x.db``): a mistake, not a file named so.
 _NO_SLASHES = re.compile(r"^(sqlite|postgres|postgresql):(?!//)", re.IGNORECASE)
+#: What a SQLite URL's path must not hold: a query string or a fragment, from the first ? or #.
+_EXTRA = re.compile(r"[?#].*", re.DOTALL)
 _HINT = "use sqlite:///relative.db, sqlite:////absolute.db, a file path, or postgresql://..."
 
 
@@ -89,12 +95,28 @@ def _sqlite_file(url: str) -> str:
     if not rest.startswith("/"):
         what = "has no path" if not rest else f"names a host ({rest.split('/', 1)[0]!r})"
         raise ConfigurationError(f"SQLite URL {url!r} {what}; {_HINT}")
+    extra = _EXTRA.search(rest)
+    if extra is not None:
+        # Read elsewhere as driver options (SQLAlchemy's sqlite:///x.db?mode=ro): opening a file
+        # named "x.db?mode=ro" instead would silently ignore them.
+        what = "a query string" if extra.group(0).startswith("?") else "a fragment"
+        raise ConfigurationError(
+            f"SQLite URL {url!r} has {what} ({extra.group(0)!r}); a SQLite URL takes none: give "
+            "settings to configure() or the command's options, and write a '?' or '#' in a file "
+            "name as %3F or %23"
+        )
     path = unquote(rest[1:])  # sqlite:///x.db -> x.db ; sqlite:////abs -> /abs
     if not path:
         raise ConfigurationError(f"SQLite URL {url!r} has no path; {_HINT}")
     if "\x00" in path:
         raise ConfigurationError(f"SQLite URL {url!r} decodes to a path with a NUL character")
     return path
+
+
+def sqlite_url(path: str | PathLike[str]) -> str:
+    """The SQLite URL of the file ``path``, which :func:`parse_storage_url` reads back as that
+    path whatever its characters (``%``, ``?``, ``#``, spaces are percent-encoded)."""
+    return _SQLITE + "/" + quote(fspath(path), safe="/:")
 
 
 def redact_url(text: str) -> str:
