@@ -633,6 +633,8 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     parser.add_argument("--lease-ttl", type=float, default=RunSettings.lease_ttl, help="seconds (default 30)")
     parser.add_argument("--poll-interval", type=float, default=RunSettings.poll_interval,
                         help="the runtime's poll interval in seconds (default 0.05)")  # fmt: skip
+    parser.add_argument("--max-concurrency", type=int, default=RunSettings.max_concurrency,
+                        help="the runtime's permits, turns at once (default 1000)")  # fmt: skip
     fsyncs = parser.add_mutually_exclusive_group()
     fsyncs.add_argument("--count-fsyncs", action="store_true", default=None,
                         help="count fsyncs with strace in a traced pass per mode "
@@ -646,7 +648,10 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     parser.add_argument("--skip-flat", action="store_true", help="skip the resume-cost-vs-history part")
     parser.add_argument("--dir", type=Path, default=None, help="where the fresh database files go")
     parser.add_argument("--out", type=Path, default=None, help="JSON output file")
-    return parser.parse_args(argv)
+    args = parser.parse_args(argv)
+    if args.max_concurrency < 1:
+        parser.error(f"--max-concurrency: at least 1, not {args.max_concurrency}")
+    return args
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -660,7 +665,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     # one mode, say one side of an A/B comparison, writes its own file.
     suffix = ("-quick" if args.quick else "") + ("" if args.mode == "both" else f"-{args.mode}")
     out = args.out or RESULTS_DIR / f"hitl-{args.store}{suffix}.json"
-    settings = RunSettings(args.synchronous.upper(), args.lease_ttl, args.poll_interval)
+    settings = RunSettings(args.synchronous.upper(), args.lease_ttl, args.poll_interval, args.max_concurrency)
     if args.count_fsyncs is None:
         count_fsyncs = strace_available()
         fsync_note = (

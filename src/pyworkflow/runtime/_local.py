@@ -197,8 +197,11 @@ class LocalRuntime:
         task.add_done_callback(self._turn_done)
 
     def _turn_done(self, task: asyncio.Task[None]) -> None:
-        self._tasks.discard(task)
-        metrics.PERMITS_IN_USE.dec()
+        """Free ``task``'s permit, once: at the end of its turn, or when it is done without
+        having run (cancelled before it began)."""
+        if task in self._tasks:
+            self._tasks.discard(task)
+            metrics.PERMITS_IN_USE.dec()
 
     async def _turn(self, claim: Claim, state: RunState | None) -> None:
         run_id = claim.fence.run_id
@@ -232,12 +235,20 @@ class LocalRuntime:
             event = self._changed.pop(run_id, None)
             if event is not None:
                 event.set()
+            # The turn's permit is free from here, not from its task's done callback: the loop
+            # woken below runs before that callback, and it would poll still counting this turn
+            # (at capacity, claiming nothing and then sleeping a poll_interval while every turn
+            # ending meanwhile saw free permits and did not wake it).
+            full = self.free_permits <= 0
+            task = asyncio.current_task()
+            if task is not None:
+                self._turn_done(task)
             # A wake-up that arrived during a suspended turn left the run due again; capacity
             # freed too. A store that notifies reports the former itself (the turn's end sends
             # NOTIFY), so then only a turn that frees capacity the loop was short of needs to
             # wake it; a turn that ended the run leaves the next poll where it was (at most a
             # poll_interval away on a store that does not notify, as for any other process's work).
-            if self.free_permits <= 0 or (suspended and self._unsubscribe is None):
+            if full or (suspended and self._unsubscribe is None):
                 self._wake.set()
             elif suspended:  # it may have stored a due time that the last poll did not see
                 self._ended = True
@@ -310,7 +321,7 @@ class LocalRuntime:
             for claim in poll.claims:
                 crashpoint("after_claim")
                 self._spawn(claim, None)
-        if free <= 0:  # at capacity a finishing turn wakes the loop (polled before it is gone)
+        if free <= 0:  # at capacity a finishing turn wakes the loop (its permit freed first)
             return self.poll_interval
         # A store that pushes wakes the loop itself (see PUSHED_POLL_INTERVAL).
         pushed = self._unsubscribe is not None and not self._ended
