@@ -5,7 +5,9 @@ An assignment is written in the transaction that creates its approval (``GraphSt
 request_approval(also=...)``). Only an assigned principal (its token's name is listed, or its
 role is) may decide it, or mint a decision link or webhook for it; everyone else who may read
 approvals still sees it. With an escalation (the handler passed ``escalate``), the sweeper
-re-assigns a pending approval when its escalation falls due (once) and gives it a new deadline.
+re-assigns a pending approval when its escalation falls due (once) and gives it a new deadline;
+an escalation that falls due after its approval was decided or cancelled is dropped by
+the same sweep (it is shown as none from the decision on).
 
 The escalation has its own deadline (``escalate_at``); the approval's wait is given the deadline
 it has if the escalation comes on time (``escalate_at`` plus the escalation's seconds), so that
@@ -32,11 +34,14 @@ MAX_ASSIGNEES = 50
 MAX_ESCALATION_SECONDS = 10 * 365 * 86400
 NAME_MAX = 100
 
-# One approval's assignment (the primary key).
-SQL_ASSIGNMENT = (
-    "SELECT wait_id, roles, principals, escalate, escalate_at, escalations FROM atfg_assignments"
-    " WHERE wait_id = ?"
-)
+# One approval's assignment (the primary key), its escalation only while it can still come (the
+# approval is pending): an escalation is dropped lazily (escalate_due), so the view does not wait.
+SQL_ASSIGNMENT = """
+SELECT a.wait_id, a.roles, a.principals, a.escalations,
+    CASE WHEN w.status = 'pending' THEN a.escalate END AS escalate,
+    CASE WHEN w.status = 'pending' THEN a.escalate_at END AS escalate_at
+FROM atfg_assignments a LEFT JOIN waits w ON w.id = a.wait_id WHERE a.wait_id = ?
+"""
 SQL_INSERT_ASSIGNMENT = """
 INSERT INTO atfg_assignments (wait_id, roles, principals, escalate, escalate_at, escalations)
 VALUES (?, ?, ?, ?, ?, 0)
@@ -48,6 +53,16 @@ SQL_WAIT_DEADLINE = "SELECT expires_at FROM waits WHERE id = ?"
 SQL_DUE_ESCALATIONS = """
 SELECT a.wait_id, a.escalate FROM atfg_assignments a JOIN waits w ON w.id = a.wait_id
 WHERE a.escalate IS NOT NULL AND a.escalate_at <= ? AND w.status = 'pending' LIMIT ?
+"""
+# Escalations that fell due but can no longer come (their approval was decided or
+# cancelled first), dropped a batch at a time: passed over instead, every sweep would read again
+# every approval ever decided before its escalation.
+SQL_DROP_DEAD_ESCALATIONS = """
+UPDATE atfg_assignments SET escalate = NULL, escalate_at = NULL
+WHERE wait_id IN (
+    SELECT a.wait_id FROM atfg_assignments a LEFT JOIN waits w ON w.id = a.wait_id
+    WHERE a.escalate IS NOT NULL AND a.escalate_at <= ? AND (w.status IS NULL OR w.status <> 'pending')
+    LIMIT ?)
 """
 SQL_EXTEND_WAIT = "UPDATE waits SET expires_at = ? WHERE id = ? AND status = 'pending'"
 SQL_ESCALATE = """
@@ -205,11 +220,13 @@ def assignees_of(conn: Conn, wait_id: str) -> Assignees | None:
     return None if found is None else Assignees(tuple(found["roles"]), tuple(found["principals"]))
 
 
-def escalate_due(conn: Conn, limit: int, now: float) -> list[str]:
+def escalate_due(conn: Conn, limit: int, now: float) -> int:
     """Re-assign the pending approvals that fell due by ``now`` and have an escalation, each with
-    its new deadline, audited; returns their ids. The sweeper runs it before it expires what fell
-    due by the same ``now``, so an escalation always goes ahead of its approval's expiry."""
-    done = []
+    its new deadline, audited, after dropping up to ``limit`` escalations that fell due but can no
+    longer come (nothing to audit). Returns how many it settled: asked again while that is
+    ``limit`` or more. The sweeper runs it before it expires what fell due by the same ``now``,
+    so an escalation always goes ahead of its approval's expiry."""
+    settled: int = conn.execute(SQL_DROP_DEAD_ESCALATIONS, (now, limit)).rowcount
     for row in _rows(conn, SQL_DUE_ESCALATIONS, (now, limit)):
         esc = orjson.loads(row["escalate"])
         if conn.execute(SQL_EXTEND_WAIT, (now + esc["expires_in_seconds"], row["wait_id"])).rowcount != 1:
@@ -218,8 +235,8 @@ def escalate_due(conn: Conn, limit: int, now: float) -> list[str]:
         conn.execute(SQL_ESCALATE, (roles, principals, row["wait_id"]))
         entry = AuditEntry(ESCALATION, "approval.escalate", row["wait_id"], "allowed", esc)
         write_audit(conn, entry, now)
-        done.append(row["wait_id"])
-    return done
+        settled += 1
+    return settled
 
 
 __all__ = [

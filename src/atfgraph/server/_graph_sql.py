@@ -117,6 +117,19 @@ SELECT q.run_id, q.node_id, r.attempt, r.max_attempts FROM queue q JOIN runs r O
 WHERE q.lease_owner IS NOT NULL AND q.lease_expires_at < ? AND q.node_id IS NOT NULL
 ORDER BY q.lease_expires_at LIMIT ? /*FOR UPDATE OF r SKIP LOCKED*/
 """
+# Whether the sweeper has anything to do by a time (each ?): the first escalation due
+# (atfg_assignments_escalating), the first deadline (waits_due) and the first remote lease to run
+# out (queue_leases), each the first entry of its index in order (a NULL: none); an idle server's
+# sweep is this one read. Written ORDER BY ... LIMIT 1: as MIN(), a generic plan made while
+# ``waits`` had no statistics (a new database) read every pending wait (waits_pending_by_kind).
+SQL_SWEEP_DUE = """
+SELECT (SELECT escalate_at FROM atfg_assignments WHERE escalate IS NOT NULL AND escalate_at IS NOT NULL
+     ORDER BY escalate_at LIMIT 1) <= ?,
+    (SELECT expires_at FROM waits WHERE status = 'pending' AND expires_at IS NOT NULL
+     ORDER BY expires_at LIMIT 1) <= ?,
+    (SELECT lease_expires_at FROM queue WHERE lease_owner IS NOT NULL AND node_id IS NOT NULL
+     ORDER BY lease_expires_at LIMIT 1) < ?
+"""
 # Listing by status (as the engine records it), newest first (runs_by_status), then by id;
 # ``{where}`` is the cursor's condition, ``{order}`` its order (``_paging.keyset``).
 SQL_LIST_TRAVERSERS = TRAVERSER_ROW + "WHERE r.status = ? AND r.node_id IS NOT NULL{where}{order} LIMIT ?"

@@ -272,3 +272,49 @@ async def test_an_approval_due_to_escalate_escalates_when_its_deadline_falls_dur
     assignment = store.db.read(lambda c: read_assignment(c, approval["id"]))
     assert assignment is not None
     assert (assignment["principals"], assignment["escalations"]) == (["boss"], 1)
+
+
+async def test_a_sweep_with_nothing_due_writes_nothing_and_a_dead_escalation_is_dropped_once(
+    service: Service, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A sweep is first one read of what is due: with nothing due it commits nothing and asks the
+    engine to expire nothing (it was two or three transactions every tick). An approval decided
+    before its escalation shows none from then on, and the first sweep after the escalation's
+    time drops it from the table (no escalation, nothing audited); kept, every later sweep read
+    it again, so each tick grew with the approvals ever decided before their escalation."""
+    store = service.store
+    expiries = 0
+    expire = store.pyworkflow.expire_due_waits
+
+    async def counted(**kwargs: Any) -> int:
+        nonlocal expiries
+        expiries += 1
+        return int(await expire(**kwargs))
+
+    monkeypatch.setattr(store.pyworkflow, "expire_due_waits", counted)
+    approval = await escalating(service)
+    commits = store.db.commits
+    await store.sweep()
+    assert (store.db.commits, expiries) == (commits, 0)  # nothing due yet
+
+    rita = Principal("t-rita", "rita", Role.REVIEWER)
+    await service.decide(rita, approval["id"], "approved", b"{}")
+    assignment = store.db.read(lambda c: read_assignment(c, approval["id"]))
+    assert assignment is not None and (assignment["escalate"], assignment["escalates_at"]) == (None, None)
+    assert assignment["principals"] == ["rita"] and assignment["escalations"] == 0
+
+    def stored(c: Any) -> tuple[Any, ...]:
+        sql = "SELECT escalate IS NULL, escalate_at FROM atfg_assignments WHERE wait_id = ?"
+        return tuple(c.execute(sql, (approval["id"],)).fetchone())
+
+    escalates_at = store.db.read(stored)[1]
+    assert escalates_at is not None  # still in the table, until it falls due
+    monkeypatch.setattr(time, "time", lambda: escalates_at + 1)
+    await store.sweep()
+    assert store.db.read(stored) in ((True, None), (1, None))  # dropped
+    assert [r[1] for r in audit_rows(service) if r[2] == approval["id"]] == [
+        "approval.request", "approval.decide",
+    ]  # fmt: skip
+    commits, expiries = store.db.commits, 0
+    await store.sweep()
+    assert (store.db.commits, expiries) == (commits, 0)  # nothing due any more
