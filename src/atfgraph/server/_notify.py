@@ -63,6 +63,13 @@ SQL_DUE = """
 SELECT id, wait_id, endpoint, attempts, next_at FROM atfg_deliveries
 WHERE status = 'pending' AND next_at <= ? ORDER BY next_at LIMIT ?
 """
+# Whether a pass has anything to do by a time: an event in the outbox (its first row by seq) or
+# a delivery due (the first entry of atfg_deliveries_due); an idle server's pass is this one read.
+SQL_NOTIFY_DUE = """
+SELECT (SELECT seq FROM atfg_wait_events ORDER BY seq LIMIT 1) IS NOT NULL,
+    (SELECT next_at FROM atfg_deliveries WHERE status = 'pending' AND next_at <= ? ORDER BY next_at LIMIT 1)
+    IS NOT NULL
+"""
 # Claim one: only if no other server moved it meanwhile (the primary key).
 SQL_CLAIM = "UPDATE atfg_deliveries SET next_at = ? WHERE id = ? AND status = 'pending' AND next_at = ?"
 SQL_DELIVERED = """
@@ -200,9 +207,13 @@ class Notifier:
                 await asyncio.sleep(self.settings.poll_seconds)
 
     async def pass_once(self) -> int:
-        """Expand new events and claim the due deliveries in one transaction on the writer (a
-        read-only one when there is nothing to do; the readers of the request threads see
-        nothing of it), then send them; returns how many were sent."""
+        """Expand new events and claim the due deliveries in one transaction on the writer (the
+        readers of the request threads see nothing of it), then send them; returns how many were
+        sent. With nothing to do (:data:`SQL_NOTIFY_DUE`, a statement on the writer) the pass is
+        that one read, not a transaction every ``poll_seconds``."""
+        due = await self.db.submit(SQL_NOTIFY_DUE, (time.time(),), "")
+        if not any(due[0]):
+            return 0
 
         def tx(conn: Conn) -> Sequence[Any]:
             now = time.time()

@@ -101,6 +101,22 @@ async def test_events_become_one_delivery_per_endpoint_or_are_drained(service: S
     assert body["wait"]["prompt"] == {"question": "ok?"}
 
 
+async def test_a_pass_with_nothing_to_do_is_one_read(service: Service) -> None:
+    """No event in the outbox and no delivery due: a pass (every poll_seconds) writes nothing; it
+    was a transaction each time. An event makes the next pass write again."""
+    db = service.store.db
+    notifier = Notifier(db, NotifySettings(), "http://x")  # no endpoint: events are drained
+    before = db.commits + db.groups
+    assert await notifier.pass_once() == 0
+    assert db.commits + db.groups == before
+    trav, _ = await service.submit(OWNER, "desk.refund", dumps({}), 3)
+    await service.request_approval(OWNER, trav["id"], None, "k", b'"ok?"', None, None, False)
+    assert events(service) != []
+    before = db.commits + db.groups
+    assert await notifier.pass_once() == 0 and events(service) == []
+    assert db.commits + db.groups == before + 1
+
+
 def test_backoff_doubles_up_to_an_hour() -> None:
     s = NotifySettings(backoff_seconds=2)
     assert [backoff(s, n) for n in (1, 2, 3, 4)] == [2, 4, 8, 16]
@@ -113,6 +129,7 @@ async def test_notifier_reads_use_indexes(service: Service) -> None:
         (_notify.SQL_DUE, (1.0, 10)),
         (_notify.SQL_DELIVERIES.format(where="", order=" ORDER BY created_at DESC, id DESC"), ("dead", 10)),
         (_notify.SQL_EVENTS, (10,)),
+        (_notify.SQL_NOTIFY_DUE, (1.0,)),
     ):
         if ON_POSTGRES:
 
@@ -126,5 +143,12 @@ async def test_notifier_reads_use_indexes(service: Service) -> None:
             plan = db.read(lambda c, q=sql, p=params: c.execute("EXPLAIN QUERY PLAN " + q, p).fetchall())
             details = [str(row[-1]) for row in plan]
             # The outbox's walk is SQLite's rowid order (its INTEGER PRIMARY KEY), bounded by LIMIT.
-            scans = [d for d in details if d.startswith("SCAN") and "USING" not in d]
-            assert scans == (["SCAN atfg_wait_events"] if sql is _notify.SQL_EVENTS else []), (sql, details)
+            # ("SCAN CONSTANT ROW" is a SELECT without a table, around subqueries.)
+            scans = [
+                d for d in details if d.startswith("SCAN") and "USING" not in d and d != "SCAN CONSTANT ROW"
+            ]
+            outbox = sql is _notify.SQL_EVENTS or sql is _notify.SQL_NOTIFY_DUE
+            assert scans == (["SCAN atfg_wait_events"] if outbox else []), (sql, details)
+            # Each in its index's order: none reads every matching row to sort them (a "RIGHT PART"
+            # sorts only the rows that tie on the index's order, by id).
+            assert not [d for d in details if "TEMP B-TREE FOR ORDER BY" in d], (sql, details)
