@@ -9,7 +9,9 @@ temporary folder, or a new database on the PostgreSQL server at ``--url``, dropp
   its polls of the store per second (counted by wrapping ``Store.poll``), this process's CPU, and
   on PostgreSQL the CPU of the backends serving the database;
 * a graph server and one worker (``atfgraph.server``, ``atfgraph.worker`` as subprocesses, default
-  settings, no traffic): each one's CPU and PostgreSQL's.
+  settings, no traffic): each one's CPU and PostgreSQL's, and the transactions of the server's
+  store writer per second (counted by the server, ``GET /stats``) and on PostgreSQL the
+  database's commits per second (``pg_stat_database``, every client's).
 
 CPU is given as a percentage of one core over the window; the polls are a count, not a timing.
 """
@@ -27,6 +29,8 @@ import time
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
+
+import httpx
 
 import pyworkflow
 from pyworkflow import hook, workflow
@@ -76,14 +80,38 @@ async def local_runtime(storage: str, pg: str | None, seconds: float) -> dict[st
         await pyworkflow.shutdown()
 
 
+def _writer_transactions(stack: Stack) -> int:
+    """The transactions of the server's store writer so far (``GET /api/v2/stats``: write-function
+    commits and statement groups)."""
+    stats = httpx.get(
+        stack.url + "/api/v2/stats", headers={"Authorization": f"Bearer {stack.token()}"}, timeout=5
+    ).json()
+    return int(stats["commits"]) + int(stats.get("groups", 0))
+
+
+def _postgres_commits(db: str | None) -> int | None:
+    """Transactions committed in the database so far (``pg_stat_database``: every client's, a
+    second or so late), or None on SQLite."""
+    if db is None:
+        return None
+    import psycopg  # the postgres extra's, needed only here
+
+    with psycopg.connect(db, autocommit=True) as conn:
+        sql = "SELECT xact_commit FROM pg_stat_database WHERE datname = current_database()"
+        return int(conn.execute(sql).fetchone()[0])  # type: ignore[index]
+
+
 def graph_server(home: Path, db: str | None, seconds: float) -> dict[str, Any]:
     stack = Stack(home, lease_seconds=30.0, db=db)
     try:
         stack.start()
         time.sleep(WARM_UP)
+        transactions, commits = _writer_transactions(stack), _postgres_commits(db)
         before, began = stack.cpu_seconds(), time.monotonic()
         time.sleep(seconds)
         after, wall = stack.cpu_seconds(), time.monotonic() - began
+        transactions = _writer_transactions(stack) - transactions
+        commits_after = _postgres_commits(db)
         server, worker, _, postgres = (
             round(100 * (b - a) / wall, 2) for a, b in zip(before, after, strict=True)
         )
@@ -91,6 +119,11 @@ def graph_server(home: Path, db: str | None, seconds: float) -> dict[str, Any]:
             "server_cpu_percent": server,
             "worker_cpu_percent": worker,
             "postgresql_cpu_percent": None if db is None else postgres,
+            # A count, not a timing: the transactions idle (the sweeper's, the worker's heartbeats).
+            "writer_transactions_per_s": round(transactions / wall, 2),
+            "postgresql_commits_per_s": None
+            if commits is None or commits_after is None
+            else round((commits_after - commits) / wall, 2),
         }
     finally:
         stack.stop()
@@ -128,7 +161,10 @@ def report(result: dict[str, Any]) -> None:
     db = server["postgresql_cpu_percent"]
     print(
         f"  graph server + worker: server CPU {server['server_cpu_percent']} %, worker "
-        f"{server['worker_cpu_percent']} %" + ("" if db is None else f", PostgreSQL {db} %")
+        f"{server['worker_cpu_percent']} %"
+        + ("" if db is None else f", PostgreSQL {db} %")
+        + f"; the server's store writer: {server['writer_transactions_per_s']} transactions/s"
+        + ("" if db is None else f", PostgreSQL {server['postgresql_commits_per_s']} commits/s")
     )
 
 
