@@ -126,6 +126,26 @@ def test_idle_benchmark_watches_both_faces(tmp_path: Path) -> None:
         else:
             assert 0 < local["polls_per_s"] <= 2 and local["postgresql_cpu_percent"] is not None, local
         assert server["server_cpu_percent"] >= 0 and server["worker_cpu_percent"] >= 0, server
+        # An idle server's sweep (4 a second) and webhook pass (2) are a read each: what is left
+        # is the worker's heartbeat and claims (it was 10 transactions a second).
+        assert 0 <= server["writer_transactions_per_s"] < 4, server
+        assert (server["postgresql_commits_per_s"] is None) == (store == "sqlite"), server
+
+
+def test_escalations_benchmark_drops_each_escalation_once(tmp_path: Path) -> None:
+    """``bench.escalations`` with 300 approvals decided before their escalation: the first sweep
+    after their time drops all of them and reaps (two transactions), the next ones write nothing
+    (the code before wrote two transactions every sweep)."""
+    out = tmp_path / "escalations.json"
+    cmd = [sys.executable, "-m", "bench.escalations", "--n", "300", "--sweeps", "3", "--out", str(out)]
+    proc = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=240)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    result = json.loads(out.read_text())
+    assert (result["decided_approvals"], result["sweeps"], result["writer_transactions"]) == (300, 3, 2), (
+        result
+    )
+    assert result["first_sweep_ms"] > 0 and result["later_sweeps_median_ms"] > 0, result
+    assert "300 approvals decided before their escalation, on sqlite" in proc.stdout, proc.stdout
 
 
 def test_console_search_benchmark_reads_a_window_at_a_time(tmp_path: Path) -> None:
