@@ -180,6 +180,10 @@ class PostgresObserver:
         self.conn.close()
 
 
+#: Where the benchmarks write their figures by default (``--out`` elsewhere).
+RESULTS_DIR = Path(__file__).resolve().parent / "results"
+
+
 def save_and_report(out: Path, result: dict[str, Any], report: Callable[[dict[str, Any]], None]) -> int:
     """Writes a benchmark's ``result`` (with ``out`` in it) as JSON to ``out``, its folder made if
     need be, then prints it with ``report``; the exit status."""

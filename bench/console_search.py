@@ -28,9 +28,8 @@ from pathlib import Path
 from typing import Any
 
 from . import parked
-from ._observers import add_store_arguments, fresh_database, save_and_report, storage_url
+from ._observers import RESULTS_DIR, add_store_arguments, fresh_database, save_and_report, storage_url
 
-RESULTS_DIR = Path(__file__).resolve().parent / "results"
 PAGE = 50
 
 

@@ -10,7 +10,8 @@ reviewer decides every one of them. Then, with the clock two minutes on (every e
 has passed), the sweeper's pass is timed ``--sweeps`` times in a row: the first one, then the
 median of the rest, and the transactions of the store's writer over all of them (a count). A
 sweep runs four times a second in a server (``sweep_seconds``); a decided approval's escalation
-can never come, so a sweep should not have to read it more than once.
+can never come, so a sweep should not have to read it more than once. The figures are printed
+and written to ``bench/results/escalations-<store>.json`` (or ``--out``).
 """
 
 from __future__ import annotations
@@ -18,7 +19,6 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
-import json
 import statistics
 import sys
 import tempfile
@@ -34,7 +34,7 @@ from atfgraph.server._identity import Identity, Principal, Role
 from atfgraph.server._service import Service
 from atfgraph.server._store import GraphStore
 
-from ._observers import add_store_arguments
+from ._observers import RESULTS_DIR, add_store_arguments, save_and_report
 from .atfgraph_cycles import _database
 
 OWNER = Principal("t-owner", "olga", Role.OWNER)
@@ -135,7 +135,12 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     parser.add_argument("--n", type=int, default=20_000, help="approvals decided (default 20000)")
     parser.add_argument("--sweeps", type=int, default=12, help="sweeps timed in a row (default 12)")
     add_store_arguments(parser)
-    parser.add_argument("--out", type=Path, default=None, help="JSON output file")
+    parser.add_argument(
+        "--out",
+        type=Path,
+        default=None,
+        help="JSON output file (default bench/results/escalations-STORE.json)",
+    )
     args = parser.parse_args(argv)
     if args.n < 1 or args.sweeps < 2:
         parser.error("--n must be at least 1 and --sweeps at least 2")
@@ -145,10 +150,7 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
 def main(argv: Sequence[str] | None = None) -> int:
     args = parse_args(argv)
     result = run(args)
-    report(result)
-    if args.out is not None:
-        args.out.write_text(json.dumps(result, indent=2) + "\n")
-    return 0
+    return save_and_report(args.out or RESULTS_DIR / f"escalations-{args.store}.json", result, report)
 
 
 if __name__ == "__main__":

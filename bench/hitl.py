@@ -52,11 +52,10 @@ from pyworkflow.store import _group_commit
 
 from ._disk import ceiling, commit_floor
 from ._fsyncs import STRACE_ARGS, FsyncCounter, strace_available
-from ._observers import Observer, fresh_database, make_observer, save_and_report, storage_url
+from ._observers import RESULTS_DIR, Observer, fresh_database, make_observer, save_and_report, storage_url
 
 HITL = "bench.hitl"
 PLAIN = "bench.plain"
-RESULTS_DIR = Path(__file__).resolve().parent / "results"
 
 # Targets from issue 2.
 TARGET_RUNS_PER_S = 3000.0

@@ -14,6 +14,7 @@ temporary folder, or a new database on the PostgreSQL server at ``--url``, dropp
   database's commits per second (``pg_stat_database``, every client's).
 
 CPU is given as a percentage of one core over the window; the polls are a count, not a timing.
+The figures are printed and written to ``bench/results/idle-<store>.json`` (or ``--out``).
 """
 
 from __future__ import annotations
@@ -21,7 +22,6 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
-import json
 import os
 import sys
 import tempfile
@@ -35,7 +35,7 @@ import httpx
 import pyworkflow
 from pyworkflow import hook, workflow
 
-from ._observers import add_store_arguments
+from ._observers import RESULTS_DIR, add_store_arguments, save_and_report
 from .atfgraph_cycles import Stack, _database, _postgres_cpu_seconds
 
 WARM_UP = 1.5
@@ -172,7 +172,9 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--seconds", type=float, default=10.0, help="the window watched (default 10)")
     add_store_arguments(parser)
-    parser.add_argument("--out", type=Path, default=None, help="JSON output file")
+    parser.add_argument(
+        "--out", type=Path, default=None, help="JSON output file (default bench/results/idle-STORE.json)"
+    )
     args = parser.parse_args(argv)
     if args.seconds <= 0:
         parser.error("--seconds must be positive")
@@ -182,10 +184,7 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
 def main(argv: Sequence[str] | None = None) -> int:
     args = parse_args(argv)
     result = run(args)
-    report(result)
-    if args.out is not None:
-        args.out.write_text(json.dumps(result, indent=2) + "\n")
-    return 0
+    return save_and_report(args.out or RESULTS_DIR / f"idle-{args.store}.json", result, report)
 
 
 if __name__ == "__main__":

@@ -66,6 +66,7 @@ from pyworkflow import (
 )
 
 from ._observers import (
+    RESULTS_DIR,
     Observer,
     PostgresObserver,
     SQLiteObserver,
@@ -75,7 +76,6 @@ from ._observers import (
 )
 
 PARKED = "bench.parked"
-RESULTS_DIR = Path(__file__).resolve().parent / "results"
 TARGET_BYTES_PER_WAITING_RUN = 2048
 TARGET_P99_RATIO = 1.5
 TARGET_LATENESS_P99_S = 1.0
