@@ -133,9 +133,21 @@ SELECT (SELECT escalate_at FROM atfg_assignments WHERE escalate IS NOT NULL AND 
 # Listing by status (as the engine records it), newest first (runs_by_status), then by id;
 # ``{where}`` is the cursor's condition, ``{order}`` its order (``_paging.keyset``).
 SQL_LIST_TRAVERSERS = TRAVERSER_ROW + "WHERE r.status = ? AND r.node_id IS NOT NULL{where}{order} LIMIT ?"
-# Nodes with work due for their workers (after the sweeper continued traversers).
+# Nodes with work due for their workers (after the sweeper continued traversers): each node in
+# the queue found by one step of queue_ready (the next node id after the last), then its first
+# due unleased row, walking queue_ready in order (a bitmap scan would read every due row). As a
+# DISTINCT over the due rows, a backlog of queued traversers was read whole in the sweep's
+# transaction each time a deadline fell due (tests/migration/test_sweep_plans.py).
 SQL_NODES_WITH_WORK = """
-SELECT DISTINCT node_id FROM queue WHERE node_id IS NOT NULL AND lease_owner IS NULL AND available_at <= ?
+WITH RECURSIVE nodes (node_id) AS (
+    SELECT (SELECT node_id FROM queue WHERE node_id IS NOT NULL ORDER BY node_id LIMIT 1)
+    UNION ALL
+    SELECT (SELECT q.node_id FROM queue q WHERE q.node_id > nodes.node_id ORDER BY q.node_id LIMIT 1)
+    FROM nodes WHERE nodes.node_id IS NOT NULL
+)
+SELECT nodes.node_id FROM nodes WHERE nodes.node_id IS NOT NULL AND (
+    SELECT 1 FROM queue q WHERE q.node_id = nodes.node_id AND q.lease_owner IS NULL AND q.available_at <= ?
+    ORDER BY q.available_at LIMIT 1) IS NOT NULL
 """
 
 # -- steps, checkpoints, memory ---------------------------------------------------------------
