@@ -12,7 +12,16 @@ import threading
 import psycopg
 import pytest
 
-from pyworkflow.store import Fence, Migration, NewWait, PostgresDatabase, PostgresStore, WaitKind, _pg_carry
+from pyworkflow.store import (
+    Fence,
+    Migration,
+    NewWait,
+    PostgresDatabase,
+    PostgresStore,
+    WaitKind,
+    _group_commit,
+    _pg_carry,
+)
 
 pytestmark = pytest.mark.postgres
 T0 = 1_700_000_000.0
@@ -248,9 +257,14 @@ async def _suspended_recorded(
     return claim.fence, token, ended
 
 
-async def test_the_end_of_a_suspended_turn_rides_with_the_next_write(pg_store: PostgresStore) -> None:
+async def test_the_end_of_a_suspended_turn_rides_with_the_next_write(
+    pg_store: PostgresStore, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """One run at a time: the end of a suspended turn waits for the next run's first statement
-    and commits in its transaction (SQLite's deferred write, on two writers)."""
+    and commits in its transaction (SQLite's deferred write, on two writers). The linger is held
+    long: on a loaded machine the next statement can come after 10 ms, and the end of the turn
+    then commits alone (the test after this one)."""
+    monkeypatch.setattr(_group_commit, "DEFER_LINGER", 60.0)  # only the next write can take it
     await pg_store._fetch("SELECT 1", None)  # both writers idle
     _, _, ended = await _suspended_recorded(pg_store, "ride-1")
     writer = pg_store._writer
@@ -272,11 +286,12 @@ async def test_the_end_of_a_suspended_turn_alone_is_written_after_the_linger(pg_
 
 
 async def test_a_decision_right_after_the_suspension_carries_the_end_of_the_turn(
-    pg_store: PostgresStore,
+    pg_store: PostgresStore, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """The run's next statement, here a decision in the same process, takes the end of the turn
     from the queue and runs it first, in its own transaction: the lease is free, so the decision
-    claims the run there and then."""
+    claims the run there and then. (The linger held long, as above.)"""
+    monkeypatch.setattr(_group_commit, "DEFER_LINGER", 60.0)
     _, token, ended = await _suspended_recorded(pg_store, "decide-1")
     writer = pg_store._writer
     groups, statements = writer.groups, writer.statements
