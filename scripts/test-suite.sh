@@ -13,7 +13,7 @@
 # campaigns and the database faults run every backend they need in the first pass, and the
 # benchmarks' smoke test runs on SQLite whatever the setting. Most of both passes waits on
 # processes, databases and the browser rather than computing, so on two cores the two at once
-# take about as long as the first alone (15 to 18 minutes, against 27 to 30 one after the other).
+# take about as long as the first alone (15 to 24 minutes, against 27 to 30 one after the other).
 # Needs .venv (make install) and the services (scripts/services.sh). Exit status: 0 when every
 # pass run passed.
 set -u
