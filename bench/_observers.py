@@ -14,6 +14,8 @@ from pathlib import Path
 from typing import Any, Protocol
 from urllib.parse import urlsplit, urlunsplit
 
+from pyworkflow.store import sqlite_url
+
 #: The PostgreSQL server a benchmark makes its databases on, unless ``--url`` names another.
 DEFAULT_PG_SERVER = os.environ.get("PYWORKFLOW_TEST_PG", "postgresql://postgres@127.0.0.1:5432/postgres")
 
@@ -196,7 +198,7 @@ def save_and_report(out: Path, result: dict[str, Any], report: Callable[[dict[st
 
 def storage_url(store: str, path: Path, url: str | None) -> str:
     if store == "sqlite":
-        return f"sqlite:///{path}"
+        return sqlite_url(path)
     if not url:
         raise SystemExit("--store postgresql needs --url postgresql://... (or $PYWORKFLOW_TEST_PG)")
     return url

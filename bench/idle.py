@@ -34,6 +34,7 @@ import httpx
 
 import pyworkflow
 from pyworkflow import hook, workflow
+from pyworkflow.store import sqlite_url
 
 from ._observers import RESULTS_DIR, add_store_arguments, save_and_report
 from .atfgraph_cycles import Stack, _database, _postgres_cpu_seconds
@@ -133,7 +134,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     load = [round(x, 2) for x in os.getloadavg()]
     with tempfile.TemporaryDirectory(prefix="bench-idle-") as tmp:
         with _database(args.url if args.store == "postgresql" else None) as db:
-            storage = db or f"sqlite:///{tmp}/idle.db"
+            storage = db or sqlite_url(Path(tmp) / "idle.db")
             local = asyncio.run(local_runtime(storage, db, args.seconds))
         with _database(args.url if args.store == "postgresql" else None) as db:
             server = graph_server(Path(tmp) / "graph", db, args.seconds)

@@ -64,6 +64,7 @@ from pyworkflow import (
     step_hook,
     workflow,
 )
+from pyworkflow.store import sqlite_url
 
 from ._observers import (
     RESULTS_DIR,
@@ -376,7 +377,7 @@ async def run(args: argparse.Namespace, workdir: Path) -> dict[str, Any]:
             for old in (big_db, small_db):  # every figure is of a fresh file
                 for suffix in ("", "-wal", "-shm"):
                     Path(f"{old}{suffix}").unlink(missing_ok=True)
-            big_url, small_url = f"sqlite:///{big_db}", f"sqlite:///{small_db}"
+            big_url, small_url = sqlite_url(big_db), sqlite_url(small_db)
         else:  # two new databases on the server, dropped at the end
             big_new = stack.enter_context(fresh_database("postgresql", args.url, "parked_big"))
             small_new = stack.enter_context(fresh_database("postgresql", args.url, "parked_small"))
