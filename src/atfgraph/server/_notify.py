@@ -40,8 +40,12 @@ from ._stamps import stamped
 
 log = logging.getLogger("atfgraph.server")
 
-#: Outbox rows expanded, and deliveries sent, per pass.
+#: Outbox rows expanded, and deliveries claimed and sent, per transaction of a pass.
 BATCH = 50
+#: Transactions a pass goes on with while each found a full batch: a pass keeps up with up to
+#: this many batches every ``poll_seconds`` (a pass of one batch drained 100 events a second,
+#: fewer than a busy server's approvals create), without holding the writer for long at a time.
+PASS_BATCHES = 20
 MAX_BACKOFF = 3600.0
 MAX_ERROR = 500
 DELIVERY_STATUSES = ("pending", "delivered", "dead")
@@ -53,7 +57,14 @@ SELECT atfg_wait_events.seq, atfg_wait_events.wait_id, atfg_wait_events.created_
 FROM atfg_wait_events LEFT JOIN waits w ON w.id = atfg_wait_events.wait_id LEFT JOIN runs r ON r.id = w.run_id
 ORDER BY atfg_wait_events.seq LIMIT ?
 """
-SQL_DROP_EVENT = "DELETE FROM atfg_wait_events WHERE seq = ?"
+
+
+def sql_drop_events(count: int) -> str:
+    """Delete ``count`` outbox rows by seq, in one statement (by the ones read, not a range: on
+    PostgreSQL a lower seq may commit after a higher one was read)."""
+    return f"DELETE FROM atfg_wait_events WHERE seq IN ({', '.join('?' * count)})"
+
+
 SQL_INSERT_DELIVERY = """
 INSERT INTO atfg_deliveries (id, wait_id, endpoint, status, attempts, next_at, created_at)
 VALUES (?, ?, ?, 'pending', 0, ?, ?)
@@ -208,27 +219,36 @@ class Notifier:
 
     async def pass_once(self) -> int:
         """Expand new events and claim the due deliveries in one transaction on the writer (the
-        readers of the request threads see nothing of it), then send them; returns how many were
-        sent. With nothing to do (:data:`SQL_NOTIFY_DUE`, a statement on the writer) the pass is
-        that one read, not a transaction every ``poll_seconds``."""
-        due = await self.db.submit(SQL_NOTIFY_DUE, (time.time(),), "")
-        if not any(due[0]):
-            return 0
+        readers of the request threads see nothing of it), then send them, and again while a
+        batch was full (at most :data:`PASS_BATCHES` times); returns how many were sent. With
+        nothing to do (:data:`SQL_NOTIFY_DUE`, a statement on the writer) the pass is that one
+        read, not a transaction every ``poll_seconds``."""
+        sent = 0
+        for _ in range(PASS_BATCHES):  # on while a batch was full (at most PASS_BATCHES)
+            due = await self.db.submit(SQL_NOTIFY_DUE, (time.time(),), "")
+            if not any(due[0]):
+                break
 
-        def tx(conn: Conn) -> Sequence[Any]:
-            now = time.time()
-            self._expand(conn, now)
-            return self._claim(conn, now)
+            def tx(conn: Conn) -> tuple[int, Sequence[Any]]:
+                now = time.time()
+                return self._expand(conn, now), self._claim(conn, now)
 
-        claimed = await self.db.write(tx)
-        await asyncio.gather(*(self._send(d) for d in claimed))
-        return len(claimed)
+            expanded, claimed = await self.db.write(tx)
+            await asyncio.gather(*(self._send(d) for d in claimed))
+            sent += len(claimed)
+            if expanded < BATCH and len(claimed) < BATCH:
+                break
+        return sent
 
-    def _expand(self, conn: Conn, now: float) -> None:
-        for event in _rows(conn, SQL_EVENTS, (BATCH,)):
+    def _expand(self, conn: Conn, now: float) -> int:
+        """Turn up to BATCH outbox rows into deliveries and delete them; how many there were."""
+        events = _rows(conn, SQL_EVENTS, (BATCH,))
+        for event in events:
             for endpoint in endpoints_for(self.settings, event["node_id"]):
                 conn.execute(SQL_INSERT_DELIVERY, (uuid.uuid4().hex, event["wait_id"], endpoint, now, now))
-            conn.execute(SQL_DROP_EVENT, (event["seq"],))
+        if events:
+            conn.execute(sql_drop_events(len(events)), tuple(event["seq"] for event in events))
+        return len(events)
 
     def _claim(self, conn: Conn, now: float) -> Sequence[Any]:
         until = now + self.settings.timeout_seconds + 5

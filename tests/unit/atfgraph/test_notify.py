@@ -117,6 +117,47 @@ async def test_a_pass_with_nothing_to_do_is_one_read(service: Service) -> None:
     assert db.commits + db.groups == before + 1
 
 
+async def test_a_pass_keeps_up_with_more_than_a_batch_deleting_each_batch_at_once(
+    service: Service, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A pass drained one batch (50 events) every poll_seconds: 100 approvals a second at most,
+    fewer than a busy server creates, so the outbox grew. It goes on while a batch was full, and
+    deletes a batch's events in one statement (it was one statement, one round trip on
+    PostgreSQL, per event, inside the writer's transaction)."""
+    monkeypatch.setattr(_notify, "BATCH", 4)
+    trav, _ = await service.submit(OWNER, "desk.refund", dumps({}), 3)
+    for i in range(10):
+        await service.request_approval(OWNER, trav["id"], None, f"k{i}", b'"ok?"', None, None, False)
+    assert len(events(service)) == 10
+    deletes: list[str] = []
+    real = _notify.sql_drop_events
+
+    def counted(count: int) -> str:
+        deletes.append(real(count))
+        return deletes[-1]
+
+    monkeypatch.setattr(_notify, "sql_drop_events", counted)
+    quiet = Notifier(service.store.db, NotifySettings(), "http://x")  # no endpoint: drained
+    assert await quiet.pass_once() == 0
+    assert events(service) == []
+    assert [d.count("?") for d in deletes] == [4, 4, 2]
+    # Deliveries too: 10 due with an endpoint nobody listens on, sent in one pass (4 + 4 + 2).
+    for i in range(10):
+        await service.request_approval(OWNER, trav["id"], None, f"d{i}", b'"ok?"', None, None, False)
+    settings = NotifySettings(endpoints=("http://127.0.0.1:9/a",), backoff_seconds=60, timeout_seconds=2)
+    notifier = Notifier(service.store.db, settings, "http://x")
+    async with httpx.AsyncClient(timeout=2) as http:
+        notifier._http = http
+        assert await notifier.pass_once() == 10
+    assert len(notifier.list("pending", 20)) == 10 and events(service) == []
+    # A pass stops after PASS_BATCHES full batches; the next pass goes on.
+    monkeypatch.setattr(_notify, "PASS_BATCHES", 2)
+    for i in range(10):
+        await service.request_approval(OWNER, trav["id"], None, f"e{i}", b'"ok?"', None, None, False)
+    assert await quiet.pass_once() == 0 and len(events(service)) == 2
+    assert await quiet.pass_once() == 0 and events(service) == []
+
+
 def test_backoff_doubles_up_to_an_hour() -> None:
     s = NotifySettings(backoff_seconds=2)
     assert [backoff(s, n) for n in (1, 2, 3, 4)] == [2, 4, 8, 16]
