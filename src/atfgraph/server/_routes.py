@@ -17,7 +17,8 @@ from ._assign import ASSIGN_SCHEMA, ESCALATE_SCHEMA, parse_assignees, parse_esca
 from ._auth import Principal, as_worker, caller, under_lease
 from ._body import MAX_KEY, Fields, error_info, read_json
 from ._errors import RETRY_AFTER_SECONDS, ApiError, bad_request
-from ._hub import Hub, node_key, traverser_key
+from ._graph_rows import new_id
+from ._hub import Hub, Listener, node_key, traverser_key
 from ._links import MAX_LABEL, MAX_LINK_SECONDS
 from ._paging import After, Limit, decode, page
 from ._refusals import Invalid, NotFound, Refusal
@@ -135,12 +136,25 @@ async def submit(request: Request, who: Annotated[Principal, Depends(caller)]) -
     wanted = _parse_statuses(f.key("wait_for", required=False))
     wait = f.number("wait_seconds", required=False, maximum=MAX_CLIENT_WAIT) or 0.0
     key = f.key("idempotency_key", required=False)
-    view, created = await service_of(request).submit(who, target, input_json, max_attempts, key, parent)
-    code = 201 if created else 200
     if not wanted or wait <= 0:
-        return ok(view, code)
-    # Submit-and-follow: one round trip instead of two for callers that wait anyway.
-    return await _follow(request, view["id"], wanted, wait, code)
+        view, created = await service_of(request).submit(who, target, input_json, max_attempts, key, parent)
+        return ok(view, 201 if created else 200)
+    # Submit-and-follow: one round trip instead of two for callers that wait anyway. Subscribed
+    # under the new traverser's id before it is committed, so the submission's own answer is
+    # the first view (no read): every later transition notifies after it.
+    hub, ident = hub_of(request), new_id()
+    listener = hub.subscribe(traverser_key(ident))
+    try:
+        view, created = await service_of(request).submit(
+            who, target, input_json, max_attempts, key, parent, ident=ident
+        )
+    except BaseException:
+        hub.unsubscribe(traverser_key(ident), listener)
+        raise
+    if not created:  # an earlier submission's traverser, as it was read: follow it afresh
+        hub.unsubscribe(traverser_key(ident), listener)
+        return await _follow(request, view["id"], wanted, wait, 200)
+    return await _follow(request, ident, wanted, wait, 201, (listener, view))
 
 
 @router.get("/traversers", response_model=S.TraverserList)
@@ -171,19 +185,29 @@ async def get_traverser(
 
 
 async def _follow(
-    request: Request, traverser_id: str, wanted: set[str], timeout: float, code: int
+    request: Request,
+    traverser_id: str,
+    wanted: set[str],
+    timeout: float,
+    code: int,
+    subscribed: tuple[Listener, dict[str, Any]] | None = None,
 ) -> Response:
     """Answer with the traverser once its status is in ``wanted`` (at once if empty), or at the
     deadline with whatever it is then. Woken by a transition, it reads the traverser again
     unless the transition said its status and that status is not wanted (a claim's "running"
     for a client waiting for "waiting"): the reads of a poll are the first, the last and one per
-    notification whose status it cannot rule out."""
+    notification whose status it cannot rule out. ``subscribed``: a listener on the traverser
+    that was subscribed before the transaction that wrote ``view`` committed, which then stands
+    for the first read (a new submission's)."""
     store, hub = store_of(request), hub_of(request)
     key = traverser_key(traverser_id)
     deadline = time.monotonic() + timeout
-    listener = hub.subscribe(key)
+    listener = hub.subscribe(key) if subscribed is None else subscribed[0]
     try:
-        view, fresh = await store.read_traverser(traverser_id), True
+        if subscribed is None:
+            view, fresh = await store.read_traverser(traverser_id), True
+        else:
+            view, fresh = subscribed[1], True
         while True:
             remaining = deadline - time.monotonic()
             if not wanted or view["status"] in wanted:

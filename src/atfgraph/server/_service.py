@@ -72,12 +72,15 @@ class Service:
         max_attempts: int,
         idempotency_key: str | None = None,
         parent: Lease | None = None,
+        *,
+        ident: str | None = None,
     ) -> tuple[dict[str, Any], bool]:
         """Queue a traverser (``node.skill``); returns it and whether it was created (False: the
         earlier submission with this idempotency key). ``parent``: the live lease of the handler
         whose child step it is (a worker submits nothing else); its idempotency key is then
         ``child:<parent id>:<step>``, so that a repeated submission (the handler following its
-        child) reaches only that handler's children."""
+        child) reaches only that handler's children. ``ident``: the new traverser's id, when the
+        caller made it (to listen on it before it exists)."""
         detail: dict[str, Any] = {"target": target}
         if parent is not None:
             prefix = f"{CHILD_KEY_PREFIX}{parent.traverser_id}:"
@@ -90,7 +93,7 @@ class Service:
         with tracing.submitting(target) as traced:
             view, created = await self.store.submit(
                 target, input_json, max_attempts, idempotency_key, audit, parent,
-                trace_context=None if traced is None else traced[1],
+                trace_context=None if traced is None else traced[1], ident=ident,
             )  # fmt: skip
             if traced is not None:
                 traced[0](view["id"])

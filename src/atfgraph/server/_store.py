@@ -243,15 +243,17 @@ class GraphStore(ApprovalTransitions, ConsoleReads):
         audit: AuditEntry | None = None,
         parent: Lease | None = None,
         trace_context: str | None = None,
+        ident: str | None = None,
     ) -> tuple[dict[str, Any], bool]:
         """Queue a traverser; returns it and whether it was created (False: an earlier submission
         with the same idempotency key, returned as it is now). ``audit`` is recorded with the
         creation (its target becomes the new traverser's id). ``parent``: the lease (traverser,
         epoch) of the handler whose child step this is, refused unless it is live.
         ``trace_context``: the run's stored trace carrier (``_tracing``; written by the Python
-        transition, which PostgreSQL's submission function predates)."""
+        transition, which PostgreSQL's submission function predates). ``ident``: the new
+        traverser's id (default: a new one)."""
         node_id = target.partition(".")[0]
-        ident = new_id()
+        ident = ident or new_id()
         if self._pg is not None and parent is None and trace_context is None:
             made = await self._pg.submit(
                 ident, target, input_json, node_id, max_attempts, idempotency_key, audit, time.time()

@@ -96,3 +96,73 @@ async def test_a_notification_that_says_nothing_always_reads(store: GraphStore) 
     hub.notify(traverser_key(traverser_id))  # another server's, or a transition that does not say
     answer = json.loads((await asyncio.wait_for(follow, 5)).body)
     assert answer["status"] == "running" and len(reads) == 2
+
+
+def _post(state: Any, body: dict[str, Any]) -> Any:
+    """A real request to a route function: ``body`` as its JSON, ``state`` as the app's."""
+    from starlette.requests import Request
+
+    raw = json.dumps(body).encode()
+    sent = False
+
+    async def receive() -> dict[str, Any]:
+        nonlocal sent
+        if sent:
+            await asyncio.sleep(3600)  # the client is still there
+        sent = True
+        return {"type": "http.request", "body": raw, "more_body": False}
+
+    scope = {
+        "type": "http",
+        "method": "POST",
+        "path": "/api/v2/traversers",
+        "headers": [(b"content-type", b"application/json"), (b"content-length", str(len(raw)).encode())],
+        "app": SimpleNamespace(state=state),
+    }
+    return Request(scope, receive)
+
+
+async def test_submit_and_follow_answers_from_the_submission_without_reading_it_first(
+    service: Any,
+) -> None:
+    """Submit-and-follow listens on the new traverser's id before its submission commits, so the
+    submission's own answer is its first view: the reads of a cycle's submit-and-follow went from
+    two (the first and the wanted status's) to one. A repeated idempotency key follows the
+    earlier traverser and reads it first, as ``GET`` does."""
+    from atfgraph.server._identity import Principal, Role
+
+    store, hub = service.store, service.hub
+    state = SimpleNamespace(store=store, hub=hub, service=service)
+    owner = Principal("t-owner", "olga", Role.OWNER)
+    worker = (await store.register_worker("n", "1", 1))["id"]
+    reads: list[str] = []
+    original = store.read_traverser
+
+    async def counted(traverser_id: str) -> dict[str, Any]:
+        reads.append(traverser_id)
+        return await original(traverser_id)
+
+    store.read_traverser = counted  # type: ignore[method-assign]
+    body = {"target": "n.skill", "wait_for": "running", "wait_seconds": 10, "idempotency_key": "k1"}
+    follow = asyncio.ensure_future(_routes.submit(_post(state, body), owner))
+    await asyncio.sleep(0.05)
+    assert reads == [] and not follow.done()  # queued, as submitted: nothing read
+    (task,) = await store.claim(worker, 1)
+    hub.notify(traverser_key(task["traverser"]["id"]), "running")
+    answer = await asyncio.wait_for(follow, 5)
+    view = json.loads(answer.body)
+    assert answer.status_code == 201 and view["status"] == "running"
+    assert reads == [view["id"]]  # the wanted status's read only
+    # Nothing notified until the deadline: read then, as a GET's poll does (a wake-up from
+    # another server may have been lost), and answered as it is.
+    quick = {"target": "n.skill", "wait_for": "succeeded", "wait_seconds": 0.05}
+    answer = await asyncio.wait_for(_routes.submit(_post(state, quick), owner), 5)
+    late = json.loads(answer.body)
+    assert late["status"] == "queued" and answer.status_code == 201
+    assert reads == [view["id"], late["id"]]
+    # The same key again: the earlier traverser, read afresh (it is running now), 200.
+    again = await asyncio.wait_for(_routes.submit(_post(state, {**body, "wait_seconds": 1}), owner), 5)
+    assert again.status_code == 200
+    assert json.loads(again.body)["id"] == view["id"] and json.loads(again.body)["status"] == "running"
+    assert reads == [view["id"], late["id"], view["id"]]
+    assert not hub._waiters  # every listener let go, the unused id's included
