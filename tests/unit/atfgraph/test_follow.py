@@ -31,11 +31,8 @@ def _request(store: GraphStore, hub: Hub) -> Any:
     return SimpleNamespace(app=SimpleNamespace(state=SimpleNamespace(store=store, hub=hub)))
 
 
-async def _queued(store: GraphStore) -> tuple[str, str, list[str]]:
-    """A queued traverser and a worker of its node: (traverser id, worker id, the traverser
-    reads made through the store from now on)."""
-    worker = (await store.register_worker("n", "1", 1))["id"]
-    view, _ = await store.submit("n.skill", b"{}", max_attempts=1)
+def _counted_reads(store: GraphStore) -> list[str]:
+    """The ids of the traverser reads made through ``store`` from now on."""
     reads: list[str] = []
     original = store.read_traverser
 
@@ -44,7 +41,15 @@ async def _queued(store: GraphStore) -> tuple[str, str, list[str]]:
         return await original(traverser_id)
 
     store.read_traverser = counted  # type: ignore[method-assign]
-    return str(view["id"]), str(worker), reads
+    return reads
+
+
+async def _queued(store: GraphStore) -> tuple[str, str, list[str]]:
+    """A queued traverser and a worker of its node: (traverser id, worker id, the traverser
+    reads made through the store from now on)."""
+    worker = (await store.register_worker("n", "1", 1))["id"]
+    view, _ = await store.submit("n.skill", b"{}", max_attempts=1)
+    return str(view["id"]), str(worker), _counted_reads(store)
 
 
 async def test_a_skipped_wake_up_is_not_the_answer_at_the_deadline(
@@ -135,14 +140,7 @@ async def test_submit_and_follow_answers_from_the_submission_without_reading_it_
     state = SimpleNamespace(store=store, hub=hub, service=service)
     owner = Principal("t-owner", "olga", Role.OWNER)
     worker = (await store.register_worker("n", "1", 1))["id"]
-    reads: list[str] = []
-    original = store.read_traverser
-
-    async def counted(traverser_id: str) -> dict[str, Any]:
-        reads.append(traverser_id)
-        return await original(traverser_id)
-
-    store.read_traverser = counted  # type: ignore[method-assign]
+    reads = _counted_reads(store)
     body = {"target": "n.skill", "wait_for": "running", "wait_seconds": 10, "idempotency_key": "k1"}
     follow = asyncio.ensure_future(_routes.submit(_post(state, body), owner))
     await asyncio.sleep(0.05)
