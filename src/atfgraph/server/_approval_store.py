@@ -127,6 +127,25 @@ class ApprovalTransitions:
 
         return await self.db.write(fn)
 
+    async def decide_plain(
+        self,
+        approval_id: str,
+        decision: str,
+        response: bytes | None,
+        decided_by: str,
+        audit: AuditEntry | None = None,
+    ) -> tuple[dict[str, Any], str | None] | None:
+        """:meth:`decide` without reading the approval's terms first, on PostgreSQL: decided
+        only if the approval declares no response schema and has no assignment (checked by the
+        decision's own statement, atfgraph migration postgres 0018: both are written with the
+        approval). None, with nothing changed, otherwise, and always on SQLite, whose read of
+        the terms costs no round trip: the caller reads them and calls :meth:`decide`."""
+        if self._pg is None:
+            return None
+        return await self._pg.decide(
+            approval_id, decision, response, decided_by, audit, time.time(), plain=True
+        )
+
     async def decision_terms(self, approval_id: str) -> tuple[Any, bool]:
         """What a decision reads before its transaction: the approval's response schema, decoded
         (None: it declares none), and whether it is assigned. One read, off the event loop on

@@ -38,6 +38,8 @@ SQL_FN_REQUEST_APPROVAL = (
     f"SELECT * FROM atfg_request_approval(?, ?, ?, ?, ?, ?, ?, ?, ?, {_STEPS}, ?::text[], ?)"
 )
 SQL_FN_DECIDE = "SELECT * FROM atfg_decide(?, ?, ?, ?, ?, ?::text[], ?)"
+# The same, refused ('terms') for an approval with a response schema or an assignment (0018).
+SQL_FN_DECIDE_PLAIN = "SELECT * FROM atfg_decide_plain(?, ?, ?, ?, ?, ?::text[], ?)"
 SQL_FN_SUBMIT = "SELECT * FROM atfg_submit(?, ?, ?, ?, ?, ?, ?, ?::text[], ?)"
 SQL_FN_END_ATTEMPT = f"SELECT atfg_end_attempt(?, ?, ?, ?, ?, ?, {_STEPS})"
 # One traverser, read in a writer's group (a read, key ""): no round trip of its own.
@@ -47,6 +49,8 @@ SQL_APPROVAL_RUN = f"SELECT w.run_id FROM waits w WHERE w.id = ? AND {IS_APPROVA
 
 #: An outcome that hands the transition to the Python write function (nothing was written).
 FALLBACK = "fallback"
+#: atfg_decide_plain's outcome for an approval whose terms must be read first (nothing written).
+TERMS = "terms"
 
 TRAVERSER_FIELDS = (
     "id", "target", "node_id", "version", "status", "input", "result", "error", "attempt",
@@ -255,8 +259,12 @@ class PgTransitions:
         decided_by: str,
         audit: AuditEntry | None,
         now: float,
+        *,
+        plain: bool = False,
     ) -> tuple[dict[str, Any], str | None] | None:
-        """The decided approval and the node to wake; None: the Python rule decides (FALLBACK)."""
+        """The decided approval and the node to wake; None: the Python rule decides (FALLBACK),
+        or with ``plain`` also when the approval has a response schema or an assignment (TERMS:
+        the caller reads them and decides again without ``plain``)."""
         run_id = self._approval_runs.get(approval_id)
         if run_id is None:
             found = self._reader().execute(SQL_APPROVAL_RUN, (approval_id,)).fetchone()
@@ -269,13 +277,14 @@ class PgTransitions:
             entry = replace(audit, detail={"decision": decision, "response": fragment(response)})
         audit_text, detail = _audit(entry)
         params = (approval_id, decision, response, decided_by, now, audit_text, detail)
-        row = (await self._call(SQL_FN_DECIDE, params, run_id))[0]
+        row = (await self._call(SQL_FN_DECIDE_PLAIN if plain else SQL_FN_DECIDE, params, run_id))[0]
         outcome = str(row[0])
         if outcome in ("ok", "same"):
-            # The caller (Service.decide) read the approval's response schema before deciding.
+            # The caller (Service.decide) read the approval's response schema before deciding,
+            # or (plain) it has none.
             decided = dict(zip(APPROVAL_FIELDS, row[2:], strict=True), response_schema=None)
             return approval_view(decided), row[1]
-        if outcome == FALLBACK:
+        if outcome in (FALLBACK, TERMS):
             return None
         if outcome == "missing":
             raise NotFound.of("approval", approval_id)

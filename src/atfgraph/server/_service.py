@@ -289,20 +289,16 @@ class Service:
             if link.kind is LinkKind.PAGE:
                 checks.append(lambda conn, now: self.links.use(conn, link, decision, now))
         try:
-            schema, assigned = await self.store.decision_terms(approval_id)
-            if link is None and assigned:
-                # Checked again in the decision's transaction: an escalation may re-assign it.
-                checks.append(lambda conn, now: _check_assigned(conn, who, approval_id))
-            if schema is not None and decision == "approved":
-                check_response(schema, None if response is None else loads(response))
-            also = None
-            if checks:
-
-                def also(conn: Any, now: float) -> None:
-                    for check in checks:
-                        check(conn, now)
-
-            approval, node = await self.store.decide(approval_id, decision, response, who.name, audit, also)
+            # No link: decided at once unless the approval has terms to read first (PostgreSQL).
+            plain = None if link is not None else await self.store.decide_plain(
+                approval_id, decision, response, who.name, audit
+            )  # fmt: skip
+            if plain is not None:
+                (approval, node), schema = plain, None
+            else:
+                approval, node, schema = await self._decide_by_terms(
+                    who, approval_id, decision, response, audit, checks, assignees_checked=link is None
+                )
         except Refusal as exc:
             await self._refused(who, "approval.decide", approval_id, exc.code)
             raise
@@ -321,6 +317,36 @@ class Service:
             extra={"run_id": approval["traverser_id"], "wait_id": approval_id},
         )
         return approval
+
+    async def _decide_by_terms(
+        self,
+        who: Principal,
+        approval_id: str,
+        decision: str,
+        response: bytes | None,
+        audit: AuditEntry,
+        checks: list[Callable[[Any, float], None]],
+        *,
+        assignees_checked: bool,
+    ) -> tuple[dict[str, Any], str | None, Any]:
+        """Read the approval's terms, check the response against its schema and (unless a link
+        decides) the assignees, then decide with ``checks`` in the decision's transaction:
+        ``(approval, node to wake, response schema)``."""
+        schema, assigned = await self.store.decision_terms(approval_id)
+        if assignees_checked and assigned:
+            # Checked again in the decision's transaction: an escalation may re-assign it.
+            checks.append(lambda conn, now: _check_assigned(conn, who, approval_id))
+        if schema is not None and decision == "approved":
+            check_response(schema, None if response is None else loads(response))
+        also = None
+        if checks:
+
+            def also(conn: Any, now: float) -> None:
+                for check in checks:
+                    check(conn, now)
+
+        approval, node = await self.store.decide(approval_id, decision, response, who.name, audit, also)
+        return approval, node, schema
 
     async def resume_hook(self, who: Principal, hook_id: str, payload: Any) -> WaitRecord:
         """Deliver ``payload`` to a pending pyworkflow hook or step hook (authorized by role

@@ -18,7 +18,7 @@ from atfgraph._json import dumps
 from atfgraph.server._assign import Assignees, Escalation, read_assignment
 from atfgraph.server._hub import node_key, traverser_key
 from atfgraph.server._identity import Principal, Role
-from atfgraph.server._refusals import Conflict, Invalid, NotFound
+from atfgraph.server._refusals import Conflict, Forbidden, Invalid, NotFound
 from atfgraph.server._service import Service
 from pyworkflow.store import NewWait, WaitKind, WaitStatus
 
@@ -318,3 +318,62 @@ async def test_a_sweep_with_nothing_due_writes_nothing_and_a_dead_escalation_is_
     commits, expiries = store.db.commits, 0
     await store.sweep()
     assert (store.db.commits, expiries) == (commits, 0)  # nothing due any more
+
+
+async def test_a_decision_reads_its_terms_first_only_when_it_has_some(
+    service: Service, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """On PostgreSQL an approval with no response schema and no assignment is decided by one
+    statement (``atfg_decide_plain`` checks both, migration postgres 0018): its terms are not
+    read first, as they were (one statement of a cycle's nine). One with a schema or an
+    assignment is decided as before: its response validated, its assignees checked, nothing
+    written by a refusal. SQLite reads the terms every time (no round trip)."""
+    store = service.store
+    reads: list[str] = []
+    original = store.decision_terms
+
+    async def counted(approval_id: str) -> tuple[Any, bool]:
+        reads.append(approval_id)
+        return await original(approval_id)
+
+    monkeypatch.setattr(store, "decision_terms", counted)
+    trav, _ = await service.submit(OWNER, "desk.refund", dumps({}), 3)
+
+    plain, _, _ = await service.request_approval(
+        OWNER, trav["id"], None, "plain", b'"ok?"', None, None, False
+    )
+    decided = await service.decide(ALICE, plain["id"], "approved", b'{"note": "fine"}')
+    assert (decided["status"], decided["decided_by"]) == ("approved", "alice")
+    assert "response_schema" not in decided or decided["response_schema"] is None
+    assert reads == ([] if ON_POSTGRES else [plain["id"]])
+    again = await service.decide(ALICE, plain["id"], "approved", b'{"note": "fine"}')  # idempotent
+    assert again["status"] == "approved"
+    with pytest.raises(Conflict):  # the other decision is refused, as before
+        await service.decide(ALICE, plain["id"], "rejected", None)
+    with pytest.raises(NotFound):
+        await service.decide(ALICE, "no-such-approval", "approved", None)
+
+    reads.clear()
+    schema = dumps({"type": "object", "required": ["amount"]})
+    typed, _, _ = await service.request_approval(
+        OWNER, trav["id"], None, "typed", b'"ok?"', None, None, False, response_schema=schema
+    )
+    with pytest.raises(Invalid) as refused:
+        await service.decide(ALICE, typed["id"], "approved", b'{"note": "no amount"}')
+    assert refused.value.code == "response_invalid"
+    assert store.get_approval(typed["id"])["status"] == "pending"  # nothing written
+    decided = await service.decide(ALICE, typed["id"], "approved", b'{"amount": 5}')
+    assert decided["status"] == "approved" and decided["response_schema"] is not None
+    assert reads == [typed["id"], typed["id"]]
+
+    reads.clear()
+    assigned, _, _ = await service.request_approval(
+        OWNER, trav["id"], None, "assigned", b'"ok?"', None, None, False, assign_to=Assignees((), ("rita",))
+    )
+    with pytest.raises(Forbidden) as forbidden:
+        await service.decide(ALICE, assigned["id"], "approved", None)
+    assert forbidden.value.code == "not_assigned"
+    assert store.get_approval(assigned["id"])["status"] == "pending"
+    rita = Principal("t-rita", "rita", Role.REVIEWER)
+    assert (await service.decide(rita, assigned["id"], "rejected", None))["status"] == "rejected"
+    assert reads == [assigned["id"], assigned["id"]]
