@@ -5,8 +5,6 @@ checked. (SQLite has no such migration: its decisions read the terms, which cost
 
 from __future__ import annotations
 
-from typing import Any
-
 import pytest
 from upgrades import written_before
 
@@ -17,6 +15,7 @@ from atfgraph.server._identity import Identity, Principal, Role
 from atfgraph.server._refusals import Forbidden
 from atfgraph.server._service import Service
 from atfgraph.server._store import GraphStore
+from counted import counted_calls
 
 OWNER = Principal("t-owner", "olga", Role.OWNER)
 ALICE = Principal("t-alice", "alice", Role.REVIEWER)
@@ -53,14 +52,7 @@ async def test_approvals_written_before_the_migration_are_decided_after_it(
     try:
         assert _has_decide_plain(store)
         service = Service(store, Identity(store.db), Hub())
-        reads: list[str] = []
-        original = store.decision_terms
-
-        async def counted(approval_id: str) -> tuple[Any, bool]:
-            reads.append(approval_id)
-            return await original(approval_id)
-
-        monkeypatch.setattr(store, "decision_terms", counted)
+        reads = counted_calls(monkeypatch, store, "decision_terms")
         assert (await service.decide(ALICE, plain["id"], "approved", None))["status"] == "approved"
         assert reads == []
         with pytest.raises(Forbidden):

@@ -14,6 +14,7 @@ import pytest
 from atfgraph.server import _routes
 from atfgraph.server._hub import Hub, traverser_key
 from atfgraph.server._store import GraphStore
+from counted import counted_calls
 
 
 class _Clock:
@@ -31,25 +32,12 @@ def _request(store: GraphStore, hub: Hub) -> Any:
     return SimpleNamespace(app=SimpleNamespace(state=SimpleNamespace(store=store, hub=hub)))
 
 
-def _counted_reads(store: GraphStore) -> list[str]:
-    """The ids of the traverser reads made through ``store`` from now on."""
-    reads: list[str] = []
-    original = store.read_traverser
-
-    async def counted(traverser_id: str) -> dict[str, Any]:
-        reads.append(traverser_id)
-        return await original(traverser_id)
-
-    store.read_traverser = counted  # type: ignore[method-assign]
-    return reads
-
-
-async def _queued(store: GraphStore) -> tuple[str, str, list[str]]:
+async def _queued(store: GraphStore, monkeypatch: pytest.MonkeyPatch) -> tuple[str, str, list[str]]:
     """A queued traverser and a worker of its node: (traverser id, worker id, the traverser
     reads made through the store from now on)."""
     worker = (await store.register_worker("n", "1", 1))["id"]
     view, _ = await store.submit("n.skill", b"{}", max_attempts=1)
-    return str(view["id"]), str(worker), _counted_reads(store)
+    return str(view["id"]), str(worker), counted_calls(monkeypatch, store, "read_traverser")
 
 
 async def test_a_skipped_wake_up_is_not_the_answer_at_the_deadline(
@@ -58,7 +46,7 @@ async def test_a_skipped_wake_up_is_not_the_answer_at_the_deadline(
     clock = _Clock()
     monkeypatch.setattr(_routes, "time", clock)
     hub = Hub()
-    traverser_id, worker, reads = await _queued(store)
+    traverser_id, worker, reads = await _queued(store, monkeypatch)
     follow = asyncio.ensure_future(
         _routes._follow(_request(store, hub), traverser_id, {"succeeded"}, 10.0, 200)
     )
@@ -73,10 +61,10 @@ async def test_a_skipped_wake_up_is_not_the_answer_at_the_deadline(
 
 
 async def test_a_wake_up_with_an_unwanted_status_reads_nothing_and_a_wanted_one_answers(
-    store: GraphStore,
+    store: GraphStore, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     hub = Hub()
-    traverser_id, worker, reads = await _queued(store)
+    traverser_id, worker, reads = await _queued(store, monkeypatch)
     follow = asyncio.ensure_future(
         _routes._follow(_request(store, hub), traverser_id, {"running", "succeeded"}, 10.0, 200)
     )
@@ -90,9 +78,11 @@ async def test_a_wake_up_with_an_unwanted_status_reads_nothing_and_a_wanted_one_
     assert answer["status"] == "running" and len(reads) == 2
 
 
-async def test_a_notification_that_says_nothing_always_reads(store: GraphStore) -> None:
+async def test_a_notification_that_says_nothing_always_reads(
+    store: GraphStore, monkeypatch: pytest.MonkeyPatch
+) -> None:
     hub = Hub()
-    traverser_id, worker, reads = await _queued(store)
+    traverser_id, worker, reads = await _queued(store, monkeypatch)
     follow = asyncio.ensure_future(
         _routes._follow(_request(store, hub), traverser_id, {"running"}, 10.0, 200)
     )
@@ -128,7 +118,7 @@ def _post(state: Any, body: dict[str, Any]) -> Any:
 
 
 async def test_submit_and_follow_answers_from_the_submission_without_reading_it_first(
-    service: Any,
+    service: Any, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """Submit-and-follow listens on the new traverser's id before its submission commits, so the
     submission's own answer is its first view: the reads of a cycle's submit-and-follow went from
@@ -140,7 +130,7 @@ async def test_submit_and_follow_answers_from_the_submission_without_reading_it_
     state = SimpleNamespace(store=store, hub=hub, service=service)
     owner = Principal("t-owner", "olga", Role.OWNER)
     worker = (await store.register_worker("n", "1", 1))["id"]
-    reads = _counted_reads(store)
+    reads = counted_calls(monkeypatch, store, "read_traverser")
     body = {"target": "n.skill", "wait_for": "running", "wait_seconds": 10, "idempotency_key": "k1"}
     follow = asyncio.ensure_future(_routes.submit(_post(state, body), owner))
     await asyncio.sleep(0.05)

@@ -20,6 +20,7 @@ from atfgraph.server._hub import node_key, traverser_key
 from atfgraph.server._identity import Principal, Role
 from atfgraph.server._refusals import Conflict, Forbidden, Invalid, NotFound
 from atfgraph.server._service import Service
+from counted import counted_calls
 from pyworkflow.store import NewWait, WaitKind, WaitStatus
 
 ON_POSTGRES = os.environ.get("PYWORKFLOW_TEST_STORE", "sqlite") in ("postgresql", "postgres")
@@ -329,14 +330,7 @@ async def test_a_decision_reads_its_terms_first_only_when_it_has_some(
     assignment is decided as before: its response validated, its assignees checked, nothing
     written by a refusal. SQLite reads the terms every time (no round trip)."""
     store = service.store
-    reads: list[str] = []
-    original = store.decision_terms
-
-    async def counted(approval_id: str) -> tuple[Any, bool]:
-        reads.append(approval_id)
-        return await original(approval_id)
-
-    monkeypatch.setattr(store, "decision_terms", counted)
+    reads = counted_calls(monkeypatch, store, "decision_terms")
     trav, _ = await service.submit(OWNER, "desk.refund", dumps({}), 3)
 
     plain, _, _ = await service.request_approval(
