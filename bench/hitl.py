@@ -175,21 +175,26 @@ class Phase:
             "fsyncs": self.fsyncs,
             "fsyncs_per_run": per_run(self.fsyncs, self.runs),
             # CPU time per run (less sensitive to a busy machine than the wall clock): the whole
-            # process, the event loop's thread, and the SQLite writer thread.
+            # process, the event loop's thread, and the store's writer threads.
             **{f"{k}_cpu_ms_per_run": round(v * 1000 / self.runs, 4) for k, v in self.cpu.items()},
         }
 
 
+#: The store's writer threads, by name: SQLite's one, PostgreSQL's two.
+WRITER_THREADS = ("sqlite-writer", "pyworkflow-postgres-writer")
+
+
 def writer_cpu_seconds() -> float:
-    """CPU time of the SQLite writer thread, from /proc (0 where that is not available)."""
+    """CPU time of the store's writer threads, from /proc (0 where that is not available)."""
+    total = 0.0
     for t in threading.enumerate():
-        if t.name.startswith("sqlite-writer") and t.native_id is not None:
+        if t.name.startswith(WRITER_THREADS) and t.native_id is not None:
             try:
                 fields = Path(f"/proc/self/task/{t.native_id}/stat").read_text().rsplit(")", 1)[1].split()
-            except OSError:
-                return 0.0
-            return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
-    return 0.0
+            except OSError:  # the thread ended meanwhile
+                continue
+            total += (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+    return total
 
 
 def cpu_now() -> dict[str, float]:
