@@ -111,6 +111,11 @@ _TRANSIENT_RETRIES = 3
 #: A job's value before it ran.
 _PENDING: Any = object()
 _by_key = operator.attrgetter("key")
+#: The key of a statement that finds the run it locks by itself and never waits for a lock (it
+#: skips a run locked elsewhere: ``SKIP LOCKED``): sorted after the statements of every run (ids
+#: below U+10FFFF, a noncharacter), it takes its lock after its group's others, so it holds none
+#: while they wait.
+LOCKS_LAST = "\U0010ffff"
 
 
 class Job:
@@ -430,9 +435,10 @@ class GroupCommitWriter(Generic[C]):
         self, sql: str, params: Any, key: str | None = "", *, carried: Sequence[Job] = ()
     ) -> asyncio.Future[Rows]:
         """Hand one statement to the writers (``key``: the run it locks, ``""`` for a read,
-        ``None`` to run alone); the future, on the running loop, settles with its rows after its
-        transaction ended. A caller that stops waiting does not stop the statement. ``sql`` is
-        the kit's SQL, as a write function's: ``?`` placeholders with a sequence of ``params``,
+        :data:`LOCKS_LAST` for one that finds its run itself, ``None`` to run alone); the
+        future, on the running loop, settles with its rows after its transaction ended. A
+        caller that stops waiting does not stop the statement. ``sql`` is the kit's SQL, as a
+        write function's: ``?`` placeholders with a sequence of ``params``,
         ``:name`` with a dict (PostgreSQL's database translates it for psycopg).
 
         ``carried``: statements of the same ``key`` that nobody waits for, each a

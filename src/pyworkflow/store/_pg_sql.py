@@ -157,6 +157,13 @@ SQL_FN_RESOLVE_WAIT_AND_CLAIM = """
 SELECT * FROM pyworkflow_resolve_wait_and_claim(
     ?::text, ?::text, ?::bytea, ?::double precision, ?::text, ?::double precision, ?::integer)
 """
+# A decision by token (migration 0021): the wait's lookup, the decision and, with an owner, the
+# claim as above in one statement; the outcome, the wait's TOKEN_WAIT_COLUMNS, then the claim's.
+SQL_FN_RESOLVE_TOKEN = """
+SELECT * FROM pyworkflow_resolve_token(
+    ?::bytea, ?::bytea, ?::double precision, ?::text, ?::double precision, ?::integer)
+"""
+TOKEN_WAIT_COLUMNS = 13  # WAIT_COLUMNS
 # Every claim with the state of the runs it resumes, in one statement (migration 0015): the
 # runtime's tick ('poll': expire due waits, claim, then a row with c_run NULL carrying the next
 # due time), a Celery turn's claim of one run ('run'), a claim of up to N runs ('claim'). Each

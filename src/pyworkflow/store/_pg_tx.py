@@ -5,7 +5,7 @@ turn writes, and the rows of the server-side claims and state reads."""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from .._errors import StepAlreadyCompletedError
@@ -20,10 +20,11 @@ from ._protocol import (
     RunState,
     StepRecord,
     StepStatus,
+    WaitKind,
     WaitRecord,
     WaitStatus,
 )
-from ._rows import fence_refused, wait_from_row
+from ._rows import fence_refused, hook_not_found, raise_if_resolved, refuse_approval, wait_from_row
 
 Conn = AsyncPgConnection
 
@@ -118,3 +119,39 @@ def _claims_with_states(rows: Sequence[Sequence[Any]]) -> Poll:
         else:
             claims[r[0]] = Claim(Fence(r[0], r[1], r[2]), r[3], r[4], resumed=r[5], state=RunState())
     return Poll(list(claims.values()), due)
+
+
+def _screened(wait: WaitRecord, now: float, check: Callable[[WaitRecord], None] | None) -> WaitRecord:
+    """``wait``, read before its decision, refused as the decision would be (an approval, already
+    resolved) and, unless past its deadline, shown to ``check`` (the payload's schema) before
+    anything is written."""
+    refuse_approval(wait)  # a wait's kind never changes: no need to read it again under the lock
+    raise_if_resolved(wait)
+    if check is not None and (wait.expires_at is None or wait.expires_at > now):
+        check(wait)
+    return wait
+
+
+def _decided(
+    wait: WaitRecord,
+    outcome: str,
+    payload: bytes,
+    now: float,
+    token_digest: bytes | None,
+    wait_id: str | None,
+) -> WaitRecord:
+    """``wait`` as a decision's statement left it (outcome 'ok'), or the decision's refusal."""
+    if outcome == "approval":  # the function refuses approvals too (checked before already)
+        wait.kind = WaitKind.APPROVAL
+        refuse_approval(wait)
+    if outcome == "missing":
+        raise hook_not_found(token_digest, wait_id)
+    if outcome.startswith("resolved:") or outcome == "expired":
+        # Refused under the lock (a racing decision won), or past its deadline and expired now:
+        # the same refusal as before the write.
+        wait.status = WaitStatus(outcome.split(":", 1)[1]) if ":" in outcome else WaitStatus.EXPIRED
+        raise_if_resolved(wait)
+    if outcome != "ok":
+        raise RuntimeError(f"unexpected outcome {outcome!r} of a decision")
+    wait.status, wait.payload, wait.resolved_at = WaitStatus.RECEIVED, payload, now
+    return wait

@@ -56,7 +56,7 @@ import psycopg
 from psycopg_pool import AsyncConnectionPool
 
 from .._errors import WorkflowNotFoundError
-from ._group_commit import Job, Rows
+from ._group_commit import LOCKS_LAST, Job, Rows
 from ._manage import SQL_CANCEL_REASON, retry_run_tx
 from ._migrations import Migration
 from ._migrations import pyworkflow_migrations as _migrations_of
@@ -78,6 +78,7 @@ from ._pg_sql import (
     SQL_FN_END_SUSPENDED_TURN,
     SQL_FN_EXPIRE_DUE_WAITS,
     SQL_FN_FINISH_RUN,
+    SQL_FN_RESOLVE_TOKEN,
     SQL_FN_RESOLVE_WAIT,
     SQL_FN_RESOLVE_WAIT_AND_CLAIM,
     SQL_FN_SAVE_CHECKPOINT,
@@ -94,6 +95,7 @@ from ._pg_sql import (
     SQL_WAIT_BY_ID,
     SQL_WAIT_BY_KEY,
     SQL_WAIT_BY_TOKEN,
+    TOKEN_WAIT_COLUMNS,
 )
 from ._pg_tx import (
     _add_state_row,
@@ -101,11 +103,13 @@ from ._pg_tx import (
     _check_fence,
     _check_outcome,
     _claims_with_states,
+    _decided,
     _event,
     _fenced,
     _first_float,
     _insert_wait,
     _refuse_second_result,
+    _screened,
 )
 from ._protocol import (
     Claim,
@@ -129,8 +133,6 @@ from ._rows import (
     list_runs_sql,
     list_waits_sql,
     log_deferred,
-    raise_if_resolved,
-    refuse_approval,
     run_from_row,
     wait_from_row,
 )
@@ -674,7 +676,10 @@ class PostgresStore(CeleryQueue):
         check: Callable[[WaitRecord], None] | None = None,
         also: Callable[[Any], None] | None = None,
     ) -> WaitRecord:
-        wait = await self._wait_to_decide(token_digest, wait_id, now, check)
+        by_token = also is None  # a caller's write joins a decision by id
+        wait, decided = await self._wait_to_decide(token_digest, wait_id, payload, now, check, None, by_token)
+        if decided is not None:
+            return wait
         params = (wait.id, wait.run_id, payload, now)
         if also is None:
             outcome = await self._call(SQL_FN_RESOLVE_WAIT, params, wait.run_id)
@@ -703,66 +708,61 @@ class PostgresStore(CeleryQueue):
         max_crashes: int,
     ) -> tuple[WaitRecord, Claim | None]:
         # One statement (migration 0017): the decision, the woken run's claim for ``owner`` with
-        # its state, and a NOTIFY only when the run is left for another runtime to take.
-        wait = await self._wait_to_decide(token_digest, None, now, check)
-        params = (wait.id, wait.run_id, payload, now, owner, lease_ttl, max_crashes)
-        rows = await self._fetch(SQL_FN_RESOLVE_WAIT_AND_CLAIM, params, wait.run_id)
-        outcome = str(rows[0][0]) if rows else "missing"
-        wait = _decided(wait, outcome, payload, now, token_digest, None)
-        claims = _claims_with_states([r[1:] for r in rows]).claims
+        # its state, and a NOTIFY only when the run is left for another runtime to take; with the
+        # wait's lookup by token too when it can (0021, see _wait_to_decide).
+        claiming = (owner, lease_ttl, max_crashes)
+        wait, rows = await self._wait_to_decide(token_digest, None, payload, now, check, claiming)
+        claim_at = 1 + TOKEN_WAIT_COLUMNS  # the outcome and the wait's columns come first
+        if rows is None:
+            params = (wait.id, wait.run_id, payload, now, *claiming)
+            rows = await self._fetch(SQL_FN_RESOLVE_WAIT_AND_CLAIM, params, wait.run_id)
+            wait = _decided(wait, str(rows[0][0]) if rows else "missing", payload, now, token_digest, None)
+            claim_at = 1
+        claims = _claims_with_states([r[claim_at:] for r in rows]).claims
         return wait, claims[0] if claims else None
 
     async def _wait_to_decide(
         self,
         token_digest: bytes | None,
         wait_id: str | None,
+        payload: bytes,
         now: float,
         check: Callable[[WaitRecord], None] | None,
-    ) -> WaitRecord:
-        """The wait a decision is for, found without a lock and refused as the decision would be
-        (an approval, already resolved); ``check`` (the payload's schema) sees it before
-        anything is written. The decision's statement locks the run and reads the wait again
-        (migrations 0004, 0017): a racing decision or expiry that committed first wins."""
+        claiming: tuple[str, float, int] | None,
+        by_token: bool = True,
+    ) -> tuple[WaitRecord, Sequence[Sequence[Any]] | None]:
+        """The wait a decision is for, refused as the decision would be (an approval, already
+        resolved; ``check``, the payload's schema, sees it before anything is written), and None;
+        the decision's statement then locks the run and reads the wait again (migrations 0004,
+        0017): a racing decision or expiry that committed first wins.
+
+        By token (unless ``by_token`` is False), with no deferred statement of this store that
+        the run's decision would have to carry: the lookup and the decision in one statement
+        (migration 0021), the claim too with ``claiming`` (owner, lease seconds, crash limit);
+        then the wait as decided and the statement's rows (the outcome, the wait's columns, the
+        claim's), or the wait to decide by id as above when it has a schema to check first or
+        its run was locked elsewhere (nothing written). Sent after the statements of its group
+        that are sorted by run (``LOCKS_LAST``): it never waits for a lock."""
+        if token_digest is not None and by_token and not self._deferred:
+            params = (token_digest, payload, now, *(claiming or (None, None, None)))
+            rows = await self._submit(SQL_FN_RESOLVE_TOKEN, params, LOCKS_LAST)
+            outcome = str(rows[0][0])
+            if outcome == "unknown":
+                raise hook_not_found(token_digest, None)
+            wait = wait_from_row(rows[0][1 : 1 + TOKEN_WAIT_COLUMNS])
+            if outcome not in ("terms", "busy"):
+                return _decided(wait, outcome, payload, now, token_digest, None), rows
+            return _screened(wait, now, check), None
         if token_digest is not None:
             rows = await self._fetch(SQL_WAIT_BY_TOKEN, {"digest": token_digest})
         else:
             rows = await self._fetch(SQL_WAIT_BY_ID, (wait_id,))
         if not rows:
             raise hook_not_found(token_digest, wait_id)
-        wait = wait_from_row(rows[0])
-        refuse_approval(wait)  # a wait's kind never changes: no need to read it again under the lock
-        raise_if_resolved(wait)
-        if check is not None and (wait.expires_at is None or wait.expires_at > now):
-            check(wait)
-        return wait
+        return _screened(wait_from_row(rows[0]), now, check), None
 
     async def expire_due_waits(self, *, now: float, limit: int = 500) -> int:
         # One statement (migration 0003): runs locked in id order, so two sweepers never wait on
         # each other in a cycle; it may lock several runs, so it runs alone, not in a group.
         rows = await self._alone(SQL_FN_EXPIRE_DUE_WAITS, (now, limit))
         return int(rows[0][0])
-
-
-def _decided(
-    wait: WaitRecord,
-    outcome: str,
-    payload: bytes,
-    now: float,
-    token_digest: bytes | None,
-    wait_id: str | None,
-) -> WaitRecord:
-    """``wait`` as a decision's statement left it (outcome 'ok'), or the decision's refusal."""
-    if outcome == "approval":  # the function refuses approvals too (checked before already)
-        wait.kind = WaitKind.APPROVAL
-        refuse_approval(wait)
-    if outcome == "missing":
-        raise hook_not_found(token_digest, wait_id)
-    if outcome.startswith("resolved:") or outcome == "expired":
-        # Refused under the lock (a racing decision won), or past its deadline and expired now:
-        # the same refusal as before the write.
-        wait.status = WaitStatus(outcome.split(":", 1)[1]) if ":" in outcome else WaitStatus.EXPIRED
-        raise_if_resolved(wait)
-    if outcome != "ok":
-        raise RuntimeError(f"unexpected outcome {outcome!r} of a decision")
-    wait.status, wait.payload, wait.resolved_at = WaitStatus.RECEIVED, payload, now
-    return wait
