@@ -325,3 +325,84 @@ async def test_a_statement_of_the_run_waits_for_the_end_of_its_turn_already_sent
     assert await asyncio.wait_for(ended, 10) is None
     _, claim = await asyncio.wait_for(decision, 10)
     assert claim is not None and claim.fence.run_id == "held-1"
+
+
+async def test_a_lone_statement_is_sent_on_the_callers_thread(
+    pg_database: str, pg_store: PostgresStore
+) -> None:
+    """Every writer idle, nothing queued, nothing else ready on the loop: the statement is sent on
+    the caller's own thread (no hand-off to a writer and back), and committed when it returns."""
+    writer = pg_store._writer
+    await pg_store._fetch("SELECT 1", None)  # the writers idle again
+    inline, groups = writer.inline_commits, writer.groups
+    claim = await pg_store.create_run("lone-1", "wf", b"{}", now=T0, lease_owner="w1", lease_ttl=30.0)
+    assert claim is not None and _count_runs(pg_database, "lone-1", exact=True) == 1
+    await pg_store.complete_run(claim.fence, b"1", now=T0)
+    assert (writer.inline_commits - inline, writer.groups - groups) == (2, 0)
+    run = await pg_store.get_run("lone-1")
+    assert run is not None and run.status == "completed"
+
+
+async def test_a_lone_write_takes_the_deferred_statements_along_and_a_read_does_not(
+    pg_store: PostgresStore, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(_group_commit, "DEFER_LINGER", 60.0)  # only a write can take it
+    await pg_store._fetch("SELECT 1", None)
+    _, _, ended = await _suspended_recorded(pg_store, "along-1")
+    writer = pg_store._writer
+    assert len(writer._queue) == 1  # the end of the turn, waiting for a write
+    inline, groups, statements = writer.inline_commits, writer.groups, writer.statements
+    await pg_store._fetch("SELECT 1", None)  # a read inline: alone, in autocommit
+    assert len(writer._queue) == 1 and writer.inline_commits == inline + 1
+    assert await pg_store.create_run("along-2", "wf", b"{}", now=T0, lease_owner="w1", lease_ttl=30.0)
+    assert writer._queue == [] and await asyncio.wait_for(ended, 10) is None
+    assert (writer.inline_commits - inline, writer.groups - groups, writer.statements - statements) == (
+        2,
+        1,
+        2,
+    )
+
+
+async def test_a_statement_whose_run_is_locked_elsewhere_waits_on_a_writer(
+    pg_database: str, pg_store: PostgresStore
+) -> None:
+    """Inline, the statement waits at most INLINE_LOCK_MS for its run; then it is rolled back and a
+    writer runs it once the lock is free (the event loop is not held meanwhile)."""
+    claim = await pg_store.create_run("locked-1", "wf", b"{}", now=T0, lease_owner="w1", lease_ttl=30.0)
+    assert claim is not None
+    writer = pg_store._writer
+    inline = writer.inline_commits
+    with psycopg.connect(pg_database) as other:
+        other.execute("SELECT 1 FROM runs WHERE id = 'locked-1' FOR UPDATE")
+        finishing = asyncio.ensure_future(pg_store.complete_run(claim.fence, b"1", now=T0))
+        ticks = 0
+        while ticks < 20:  # the loop keeps running while the statement waits on a writer
+            await asyncio.sleep(0.01)
+            ticks += 1
+        assert not finishing.done() and writer.inline_commits == inline
+        other.commit()
+    await asyncio.wait_for(finishing, 10)
+    run = await pg_store.get_run("locked-1")
+    assert run is not None and run.status == "completed"
+
+
+async def test_a_statement_that_fails_inline_is_its_callers_error_and_rolls_back_nothing_else(
+    pg_database: str, pg_store: PostgresStore, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The end of a suspended turn queued for the next write rides with a lone statement that
+    fails: that transaction rolls back, the caller gets its error, and the end of the turn still
+    commits (the writers run each statement alone, as for a failed group)."""
+    monkeypatch.setattr(_group_commit, "DEFER_LINGER", 60.0)
+    await pg_store.create_run("dup-1", "wf", b"{}", now=T0, lease_owner=None, lease_ttl=0)
+    await pg_store._fetch("SELECT 1", None)
+    _, _, ended = await _suspended_recorded(pg_store, "failing-1")
+    inline = pg_store._writer.inline_commits
+    with pytest.raises(psycopg.errors.UniqueViolation):
+        await pg_store.create_run("dup-1", "wf", b"{}", now=T0, lease_owner=None, lease_ttl=0)
+    assert pg_store._writer.inline_commits == inline  # rolled back inline, then run by a writer
+    assert await asyncio.wait_for(ended, 10) is None
+    rows = pg_store._writer.read(
+        lambda c: c.execute("SELECT count(*) FROM queue WHERE run_id = ?", ("failing-1",)).fetchall()
+    )
+    assert rows == [(0,)]  # the turn ended: its lease freed, the suspended run not queued
+    assert _count_runs(pg_database, "dup-1", exact=True) == 1

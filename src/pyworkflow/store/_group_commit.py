@@ -265,6 +265,8 @@ class GroupCommitWriter(Generic[C]):
         self.inline = inline and writers <= 1
         self._busy = False
         self._holder: int | None = None  # the thread running a write inline
+        #: writer threads running a batch now (PostgreSQL's inline statements wait for none)
+        self._working = 0
         self.inline_commits = 0
         #: jobs in the queue that a caller waits for (deferred ones are the rest), and when the
         #: oldest deferred job still queued was queued
@@ -497,6 +499,7 @@ class GroupCommitWriter(Generic[C]):
                     if held:
                         queue[:0] = held
                     self._busy = self.inline
+                    self._working += 1
                 jobs = _unpack(jobs)
                 started = time.perf_counter()
                 try:
@@ -509,9 +512,9 @@ class GroupCommitWriter(Generic[C]):
                         raise
                     log.exception("group commit failed")
                 finally:
-                    if self.inline:
-                        with cv:
-                            self._busy = False
+                    with cv:
+                        self._busy = False
+                        self._working -= 1
                     _deliver(jobs)
                     # Once per batch, after its callers were released: two histogram updates.
                     GROUP_COMMIT_SECONDS.observe(time.perf_counter() - started)

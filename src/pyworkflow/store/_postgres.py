@@ -166,6 +166,7 @@ class PostgresStore(CeleryQueue):
             connect_timeout=None,
             name="pyworkflow-postgres-writer",
             write_timeout=None,
+            inline=True,  # a statement with nobody to share its commit is sent on the caller's thread
         )
         self._closed = False
         #: per run, the turn's deferred statements not written yet: its next statement carries them
