@@ -406,3 +406,15 @@ async def test_a_statement_that_fails_inline_is_its_callers_error_and_rolls_back
     )
     assert rows == [(0,)]  # the turn ended: its lease freed, the suspended run not queued
     assert _count_runs(pg_database, "dup-1", exact=True) == 1
+
+
+async def test_a_store_without_inline_statements_hands_every_one_to_the_writers(pg_database: str) -> None:
+    store = PostgresStore(pg_database, inline=False)
+    try:
+        claim = await store.create_run("threads-1", "wf", b"{}", now=T0, lease_owner="w1", lease_ttl=30.0)
+        assert claim is not None
+        await store.complete_run(claim.fence, b"1", now=T0)
+        run = await store.get_run("threads-1")
+        assert run is not None and run.status == "completed" and store._writer.inline_commits == 0
+    finally:
+        store.close()

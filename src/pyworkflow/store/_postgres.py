@@ -151,9 +151,12 @@ def pyworkflow_migrations() -> list[Migration]:
 class PostgresStore(CeleryQueue):
     """:class:`~pyworkflow.store.Store` on PostgreSQL (psycopg 3: the pipelined group commit of a
     :class:`~pyworkflow.store.PostgresDatabase` with two writers for the single-statement
-    transitions and reads, an ``AsyncConnectionPool`` for the others)."""
+    transitions and reads, an ``AsyncConnectionPool`` for the others). ``inline``: a statement
+    with nobody to share its commit is sent on the caller's thread, holding its event loop for
+    that round trip (see ``store/_pg_db.py``, "Inline statements"); False sends every one through
+    the writer threads."""
 
-    def __init__(self, url: str, *, min_size: int = 1, max_size: int = 16) -> None:
+    def __init__(self, url: str, *, min_size: int = 1, max_size: int = 16, inline: bool = True) -> None:
         self.url = url
         # Migrate first, synchronously (a bad URL or a schema problem fails here, in the caller) on
         # the connection that then becomes the first writer's. Writer connections have no lock or
@@ -166,7 +169,7 @@ class PostgresStore(CeleryQueue):
             connect_timeout=None,
             name="pyworkflow-postgres-writer",
             write_timeout=None,
-            inline=True,  # a statement with nobody to share its commit is sent on the caller's thread
+            inline=inline,
         )
         self._closed = False
         #: per run, the turn's deferred statements not written yet: its next statement carries them
