@@ -325,8 +325,10 @@ class PostgresDatabase(GroupCommitWriter[PgConnection]):
     def submit(
         self, sql: str, params: Any, key: str | None = "", *, carried: Sequence[Job] = ()
     ) -> asyncio.Future[Rows]:
+        if self._inline_lock is None or key is None:  # the graph server's database: no look at the loop
+            return super().submit(sql, params, key, carried=carried)
         loop = asyncio.get_running_loop()
-        if self._inline_lock is None or key is None or len(getattr(loop, "_ready", _MANY)) > INLINE_MAX_READY:
+        if len(getattr(loop, "_ready", _MANY)) > INLINE_MAX_READY:
             return super().submit(sql, params, key, carried=carried)
         future: asyncio.Future[Rows] = loop.create_future()
         job = Job(None, sql, params, key, loop, future, self._deadline(None))
