@@ -56,7 +56,13 @@ async def test_an_idle_runtime_polls_about_once_a_second_and_still_acts_on_time(
     while it sleeps still fires on time, and a run started by another process runs at once."""
     pyworkflow.configure(storage=pg_database)
     try:
-        await start(asking)  # brings the runtime up, then leaves it idle behind a wait
+        first = await start(asking)  # brings the runtime up, then leaves it idle behind a wait
+        await wait_for_run(first, 10, until=("suspended",))
+        # Idle from here: its start-up polls (the listener's first wake-up, the poll one
+        # poll_interval after the first turn's end) are over 50 ms after start returns. Counted
+        # from start's return they could land in the window since the statements of a start go
+        # out on the caller's thread (five polls in 2.5 s instead of at most four, 1 run in 8).
+        await asyncio.sleep(0.3)
         runtime = pyworkflow._api._runtime
         assert runtime is not None
         polls: list[float] = []
