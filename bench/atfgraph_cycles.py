@@ -45,6 +45,8 @@ import httpx
 
 from atfgraph import Agent, Client, current_context
 
+from ._machine import describe
+
 #: The worker's permits (handlers running at once): ``--capacity``, which reaches the worker
 #: process, which imports this module, through its environment.
 CAPACITY_VARIABLE = "ATFG_BENCH_CAPACITY"
@@ -211,6 +213,24 @@ async def _counts(client: Client) -> tuple[int, int, int]:
     return int(stats["requests"]), commits, int(stats.get("statements", 0))
 
 
+_ROUTE_COUNT = "atfgraph_http_request_duration_seconds_count{"
+
+
+async def _by_route(url: str, token: str) -> dict[str, float]:
+    """Requests so far by method and route template, from the server's ``/metrics``."""
+    async with httpx.AsyncClient(headers={"Authorization": f"Bearer {token}"}, timeout=10) as http:
+        response = await http.get(url + "/metrics")
+    counts: dict[str, float] = {}
+    for line in response.text.splitlines():
+        if not line.startswith(_ROUTE_COUNT):
+            continue
+        labels, value = line[len(_ROUTE_COUNT) :].rsplit("} ", 1)
+        fields = dict(part.split("=", 1) for part in labels.split(","))
+        key = f"{fields['method'].strip(chr(34))} {fields['route'].strip(chr(34))}"
+        counts[key] = counts.get(key, 0.0) + float(value)
+    return counts
+
+
 async def one_cycle(client: Client, i: int, latencies: list[float]) -> None:
     handle, info = await client.submit_and_wait(
         "bench.refund", {"ticket": f"T-{i}", "amount_aud": 480.0}, statuses="waiting,terminal"
@@ -237,6 +257,14 @@ async def run_cycles(urls: str | list[str], token: str, n: int, concurrency: int
             each = [await _counts(c) for c in clients]
             return (sum(c[0] for c in each), sum(c[1] for c in each), sum(c[2] for c in each))
 
+        async def by_route() -> dict[str, float]:
+            total: dict[str, float] = {}
+            for url in urls:
+                for key, value in (await _by_route(url, token)).items():
+                    total[key] = total.get(key, 0.0) + value
+            return total
+
+        routes0 = await by_route()  # before the counts: its own request is not among theirs
         requests0, commits0, statements0 = await counts()
         queue: asyncio.Queue[int] = asyncio.Queue()
         for i in range(n):
@@ -250,6 +278,13 @@ async def run_cycles(urls: str | list[str], token: str, n: int, concurrency: int
         await asyncio.gather(*(runner(clients[k % len(clients)]) for k in range(concurrency)))
         elapsed = time.perf_counter() - started
         requests1, commits1, statements1 = await counts()
+        routes1 = await by_route()
+    # The requests of the cycles by route (the counts' own requests and /metrics left out).
+    routes = {
+        key: round((routes1[key] - routes0.get(key, 0.0)) / n, 3)
+        for key in sorted(routes1)
+        if routes1[key] - routes0.get(key, 0.0) > 0 and not key.endswith(("/stats", "/metrics"))
+    }
     ms = sorted(x * 1000 for x in latencies)
     return {
         "cycles": n,
@@ -259,6 +294,7 @@ async def run_cycles(urls: str | list[str], token: str, n: int, concurrency: int
         "requests_per_cycle": round((requests1 - requests0 - len(urls)) / n, 2),
         "commits_per_cycle": round((commits1 - commits0) / n, 2),
         "statements_per_cycle": round((statements1 - statements0) / n, 2),
+        "requests_per_cycle_by_route": routes,
         "resume_latency_ms_p50": round(statistics.median(ms), 1),
         "resume_latency_ms_p99": round(ms[min(len(ms) - 1, int(len(ms) * 0.99))], 1),
     }
@@ -357,6 +393,7 @@ def main() -> None:
                 "servers": args.servers,
                 "settings": {"lease_seconds": 6.0, "worker_capacity": stack.capacities()},
                 "load_average_1m_before": round(os.getloadavg()[0], 2),
+                "machine": describe(),
             }
             report["warmup"] = asyncio.run(
                 run_cycles(stack.urls, stack.token(), min(50, args.cycles), args.concurrency)

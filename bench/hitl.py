@@ -52,6 +52,7 @@ from pyworkflow.store import _group_commit
 
 from ._disk import ceiling, commit_floor
 from ._fsyncs import STRACE_ARGS, FsyncCounter, strace_available
+from ._machine import describe
 from ._observers import RESULTS_DIR, Observer, fresh_database, make_observer, save_and_report, storage_url
 
 HITL = "bench.hitl"
@@ -604,6 +605,9 @@ def report(result: dict[str, Any]) -> None:
     print(f"HITL benchmark: N={cfg['n']}, store={store}, {cfg['cpus']} CPUs, Python {cfg['python']}")
     print(f"  settings: {cfg['settings']}")
     print(f"  fsyncs: {cfg['fsyncs']}")
+    machine = cfg["machine"]
+    print(f"  this processor: {machine['cpu_model']}; the Python probe ({machine['python_probe']}) "
+          f"takes {machine['python_probe_ms']} ms")  # fmt: skip
     floor = result.get("commit_floor")
     if floor:
         print(f"  this disk: a bare SQLite commit of {floor['pages_per_commit']} pages (synchronous="
@@ -703,6 +707,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             "date_utc": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
             "loadavg_at_start": [round(x, 2) for x in os.getloadavg()],
             "database_dir": str(workdir),
+            "machine": describe(),
         },
         "targets": {
             "runs_per_s": TARGETS,

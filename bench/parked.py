@@ -66,6 +66,7 @@ from pyworkflow import (
 )
 from pyworkflow.store import sqlite_url
 
+from ._machine import describe
 from ._observers import (
     RESULTS_DIR,
     Observer,
@@ -587,6 +588,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             "date_utc": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
             "loadavg_at_start": [round(x, 2) for x in os.getloadavg()],
             "database_dir": str(workdir),
+            "machine": describe(),
         },
         "targets": {
             "bytes_per_waiting_run": TARGET_BYTES_PER_WAITING_RUN,

@@ -32,12 +32,14 @@ def test_hitl_benchmark_quick_runs_both_modes(tmp_path: Path) -> None:
         "poll_interval=0.02 (non-default)",
         "this disk: a bare SQLite commit of 6 pages",
         "the disk's ceiling at that many commits",
+        "this processor: ",
     )
     for line in expected:
         assert line in proc.stdout, proc.stdout
     result = json.loads(out.read_text())
     assert set(result["modes"]) == {"all_at_once", "one_at_a_time"}
     assert result["prepare_calls"] == result["config"]["n"] == N
+    assert result["config"]["machine"]["python_probe_ms"] > 0
     counted = strace_available()
     for mode in result["modes"].values():
         assert set(mode["phases"]) == {"A", "B", "C"}

@@ -43,6 +43,17 @@ def test_approval_cycle_benchmark_runs_and_counts(tmp_path: Path) -> None:
     # flight, miss some ride-along claims and polls: bounded loosely, from both sides, so that a
     # broken counter or a protocol that went back to a request per step still fails.
     assert 5.0 <= run["requests_per_cycle"] <= 9.0, run
+    # The requests by route add up to the count (the server's /metrics against its own counter),
+    # and the client's three are one each per cycle whatever the claims did.
+    routes = run["requests_per_cycle_by_route"]
+    assert abs(sum(routes.values()) - run["requests_per_cycle"]) < 0.05, run
+    for route in (
+        "POST /api/v2/traversers",
+        "POST /api/v2/approvals/{id}/decide",
+        "GET /api/v2/traversers/{id}",
+    ):
+        assert routes[route] == 1.0, routes
+    assert report["machine"]["cpus"] == os.cpu_count() and report["machine"]["python_probe_ms"] > 0
     assert set(run["cpu_ms_per_cycle"]) == {"servers", "workers", "client", "postgres"}
     assert (run["cpu_ms_per_cycle"]["postgres"] > 0) == on_postgres
     assert report["parking"]["parked"] == 4 and report["parking"]["worker_permits_in_use"] == 0
