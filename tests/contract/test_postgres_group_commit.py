@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import secrets
+import select
 import threading
 
 import psycopg
@@ -22,6 +23,7 @@ from pyworkflow.store import (
     _group_commit,
     _pg_carry,
 )
+from pyworkflow.store._pg_db import PgConnection, dropped
 
 pytestmark = pytest.mark.postgres
 T0 = 1_700_000_000.0
@@ -115,28 +117,87 @@ async def test_a_cancelled_caller_still_commits(pg_database: str, pg_store: Post
     assert await pg_store.get_run("c1") is not None
 
 
-async def test_a_lost_connection_fails_only_what_was_in_flight(
+def _end_connections(url: str) -> int:
+    """Terminate every other connection to the database, as a restart does between statements,
+    and wait until their backends are gone (their goodbyes are on the sockets by then)."""
+    with psycopg.connect(url, autocommit=True) as admin:
+        row = admin.execute(
+            "SELECT count(*) FILTER (WHERE pg_terminate_backend(pid, 5000)) FROM pg_stat_activity"
+            " WHERE datname = current_database() AND pid <> pg_backend_pid()"
+        ).fetchone()
+    assert row is not None
+    return int(row[0])
+
+
+def _backends(url: str) -> set[int]:
+    with psycopg.connect(url, autocommit=True) as admin:
+        rows = admin.execute(
+            "SELECT pid FROM pg_stat_activity WHERE datname = current_database() AND pid <> pg_backend_pid()"
+        ).fetchall()
+    return {int(r[0]) for r in rows}
+
+
+async def test_connections_the_server_ended_while_idle_are_replaced_before_use(
     pg_database: str, pg_store: PostgresStore
 ) -> None:
-    await pg_store.create_run("before", "wf", b"{}", now=T0, lease_owner=None, lease_ttl=0)
-    with psycopg.connect(pg_database, autocommit=True) as admin:  # every connection of the store
-        admin.execute(
-            "SELECT pg_terminate_backend(pid) FROM pg_stat_activity"
-            " WHERE datname = current_database() AND pid <> pg_backend_pid()"
-        )
-    writers = len(pg_store._writer._threads)
-    outcome: dict[str, object] = {}
-    for i in range(20):  # each writer meets its dead connection at most once, then reconnects
-        try:
-            await pg_store.create_run(f"after{i}", "wf", b"{}", now=T0, lease_owner=None, lease_ttl=0)
-            outcome[f"after{i}"] = "ok"
-        except psycopg.OperationalError as exc:
-            outcome[f"after{i}"] = exc
-    errors = [o for o in outcome.values() if o != "ok"]
-    assert len(errors) <= writers
-    assert await pg_store.get_run("before") is not None
-    for run_id, result in outcome.items():  # what was acknowledged is there, what failed is not
-        assert (await pg_store.get_run(run_id) is not None) == (result == "ok")
+    """PostgreSQL restarting between statements ends every idle connection of the store (the
+    writers', the inline one, the readers', the pool's). Each is found ended before it is used
+    and replaced: no caller fails, although before, the first statement on each failed (its
+    caller could not know whether it had committed)."""
+    claim = await pg_store.create_run("before", "wf", b"{}", now=T0, lease_owner="w", lease_ttl=30)
+    assert claim is not None
+    assert await pg_store.get_run("before") is not None  # a reader exists
+    assert await pg_store.expire_leases_of(["nobody"], now=T0) == 0  # a pooled connection exists
+    ended = _backends(pg_database)
+    assert _end_connections(pg_database) == len(ended) >= 2
+    for i in range(10):  # the inline connection, or a writer when it is busy
+        await pg_store.create_run(f"after{i}", "wf", b"{}", now=T0, lease_owner=None, lease_ttl=0)
+    await pg_store.complete_step(claim.fence, "s#1", b"1", now=T0)
+    assert [await pg_store.get_run(f"after{i}") is not None for i in range(10)] == [True] * 10
+    assert await pg_store.expire_leases_of(["w"], now=T0 + 60) == 1
+    assert _count_runs(pg_database, "after") == 10
+    assert not ended & _backends(pg_database)  # every connection in use now is a new one
+
+
+async def test_a_connection_ended_under_a_write_fails_that_write_only(pg_database: str) -> None:
+    """A connection lost while a write is on it cannot say whether the write committed: that
+    write fails with the driver's error (it is not retried), and the next one reconnects."""
+    schema = [Migration("test", 1, "t", "CREATE TABLE t (k text PRIMARY KEY);")]
+    db = PostgresDatabase(pg_database, migrations=schema)
+    try:
+        await db.write(lambda conn: conn.execute("INSERT INTO t (k) VALUES (?)", ("a",)))
+
+        def lost(conn: PgConnection) -> None:
+            conn.execute("INSERT INTO t (k) VALUES (?)", ("lost",))
+            conn.execute("SELECT pg_terminate_backend(pg_backend_pid())")
+
+        with pytest.raises(psycopg.OperationalError):
+            await db.write(lost)
+        assert await db.write(lambda conn: conn.execute("INSERT INTO t (k) VALUES (?)", ("b",)).rowcount) == 1
+    finally:
+        db.close()
+    with psycopg.connect(pg_database) as conn:
+        assert [r[0] for r in conn.execute("SELECT k FROM t ORDER BY k")] == ["a", "b"]
+
+
+async def test_a_notification_on_an_idle_connection_keeps_it(pg_database: str) -> None:
+    """Bytes on an idle connection's socket are not always a goodbye: a notification (or a
+    notice) is read and the connection kept; a terminated one is dropped."""
+    kept = PgConnection(psycopg.connect(pg_database, autocommit=True))
+    ended = PgConnection(psycopg.connect(pg_database, autocommit=True))
+    try:
+        pid = kept.raw.info.backend_pid
+        kept.execute("LISTEN pw_test")
+        with psycopg.connect(pg_database, autocommit=True) as other:
+            other.execute("NOTIFY pw_test, 'hello'")
+            other.execute("SELECT pg_terminate_backend(%s, 5000)", (ended.raw.info.backend_pid,))
+        assert select.select([kept.raw.fileno()], [], [], 5)[0]  # the notification arrived
+        assert kept.usable and not dropped(kept.raw)
+        assert kept.execute("SELECT pg_backend_pid()").fetchone()[0] == pid
+        assert not ended.usable and dropped(ended.raw)
+    finally:
+        kept.close()
+        ended.close()
 
 
 async def test_callers_on_many_loops_share_the_writer(pg_database: str, pg_store: PostgresStore) -> None:
@@ -171,27 +232,22 @@ async def test_write_functions_and_statements_share_the_writer_and_survive_a_los
     pg_database: str,
 ) -> None:
     """The database class the graph server uses: write functions and statements (rows as plain
-    tuples), both in the kit's SQL, through one writer; a connection lost under a write fails
-    that write, and the next one reconnects."""
+    tuples), both in the kit's SQL, through one writer; its connection ended while idle (a
+    restart between requests) is replaced before the next write, which succeeds."""
     schema = [Migration("test", 1, "t", "CREATE TABLE t (k text PRIMARY KEY);")]
     db = PostgresDatabase(pg_database, migrations=schema)
     try:
         await db.write(lambda conn: conn.execute("INSERT INTO t (k) VALUES (?)", ("a",)))
         rows = await db.submit("INSERT INTO t (k) VALUES (?) RETURNING k, 1", ("s",), key="s")
         assert rows == [("s", 1)] and type(rows[0]) is tuple
-        with psycopg.connect(pg_database, autocommit=True) as admin:
-            admin.execute(
-                "SELECT pg_terminate_backend(pid) FROM pg_stat_activity"
-                " WHERE datname = current_database() AND pid <> pg_backend_pid()"
-            )
-        with pytest.raises(psycopg.OperationalError):
-            await db.write(lambda conn: conn.execute("INSERT INTO t (k) VALUES (?)", ("lost",)))
+        assert _end_connections(pg_database) >= 1
         assert await db.write(lambda conn: conn.execute("INSERT INTO t (k) VALUES (?)", ("b",)).rowcount) == 1
-        assert db.write_sync(lambda conn: conn.execute("SELECT count(*) FROM t").fetchone()[0]) == 3
+        assert await db.submit("INSERT INTO t (k) VALUES (?) RETURNING k", ("c",), key="c") == [("c",)]
+        assert db.write_sync(lambda conn: conn.execute("SELECT count(*) FROM t").fetchone()[0]) == 4
     finally:
         db.close()
     with psycopg.connect(pg_database) as conn:
-        assert [r[0] for r in conn.execute("SELECT k FROM t ORDER BY k")] == ["a", "b", "s"]
+        assert [r[0] for r in conn.execute("SELECT k FROM t ORDER BY k")] == ["a", "b", "c", "s"]
 
 
 async def test_a_deferred_checkpoint_deletion_rides_in_the_steps_transaction(pg_store: PostgresStore) -> None:

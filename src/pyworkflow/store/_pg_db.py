@@ -53,6 +53,7 @@ import functools
 import logging
 import queue
 import re
+import select
 import threading
 import time
 from collections.abc import Callable, Sequence
@@ -157,6 +158,45 @@ def _statement(job: Job) -> tuple[str, Params]:
     return for_psycopg(job.sql, job.params)
 
 
+#: Reads of an idle connection's socket before :func:`dropped` gives up looking (a goodbye and
+#: the end of the stream are two; a notification is one).
+_LOOKS = 4
+
+
+async def check_pooled(raw: psycopg.AsyncConnection[Any]) -> None:
+    """A connection pool's ``check``: a connection the server ended while it sat in the pool is
+    replaced before it is lent (see :func:`dropped`; no round trip)."""
+    if dropped(raw):
+        raise psycopg.OperationalError("the server ended this connection while it was idle")
+
+
+def dropped(raw: psycopg.Connection[Any] | psycopg.AsyncConnection[Any]) -> bool:
+    """Whether ``raw`` cannot serve a statement: closed, broken, or ended by the server while it
+    sat idle (PostgreSQL restarted or failed over, ``pg_terminate_backend``). The last is found
+    without a round trip: with no statement in flight the server has nothing to say, so bytes
+    waiting on the socket are its goodbye and the end of the stream (the connection is gone),
+    or a notice or notification (read into libpq's buffer; the connection stays). Without this
+    the first statement on each such connection failed, its caller unable to know whether it
+    had committed, although nothing had been sent. A connection in a transaction is left to its
+    statements. (A goodbye whose end of stream has not arrived yet passes as alive: that
+    microsecond's statement fails as before.)"""
+    if raw.closed or raw.broken:
+        return True
+    if raw.info.transaction_status != TransactionStatus.IDLE:
+        return False
+    pgconn = raw.pgconn
+    poller = select.poll()  # not select.select: a process with many sockets has fds past 1024
+    poller.register(pgconn.socket, select.POLLIN)
+    for _ in range(_LOOKS):
+        if not poller.poll(0):
+            return False
+        try:
+            pgconn.consume_input()
+        except psycopg.OperationalError:
+            return True
+    return pgconn.status != pq.ConnStatus.OK
+
+
 class PgConnection:
     """A synchronous psycopg connection that speaks the kit's SQL (see :func:`translate`)."""
 
@@ -170,7 +210,7 @@ class PgConnection:
 
     @property
     def usable(self) -> bool:
-        return not (self.raw.closed or self.raw.broken)
+        return not dropped(self.raw)
 
     def close(self) -> None:
         self.raw.close()
@@ -389,6 +429,10 @@ class PostgresDatabase(GroupCommitWriter[PgConnection]):
         conn = self._inline
         try:
             if conn is None or not conn.usable:
+                if conn is not None:
+                    with contextlib.suppress(Exception):
+                        conn.close()
+                    self._inline = None
                 conn = self._inline = _connect(
                     self.url,
                     options=f"-c lock_timeout={INLINE_LOCK_MS}",
@@ -419,6 +463,12 @@ class PostgresDatabase(GroupCommitWriter[PgConnection]):
         """This thread's read connection (autocommit; each statement sees the latest commit)."""
         conn: PgConnection | None = getattr(self._local, "conn", None)
         if conn is None or not conn.usable:
+            if conn is not None:
+                with self._readers_lock:
+                    if conn in self._readers:
+                        self._readers.remove(conn)
+                with contextlib.suppress(Exception):
+                    conn.close()
             conn = _reader(self.url)
             self._local.conn = conn
             with self._readers_lock:
@@ -468,6 +518,9 @@ class PostgresDatabase(GroupCommitWriter[PgConnection]):
             for attempt in (1, 2):  # a connection found dead is replaced once
                 try:
                     if conn is None or not conn.usable:
+                        if conn is not None:
+                            with contextlib.suppress(Exception):
+                                conn.close()
                         conn = _connect(self.url)
                     conn.execute(
                         "SELECT pg_notify(c, p) FROM unnest(?::text[], ?::text[]) AS n(c, p)",

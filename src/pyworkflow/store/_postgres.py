@@ -62,7 +62,7 @@ from ._migrations import Migration
 from ._migrations import pyworkflow_migrations as _migrations_of
 from ._pg_carry import RunDeferrals
 from ._pg_celery import CeleryQueue
-from ._pg_db import AsyncPgConnection, PgConnection, PostgresDatabase
+from ._pg_db import AsyncPgConnection, PgConnection, PostgresDatabase, check_pooled
 from ._pg_sql import (
     CHANNEL,
     SQL_CREATE_RUN,
@@ -188,7 +188,12 @@ class PostgresStore(CeleryQueue):
 
     async def _open_pool(self, min_size: int, max_size: int) -> AsyncConnectionPool[RawConn]:
         pool: AsyncConnectionPool[RawConn] = AsyncConnectionPool(
-            self.url, min_size=min_size, max_size=max_size, kwargs={"autocommit": True}, open=False
+            self.url,
+            min_size=min_size,
+            max_size=max_size,
+            kwargs={"autocommit": True},
+            open=False,
+            check=check_pooled,
         )
         await pool.open(wait=True)
         return pool

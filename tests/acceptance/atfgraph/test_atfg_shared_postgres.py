@@ -5,7 +5,6 @@ hubs), and when the first server is killed the second serves everything it left.
 
 from __future__ import annotations
 
-import asyncio
 import re
 import shutil
 import time
@@ -16,7 +15,7 @@ import psycopg
 from atfg_harness import ServerProcess, WorkerProcess, create_pg_database, drop_pg_database
 from atfg_waits import only_approval, reach
 
-from atfgraph import Client, ServerUnavailableError
+from atfgraph import Client
 
 #: The server re-checks a claim's long poll at least every 5 s on its own; a pick-up faster than
 #: this in every round can only come from the other server's notification.
@@ -81,10 +80,12 @@ async def test_two_servers_on_one_database_wake_each_other_and_survive_one_dying
         drop_pg_database(url)
 
 
-async def test_lost_database_connections_are_a_503_then_the_server_reconnects(tmp_path: Path) -> None:
-    """PostgreSQL restarting (here: every connection of the server terminated) is a 503 with
-    Retry-After in the one error shape, never a 500; the server reconnects by itself, and the
-    worker, which retries 503s, finishes the next cycle."""
+async def test_database_connections_ended_between_requests_are_replaced_unseen(tmp_path: Path) -> None:
+    """PostgreSQL restarting between requests (here: every connection of the server terminated,
+    and gone, while idle) costs no request: the server finds each ended connection before it
+    sends on it and opens a new one, so the next requests answer as usual (before, the first on
+    each connection was a 503), and the worker finishes its cycle. A connection lost under a
+    request in flight is a 503 in the one error shape: tests/reliability/test_db_faults.py."""
     url = create_pg_database()
     server = ServerProcess(tmp_path, db=url)
     worker: WorkerProcess | None = None
@@ -97,23 +98,14 @@ async def test_lost_database_connections_are_a_503_then_the_server_reconnects(tm
             approval_id = str((await only_approval(client, handle.id))["id"])
             with psycopg.connect(url, autocommit=True) as admin:
                 killed = admin.execute(
-                    "SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity"
+                    "SELECT count(*) FILTER (WHERE pg_terminate_backend(pid, 5000)) FROM pg_stat_activity"
                     " WHERE datname = current_database() AND pid <> pg_backend_pid()"
                 ).fetchone()
             assert killed is not None and killed[0] >= 3  # writer, readers, listener, pool
             async with httpx.AsyncClient(base_url=server.url, timeout=10) as http:
-                first = await http.get("/readyz")
-                assert first.status_code == 503, first.text
-                assert first.headers["retry-after"] == "1"
-                assert first.json()["error"]["code"] == "database_unavailable"
-                statuses = [(await http.get("/readyz")).status_code for _ in range(5)]
-                assert statuses[-1] == 200 and 500 not in statuses, statuses
-            for _ in range(50):  # the client's own calls may meet a not yet renewed connection
-                try:
-                    await client.decide_approval(approval_id, "approved")
-                    break
-                except ServerUnavailableError:
-                    await asyncio.sleep(0.1)
+                statuses = [(await http.get("/readyz")).status_code for _ in range(3)]
+                assert statuses == [200, 200, 200], statuses
+            await client.decide_approval(approval_id, "approved")  # the first try
             result = await handle.result(timeout=20)
             assert result["decision"]["status"] == "approved" and result["attempt"] == 2
             second = await client.submit("tester.pausing", {"key": "after"})
