@@ -313,6 +313,49 @@ async def _suspended_recorded(
     return claim.fence, token, ended
 
 
+async def test_the_end_of_a_suspended_turn_is_sent_again_when_its_connection_is_lost(
+    pg_database: str, pg_store: PostgresStore, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """PostgreSQL ending the connection that carries the end of a suspended turn (here: its
+    backend, waiting on the run's row, terminated): the statement is sent again a moment later
+    and written, so the run's lease is freed then, not when it runs out (30 s). Before, the
+    failure was logged and the run kept its lease."""
+    monkeypatch.setattr(_pg_carry, "RESEND_SECONDS", 0.2)
+    claim = await pg_store.create_run("resend-1", "wf", b"{}", now=T0, lease_owner="w1", lease_ttl=30.0)
+    assert claim is not None
+    hook = NewWait(secrets.token_hex(8), "s#1/step_hook:ok#1", WaitKind.STEP_HOOK, "ok", "s#1",
+                   secrets.token_bytes(32), None, None)  # fmt: skip
+    wait = await pg_store.create_wait(claim.fence, hook, now=T0, suspend=True)
+    loop = asyncio.get_running_loop()
+    ended: asyncio.Future[object] = loop.create_future()
+    with psycopg.connect(pg_database) as holder:  # the run's queue row, locked in a transaction
+        holder.execute("SELECT 1 FROM queue WHERE run_id = 'resend-1' FOR UPDATE")
+        await pg_store.suspend_run(
+            claim.fence, notified=[wait.id], delivered={}, now=T0, recorded=True,
+            then=lambda error: loop.call_soon_threadsafe(ended.set_result, error),
+        )  # fmt: skip
+        blocked: list[int] = []
+        for _ in range(200):  # the end of the turn, sent after the writer's linger, waits on the row
+            with psycopg.connect(pg_database, autocommit=True) as admin:
+                blocked = [
+                    int(r[0])
+                    for r in admin.execute(
+                        "SELECT pid FROM pg_stat_activity WHERE datname = current_database()"
+                        " AND wait_event_type = 'Lock' AND pid <> pg_backend_pid()"
+                    )
+                ]
+                if blocked:
+                    admin.execute("SELECT pg_terminate_backend(%s, 5000)", (blocked[0],))
+                    break
+            await asyncio.sleep(0.02)
+        assert blocked, "the end of the turn never reached PostgreSQL"
+        assert not ended.done()  # not reported as failed: it is on its way again
+    assert await asyncio.wait_for(ended, 10) is None  # written once the row was free
+    with psycopg.connect(pg_database) as conn:
+        assert conn.execute("SELECT count(*) FROM queue WHERE run_id = 'resend-1'").fetchone() == (0,)
+    assert pg_store._deferred.runs == {}
+
+
 async def test_the_end_of_a_suspended_turn_rides_with_the_next_write(
     pg_store: PostgresStore, monkeypatch: pytest.MonkeyPatch
 ) -> None:
