@@ -24,14 +24,12 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
-import httpx
 import psycopg
 import pytest
 from atfg_harness import ServerProcess, WorkerProcess
-from atfg_waits import only_approval, reach
+from atfg_waits import carries_on_after
 
 import pyworkflow
-from atfgraph import Client
 from pyworkflow import resume_hook, start, step, step_hook, wait_for_run, workflow
 
 TOKENS: list[str] = []
@@ -137,20 +135,7 @@ async def test_the_graph_server_and_its_worker_carry_on_through_a_restart(
     try:
         server.start()
         worker = WorkerProcess(server, "atfg_agents:app").start()
-        async with Client(server.url, token=server.token()) as client:
-            handle = await client.submit("tester.pausing", {"key": "before"})
-            await reach(client, handle.id, "waiting", 15)
-            approval_id = str((await only_approval(client, handle.id))["id"])
-            await asyncio.to_thread(restart)
-            async with httpx.AsyncClient(base_url=server.url, timeout=10) as http:
-                statuses = [(await http.get("/readyz")).status_code for _ in range(3)]
-            assert statuses == [200, 200, 200], statuses
-            await client.decide_approval(approval_id, "approved")  # the first try
-            result = await handle.result(timeout=20)
-            assert result["decision"]["status"] == "approved" and result["attempt"] == 2
-            second = await client.submit("tester.pausing", {"key": "after"})
-            await reach(client, second.id, "waiting", 15)
-        assert "Traceback" not in server.log.read_text(errors="replace")
+        await carries_on_after(server, lambda: asyncio.to_thread(restart))
     finally:
         if worker is not None:
             worker.kill()

@@ -13,7 +13,7 @@ from pathlib import Path
 import httpx
 import psycopg
 from atfg_harness import ServerProcess, WorkerProcess, create_pg_database, drop_pg_database
-from atfg_waits import only_approval, reach
+from atfg_waits import carries_on_after, only_approval, reach
 
 from atfgraph import Client
 
@@ -92,25 +92,16 @@ async def test_database_connections_ended_between_requests_are_replaced_unseen(t
     try:
         server.start()
         worker = WorkerProcess(server, "atfg_agents:app").start()
-        async with Client(server.url, token=server.token()) as client:
-            handle = await client.submit("tester.pausing", {"key": "before"})
-            await reach(client, handle.id, "waiting", 15)
-            approval_id = str((await only_approval(client, handle.id))["id"])
+
+        async def end_connections() -> None:
             with psycopg.connect(url, autocommit=True) as admin:
                 killed = admin.execute(
                     "SELECT count(*) FILTER (WHERE pg_terminate_backend(pid, 5000)) FROM pg_stat_activity"
                     " WHERE datname = current_database() AND pid <> pg_backend_pid()"
                 ).fetchone()
             assert killed is not None and killed[0] >= 3  # writer, readers, listener, pool
-            async with httpx.AsyncClient(base_url=server.url, timeout=10) as http:
-                statuses = [(await http.get("/readyz")).status_code for _ in range(3)]
-                assert statuses == [200, 200, 200], statuses
-            await client.decide_approval(approval_id, "approved")  # the first try
-            result = await handle.result(timeout=20)
-            assert result["decision"]["status"] == "approved" and result["attempt"] == 2
-            second = await client.submit("tester.pausing", {"key": "after"})
-            await reach(client, second.id, "waiting", 15)
-        assert "Traceback" not in server.log.read_text(errors="replace")
+
+        await carries_on_after(server, end_connections)
     finally:
         if worker is not None:
             worker.kill()
