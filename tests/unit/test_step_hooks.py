@@ -387,7 +387,19 @@ async def test_only_a_wait_whose_on_created_ran_is_marked_notified(engine: str) 
     await next_token("review")
     for run_id in (quiet, told):
         await wait_for_run(run_id, 10, until=("suspended",))
-    await store.database.check_writable()  # the suspended turns' ends, written without waiting
+    # The suspended turns' ends are written without waiting, by whichever writer takes them: an
+    # empty write through one writer (check_writable) can commit while the other still sends
+    # them (seen on PostgreSQL, which has two). Until both ends are in (their leases freed):
+    for _ in range(200):
+        leased = await store.database.write(
+            lambda conn: conn.execute(
+                "SELECT count(*) FROM queue WHERE run_id IN (?, ?) AND lease_owner IS NOT NULL", (quiet, told)
+            ).fetchone()[0]
+        )
+        if not leased:
+            break
+        await asyncio.sleep(0.05)
+    assert not leased, "the suspended turns' ends were never written"
     waits = {w.run_id: w for w in await store.list_waits()}
     assert waits[told].notified and not waits[quiet].notified
     await store.resolve_wait(wait_id=waits[quiet].id, payload=b'"fine"', now=time.time())
