@@ -22,6 +22,7 @@ for _path in (HERE, ROOT):
 
 from charness import Cluster  # noqa: E402 - needs HERE on sys.path
 from tests.conftest import require_service  # noqa: E402 - needs ROOT on sys.path
+from tests.own_postgres import OwnPostgres, own_postgres  # noqa: E402 - needs ROOT on sys.path
 
 REDIS_URL = os.environ.get("PYWORKFLOW_TEST_REDIS", "redis://127.0.0.1:6379/0")
 RABBITMQ_URL = os.environ.get("PYWORKFLOW_TEST_RABBITMQ", "amqp://guest:guest@127.0.0.1:5672//")
@@ -81,6 +82,17 @@ def redis_cluster(pg_database: str, tmp_path: Path, monkeypatch: pytest.MonkeyPa
 @pytest.fixture
 def rabbitmq_cluster(pg_database: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Cluster]:
     yield from _running_cluster("RabbitMQ", 5672, RABBITMQ_URL, pg_database, tmp_path, monkeypatch)
+
+
+@pytest.fixture
+def restartable(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[tuple[Cluster, OwnPostgres]]:
+    """A cluster on Redis whose PostgreSQL is a cluster of the test's own, which it may restart
+    (the shared server serves the other tests meanwhile)."""
+    with own_postgres() as pg:
+        db = pg.database("celery")
+        yield from (
+            (cluster, pg) for cluster in _running_cluster("Redis", 6379, REDIS_URL, db, tmp_path, monkeypatch)
+        )
 
 
 @pytest.fixture

@@ -3,6 +3,7 @@ subprocesses that are SIGKILLed and replaced."""
 
 from __future__ import annotations
 
+import asyncio
 import subprocess
 import sys
 import time
@@ -11,6 +12,7 @@ import cwf
 import orjson
 import pytest
 from charness import HERE, Cluster
+from tests.own_postgres import OwnPostgres
 
 import pyworkflow
 
@@ -273,3 +275,34 @@ async def test_worker_metrics_port_after_a_run(client: Cluster) -> None:
     assert sample(samples, "pyworkflow_worker_permits_in_use") == 0
     assert sample(samples, "pyworkflow_group_commit_batch_size_count") > 0
     assert sample(samples, "pyworkflow_waits_pending", kind="step_hook") == 0
+
+
+async def test_workers_and_clients_carry_on_through_postgresql_restarts(
+    restartable: tuple[Cluster, OwnPostgres],
+) -> None:
+    """PostgreSQL restarted (``pg_ctl restart -m fast``) twice under two Celery workers and this
+    client: once while every run waits (every connection idle: the client's decisions right
+    after it are taken at the first try), once while the resumed runs are being run (turns in
+    flight lose their connections: their leases run out and the sweepers publish them again).
+    Every run completes with its own result, no step's result is recorded twice, and no worker
+    died."""
+    cluster, pg = restartable
+    pyworkflow.configure(
+        storage=cluster.storage, runtime="celery", broker=cluster.broker, queue=cluster.queue
+    )
+    try:
+        count = 30
+        cluster.start_worker()
+        cluster.start_worker()
+        await _start_hitl(count)
+        cluster.wait_statuses("suspended", count, timeout=60)
+        cluster.wait_for("every token", lambda: _tokens_ready(count), timeout=10)
+        await asyncio.to_thread(pg.restart)
+        for i in range(count):
+            await pyworkflow.resume_hook(cwf.token_of(i), {"ok": i})
+        await asyncio.to_thread(pg.restart)
+        cluster.wait_statuses("completed", count, timeout=90)
+        _check_hitl_results(cluster, count, killed_mid_step=True)
+        assert len(cluster.alive()) == 2, cluster.logs()
+    finally:
+        await pyworkflow.shutdown()
