@@ -246,6 +246,13 @@ def _connect(
     return PgConnection(raw)
 
 
+def _discard(conn: PgConnection | None) -> None:
+    """Close a connection being replaced (found dropped, or lost), whatever state it is in."""
+    if conn is not None:
+        with contextlib.suppress(Exception):
+            conn.close()
+
+
 def _flat(jobs: list[Job]) -> list[Job]:
     """``jobs`` with the statements each one carries just before it, leaving them carried (the
     writers unpack them again if the jobs go to them)."""
@@ -319,8 +326,7 @@ class PostgresDatabase(GroupCommitWriter[PgConnection]):
     def _connect_writer(self, lost: PgConnection | None) -> PgConnection:
         if lost is not None:
             log.warning("writer connection to %s lost; reconnecting", self.path)
-            with contextlib.suppress(Exception):
-                lost.close()
+            _discard(lost)
         return _connect(self.url, options=self._writer_options, connect_timeout=self._connect_timeout)
 
     def _usable(self, conn: PgConnection) -> bool:
@@ -429,10 +435,8 @@ class PostgresDatabase(GroupCommitWriter[PgConnection]):
         conn = self._inline
         try:
             if conn is None or not conn.usable:
-                if conn is not None:
-                    with contextlib.suppress(Exception):
-                        conn.close()
-                    self._inline = None
+                _discard(conn)
+                self._inline = None
                 conn = self._inline = _connect(
                     self.url,
                     options=f"-c lock_timeout={INLINE_LOCK_MS}",
@@ -467,8 +471,7 @@ class PostgresDatabase(GroupCommitWriter[PgConnection]):
                 with self._readers_lock:
                     if conn in self._readers:
                         self._readers.remove(conn)
-                with contextlib.suppress(Exception):
-                    conn.close()
+                _discard(conn)
             conn = _reader(self.url)
             self._local.conn = conn
             with self._readers_lock:
@@ -518,9 +521,7 @@ class PostgresDatabase(GroupCommitWriter[PgConnection]):
             for attempt in (1, 2):  # a connection found dead is replaced once
                 try:
                     if conn is None or not conn.usable:
-                        if conn is not None:
-                            with contextlib.suppress(Exception):
-                                conn.close()
+                        _discard(conn)
                         conn = _connect(self.url)
                     conn.execute(
                         "SELECT pg_notify(c, p) FROM unnest(?::text[], ?::text[]) AS n(c, p)",
