@@ -8,7 +8,7 @@ from __future__ import annotations
 from typing import Any
 
 from . import _serde
-from ._context import require_step
+from ._context import recorded, require_step
 from ._crashpoints import crashpoint
 from .store import CheckpointRecord
 
@@ -23,13 +23,15 @@ async def save_step_checkpoint(value: Any) -> int:
     data = _serde.dumps(value, what=f"checkpoint of step {ctx.step_key}")
     key = (ctx.step_key, _NAME)
     current = wctx.state.checkpoints.get(key)
-    revision = await wctx.store.save_checkpoint(
-        wctx.fence,
-        ctx.step_key,
-        _NAME,
-        data,
-        expected_revision=current.revision if current else 0,
-        now=wctx.now(),
+    revision = await recorded(
+        wctx.store.save_checkpoint(
+            wctx.fence,
+            ctx.step_key,
+            _NAME,
+            data,
+            expected_revision=current.revision if current else 0,
+            now=wctx.now(),
+        )
     )
     wctx.state.checkpoints[key] = CheckpointRecord(ctx.step_key, _NAME, data, revision)
     crashpoint("after_checkpoint_saved")
@@ -52,4 +54,6 @@ async def delete_step_checkpoint() -> bool:
     wctx = ctx.workflow
     if wctx.state.checkpoints.pop((ctx.step_key, _NAME), None) is None:
         return False
-    return await wctx.store.delete_checkpoint(wctx.fence, ctx.step_key, _NAME, now=wctx.now(), defer=True)
+    return await recorded(
+        wctx.store.delete_checkpoint(wctx.fence, ctx.step_key, _NAME, now=wctx.now(), defer=True)
+    )

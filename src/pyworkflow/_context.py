@@ -2,12 +2,41 @@
 
 from __future__ import annotations
 
+from collections.abc import Awaitable
 from contextvars import ContextVar
 from dataclasses import dataclass, field
+from typing import TypeVar
 
 from . import _clock
 from ._errors import ConfigurationError
-from .store import Fence, RunState, Store
+from .store import Fence, RunState, Store, database_failed
+
+T = TypeVar("T")
+
+
+class DatabaseFailed(BaseException):
+    """Control flow: the database failed under one of the turn's own store calls (see
+    :func:`~pyworkflow.store.database_failed`). The turn stops where it is, recording nothing
+    more, and the engine hands the database's error (``error``) to the runtime, which lets the
+    run's lease run out: the run is taken again. A BaseException so that neither the engine's
+    handling of a step's or a workflow's errors nor ``except Exception`` in their code takes it
+    for theirs; it never leaves the turn."""
+
+    def __init__(self, error: BaseException) -> None:
+        super().__init__(str(error))
+        self.error = error
+
+
+async def recorded(call: Awaitable[T]) -> T:
+    """Await one of the turn's own store calls (a step's result, a checkpoint, a wait): a
+    database that failed under it raises :class:`DatabaseFailed`; its refusals (a fence, a
+    revision) are raised as they are."""
+    try:
+        return await call
+    except Exception as exc:
+        if database_failed(exc):
+            raise DatabaseFailed(exc) from exc
+        raise
 
 
 @dataclass(slots=True)

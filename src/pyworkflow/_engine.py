@@ -7,7 +7,7 @@ import logging
 from typing import Any
 
 from . import _clock, _serde, _tracing
-from ._context import WorkflowContext, _workflow
+from ._context import DatabaseFailed, WorkflowContext, _workflow
 from ._crashpoints import crashpoint
 from ._errors import (
     CancellationError,
@@ -112,6 +112,10 @@ async def _turn(store: Store, claim: Claim, state: RunState) -> str:
             )
             log.info("run %s: suspended (waiting for a hook, a timer or a retry)", fence.run_id, extra=run)
             return "suspended"
+        except DatabaseFailed as failed:
+            # Not the workflow's error: the turn ends here, its lease runs out and the run is
+            # taken again (the runtime logs the database's error as a crashed turn).
+            raise failed.error from failed.error.__cause__
         except (LeaseLostError, CancellationError) as exc:
             if isinstance(exc, CancellationError):
                 current = await store.get_run(fence.run_id)

@@ -20,7 +20,7 @@ from datetime import timedelta
 from typing import Any, ParamSpec, Protocol, TypeVar, overload
 
 from . import _serde, _tracing
-from ._context import StepContext, WorkflowContext, _step, current_step, current_workflow
+from ._context import StepContext, WorkflowContext, _step, current_step, current_workflow, recorded
 from ._crashpoints import crashpoint
 from ._errors import (
     CancellationError,
@@ -211,8 +211,10 @@ async def _record_failure(
             now + opts.delay_for(attempt, exc),
             None,
         )
-    await wctx.store.fail_step(
-        wctx.fence, key, attempt=attempt, error=error, retry=retry, delivered=delivered, now=now
+    await recorded(
+        wctx.store.fail_step(
+            wctx.fence, key, attempt=attempt, error=error, retry=retry, delivered=delivered, now=now
+        )
     )
     if retry is None:
         _forget_checkpoints(wctx, key)
@@ -270,7 +272,7 @@ async def _execute_step(
     # Serialized once, decoded once: this first pass returns what replay will return (the JSON
     # form: a tuple is a list, a dataclass a dict), so the workflow goes the same way on both.
     data, decoded = _serde.dumps_loads(result, what=f"result of step {opts.name!r}")
-    await wctx.store.complete_step(wctx.fence, key, data, now=wctx.now())
+    await recorded(wctx.store.complete_step(wctx.fence, key, data, now=wctx.now()))
     _forget_checkpoints(wctx, key)
     wctx.state.steps[key] = StepRecord(key, StepStatus.COMPLETED, attempt, data, None, 0)
     crashpoint("after_step_completed")
@@ -324,7 +326,7 @@ async def _run_generator_step(
                 yield chunk
     finally:
         await agen.aclose()
-    await wctx.store.complete_step(wctx.fence, key, _serde.dumps(None), now=wctx.now())
+    await recorded(wctx.store.complete_step(wctx.fence, key, _serde.dumps(None), now=wctx.now()))
     _forget_checkpoints(wctx, key)
     wctx.state.steps[key] = StepRecord(key, StepStatus.COMPLETED, attempt, b"null", None, produced)
 

@@ -21,7 +21,7 @@ from typing import Any, Final, Literal
 import jsonschema
 
 from . import _serde
-from ._context import WorkflowContext, current_step, current_workflow, require_workflow
+from ._context import WorkflowContext, current_step, current_workflow, recorded, require_workflow
 from ._crashpoints import crashpoint
 from ._errors import (
     CancellationError,
@@ -149,7 +149,7 @@ async def _wait_for(
             # The previous turn created the wait but died before recording that on_created ran:
             # deliver again (at least once) with a fresh token; every token handed out stays valid.
             token, digest = new_token()
-            await ctx.store.add_wait_token(ctx.fence, wait.id, digest)
+            await recorded(ctx.store.add_wait_token(ctx.fence, wait.id, digest))
             await _call_on_created(on_created, token)
             ctx.notified.append(wait.id)
         raise SuspensionSignal("hook", wait_key)
@@ -168,7 +168,7 @@ async def _wait_for(
     # The turn suspends on this wait next: its suspension (status, event) commits with it, so
     # on_created still runs only after the wait is durable and the suspension costs no commit
     # of its own (only the lease's release is left, written without waiting).
-    wait = await ctx.store.create_wait(ctx.fence, new, now=now, suspend=not ctx.suspension_recorded)
+    wait = await recorded(ctx.store.create_wait(ctx.fence, new, now=now, suspend=not ctx.suspension_recorded))
     ctx.suspension_recorded = True
     ctx.state.waits[wait_key] = wait
     crashpoint("after_wait_created")
@@ -266,8 +266,8 @@ async def sleep(duration: Duration) -> None:
         return
     now = ctx.now()
     new = NewWait(new_id(), wait_key, WaitKind.TIMER, "sleep", scope, None, now + seconds, None)
-    ctx.state.waits[wait_key] = await ctx.store.create_wait(
-        ctx.fence, new, now=now, suspend=not ctx.suspension_recorded
+    ctx.state.waits[wait_key] = await recorded(
+        ctx.store.create_wait(ctx.fence, new, now=now, suspend=not ctx.suspension_recorded)
     )
     ctx.suspension_recorded = True
     raise SuspensionSignal("sleep", wait_key)

@@ -148,3 +148,22 @@ async def test_a_deleted_write_ahead_log_is_noticed(db: SQLiteDatabase) -> None:
 def test_a_write_timeout_must_be_positive(tmp_path: Path) -> None:
     with pytest.raises(ValueError, match="write_timeout"):
         SQLiteDatabase(tmp_path / "x.db", write_timeout=0)
+
+
+def test_what_counts_as_the_database_failing_under_a_call() -> None:
+    """``database_failed``: the errors after which a turn stops and its run is taken again (the
+    database's), and the refusals and bugs that stay the step's or the workflow's."""
+    import psycopg
+
+    from pyworkflow import CheckpointConflictError, LeaseLostError
+    from pyworkflow.store import database_failed
+
+    assert database_failed(DatabaseUnavailableError("locked"))
+    assert database_failed(sqlite3.OperationalError("disk I/O error"))
+    assert database_failed(psycopg.OperationalError("connection refused"))
+    assert database_failed(psycopg.errors.AdminShutdown("terminating connection"))
+    assert not database_failed(LeaseLostError("another owner"))
+    assert not database_failed(CheckpointConflictError("stale revision"))
+    assert not database_failed(sqlite3.IntegrityError("UNIQUE constraint failed"))
+    assert not database_failed(psycopg.errors.UniqueViolation("duplicate key"))
+    assert not database_failed(ValueError("a bug"))

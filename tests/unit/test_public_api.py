@@ -115,6 +115,7 @@ STORE_API = [
     "check_revision",
     "count_purgeable",
     "crashpoint",
+    "database_failed",
     "load_migrations",
     "log_format",
     "log_level",

@@ -54,6 +54,7 @@ from ._protocol import (
     WaitKind,
     WaitRecord,
     WaitStatus,
+    database_failed,
 )
 from ._remote import wake_run
 from ._retention import Purger, PurgeReport, count_purgeable, parse_age, purge_runs
@@ -96,6 +97,7 @@ __all__ = [
     "check_revision",
     "count_purgeable",
     "crashpoint",
+    "database_failed",
     "load_migrations",
     "log_format",
     "log_level",

@@ -8,10 +8,27 @@ worker has claimed the run (a higher epoch).
 
 from __future__ import annotations
 
+import sqlite3
+import sys
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Any, Protocol, runtime_checkable
+
+from .._errors import DatabaseUnavailableError
+
+
+def database_failed(exc: BaseException) -> bool:
+    """Whether ``exc``, raised by a store call, says the database failed under the call rather
+    than refused it: unreachable or restarting, its connection lost, a lock or its write lock
+    held past the timeouts, its disk failing (:class:`~pyworkflow.DatabaseUnavailableError`,
+    SQLite's and psycopg's ``OperationalError``). Whether the call's work was done cannot be
+    known from it, and the same call may succeed later; a refusal (a fence, a revision, a bad
+    argument) is none of these."""
+    if isinstance(exc, DatabaseUnavailableError | sqlite3.OperationalError):
+        return True
+    psycopg = sys.modules.get("psycopg")  # imported only where a PostgreSQL store is open
+    return psycopg is not None and isinstance(exc, psycopg.OperationalError)
 
 
 class RunStatus(StrEnum):
