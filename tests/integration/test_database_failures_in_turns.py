@@ -25,7 +25,7 @@ import pytest
 from pyworkflow import save_step_checkpoint, step, workflow
 from pyworkflow._engine import encode_input
 from pyworkflow.runtime._local import LocalRuntime
-from pyworkflow.store import RunStatus, SQLiteStore
+from pyworkflow.store import RunRecord, RunStatus, SQLiteStore
 
 #: The store's write timeout here: a write waits this long for the lock, then fails.
 TIMEOUT = 0.3
@@ -93,7 +93,8 @@ def store(tmp_path: Path) -> Iterator[SQLiteStore]:
         opened.close()
 
 
-async def _run(store: SQLiteStore, name: str, arg: int) -> tuple[RunStatus, Any]:
+async def _run(store: SQLiteStore, name: str, arg: int) -> RunRecord:
+    """Start a run of ``name`` on a runtime with a 1 s lease; the run once it ended."""
     runtime = LocalRuntime(store, lease_ttl=1.0, poll_interval=0.05)
     await runtime.start()
     try:
@@ -104,7 +105,7 @@ async def _run(store: SQLiteStore, name: str, arg: int) -> tuple[RunStatus, Any]
             run = await store.get_run(run_id)
             assert run is not None
             if run.status.is_terminal:
-                return run.status, run
+                return run
             await asyncio.sleep(0.05)
         raise AssertionError(f"run {run_id} still {run.status} after 20 s")
     finally:
@@ -114,16 +115,16 @@ async def _run(store: SQLiteStore, name: str, arg: int) -> tuple[RunStatus, Any]
 async def test_a_step_result_the_database_did_not_take_is_run_again_not_failed(
     store: SQLiteStore, caplog: pytest.LogCaptureFixture
 ) -> None:
-    status, run = await _run(store, "db_failure_result", 20)
-    assert status == RunStatus.COMPLETED, run
+    run = await _run(store, "db_failure_result", 20)
+    assert run.status == RunStatus.COMPLETED, run
     assert run.result == b"41"
     assert calls == ["double", "double"]  # the first result was never recorded
     assert any("turn crashed; its lease will expire" in r.getMessage() for r in caplog.records)
 
 
 async def test_a_checkpoint_the_database_did_not_take_is_not_the_steps_error(store: SQLiteStore) -> None:
-    status, run = await _run(store, "db_failure_checkpoint", 7)
-    assert status == RunStatus.COMPLETED, run
+    run = await _run(store, "db_failure_checkpoint", 7)
+    assert run.status == RunStatus.COMPLETED, run
     assert run.result == b"7"
     assert calls == ["guarded", "guarded"]
     assert swallowed == []  # the step's `except Exception` never saw the database's failure

@@ -12,10 +12,11 @@ import time
 from collections.abc import Iterator
 from pathlib import Path
 
+import psycopg
 import pytest
 
-from pyworkflow import DatabaseUnavailableError
-from pyworkflow.store import Migration, SQLiteDatabase, SQLiteStore
+from pyworkflow import CheckpointConflictError, DatabaseUnavailableError, LeaseLostError
+from pyworkflow.store import Migration, SQLiteDatabase, SQLiteStore, database_failed
 
 SCHEMA = [Migration("test", 1, "t", "CREATE TABLE t (k TEXT NOT NULL UNIQUE);")]
 #: The write timeout of these tests: short, so that each one takes well under a second.
@@ -153,11 +154,6 @@ def test_a_write_timeout_must_be_positive(tmp_path: Path) -> None:
 def test_what_counts_as_the_database_failing_under_a_call() -> None:
     """``database_failed``: the errors after which a turn stops and its run is taken again (the
     database's), and the refusals and bugs that stay the step's or the workflow's."""
-    import psycopg
-
-    from pyworkflow import CheckpointConflictError, LeaseLostError
-    from pyworkflow.store import database_failed
-
     assert database_failed(DatabaseUnavailableError("locked"))
     assert database_failed(sqlite3.OperationalError("disk I/O error"))
     assert database_failed(psycopg.OperationalError("connection refused"))
