@@ -162,4 +162,26 @@ def test_what_counts_as_the_database_failing_under_a_call() -> None:
     assert not database_failed(CheckpointConflictError("stale revision"))
     assert not database_failed(sqlite3.IntegrityError("UNIQUE constraint failed"))
     assert not database_failed(psycopg.errors.UniqueViolation("duplicate key"))
+    assert not database_failed(psycopg.errors.ProgramLimitExceeded("index row requires 18016 bytes"))
     assert not database_failed(ValueError("a bug"))
+
+
+def test_a_statement_sqlite_cannot_run_is_not_the_database_failing(tmp_path: Path) -> None:
+    """SQLite raises a missing table (a schema bug) and a held lock alike as ``OperationalError``;
+    only the lock is the database failing under the call (a turn that met the bug would meet it
+    again at every retry, and its run would be failed as crashed instead of with the error)."""
+    path = tmp_path / "codes.db"
+    holder = sqlite3.connect(path, isolation_level=None)
+    other = sqlite3.connect(path, isolation_level=None, timeout=0)
+    try:
+        holder.execute("CREATE TABLE t (x)")
+        with pytest.raises(sqlite3.OperationalError, match="no such table") as missing:
+            other.execute("SELECT * FROM no_such_table")
+        assert not database_failed(missing.value)
+        holder.execute("BEGIN IMMEDIATE")
+        with pytest.raises(sqlite3.OperationalError, match="locked") as locked:
+            other.execute("BEGIN IMMEDIATE")
+        assert database_failed(locked.value)
+    finally:
+        holder.close()
+        other.close()

@@ -7,6 +7,7 @@ from __future__ import annotations
 import sqlite3
 
 from pyworkflow import DatabaseUnavailableError
+from pyworkflow.store import database_failed
 
 from ._dburl import first_line
 from ._refusals import Conflict, Forbidden, Invalid, LeaseLost, NotFound, Refusal
@@ -58,14 +59,9 @@ def database_unavailable(exc: BaseException) -> ApiError | None:
     anything else. Clients and workers treat 503 like an unreachable server and retry."""
     if isinstance(exc, DatabaseUnavailableError):
         return ApiError(503, "database_unavailable", f"the server's database is unavailable: {exc.message}")
-    unavailable = isinstance(exc, sqlite3.OperationalError)
-    if not unavailable and type(exc).__module__.startswith("psycopg"):
-        import psycopg
-
-        # Class 54 (a program limit: an index entry too large) is an OperationalError to
-        # psycopg, but no retry cures it: database_refused.
-        unavailable = isinstance(exc, psycopg.OperationalError) and not _over_a_limit(exc)
-    if not unavailable:
+    # The store's one rule: not a statement SQLite cannot run (a bug: a 500), nor PostgreSQL's
+    # class 54 (a value too large for an index entry: database_refused).
+    if not database_failed(exc):
         return None
     reason = first_line(exc)[:300]
     return ApiError(503, "database_unavailable", f"the server's database is unavailable: {reason}")

@@ -24,11 +24,22 @@ def database_failed(exc: BaseException) -> bool:
     held past the timeouts, its disk failing (:class:`~pyworkflow.DatabaseUnavailableError`,
     SQLite's and psycopg's ``OperationalError``). Whether the call's work was done cannot be
     known from it, and the same call may succeed later; a refusal (a fence, a revision, a bad
-    argument) is none of these."""
-    if isinstance(exc, DatabaseUnavailableError | sqlite3.OperationalError):
+    argument) is none of these. Nor is SQLite's generic ``SQLITE_ERROR`` (a statement the
+    database cannot run: no such table or column, a syntax error), which SQLite raises as an
+    ``OperationalError`` too, nor PostgreSQL's class 54 (a program limit: a value too large for
+    an index entry), which psycopg raises as one: running the call again would meet it again."""
+    if isinstance(exc, DatabaseUnavailableError):
         return True
+    if isinstance(exc, sqlite3.OperationalError):
+        # Raised by SQLite itself, it carries SQLite's code; one made without it is taken as
+        # the database's.
+        return getattr(exc, "sqlite_errorcode", None) != sqlite3.SQLITE_ERROR
     psycopg = sys.modules.get("psycopg")  # imported only where a PostgreSQL store is open
-    return psycopg is not None and isinstance(exc, psycopg.OperationalError)
+    return (
+        psycopg is not None
+        and isinstance(exc, psycopg.OperationalError)
+        and not (getattr(exc, "sqlstate", None) or "").startswith("54")
+    )
 
 
 class RunStatus(StrEnum):

@@ -92,13 +92,28 @@ def database_errors() -> list[tuple[str, BaseException, int, str]]:
             "database_unavailable",
         ),
         ("sqlite locked", sqlite3.OperationalError("database is locked"), 503, "database_unavailable"),
+        ("sqlite schema bug", _sqlite_error("SELECT * FROM no_such_table"), 500, "internal_error"),
     ]
 
 
-@pytest.mark.parametrize("case", range(6), ids=[c[0] for c in database_errors()])
+def _sqlite_error(sql: str) -> sqlite3.OperationalError:
+    """The error SQLite itself raises for ``sql`` (with its code, ``SQLITE_ERROR`` here)."""
+    conn = sqlite3.connect(":memory:")
+    try:
+        conn.execute(sql)
+    except sqlite3.OperationalError as exc:
+        return exc
+    finally:
+        conn.close()
+    raise AssertionError(f"{sql!r} ran")
+
+
+@pytest.mark.parametrize("case", range(7), ids=[c[0] for c in database_errors()])
 async def test_a_value_the_database_refuses_is_422_and_an_outage_503(case: int) -> None:
     """The backstop behind the checks: a value refused by the database is the caller's to fix
-    (retrying cannot help), a database that cannot be reached is a 503 to retry."""
+    (retrying cannot help), a database that cannot be reached is a 503 to retry, and a statement
+    SQLite cannot run (a bug of the server's, which SQLite raises as an ``OperationalError``
+    too) is the server's 500, not an outage to retry."""
     _, error, status, code = database_errors()[case]
 
     async def app(scope: Any, receive: Any, send: Any) -> None:
