@@ -88,6 +88,7 @@ PUBLIC_API = [
 STORE_API = [
     "CheckpointRecord",
     "Claim",
+    "DEAD_QUEUE_ROWS",
     "Event",
     "Fence",
     "GroupCommitWriter",
@@ -97,6 +98,7 @@ STORE_API = [
     "PostgresStore",
     "PurgeReport",
     "Purger",
+    "QueueVacuum",
     "RunRecord",
     "RunState",
     "RunStatus",

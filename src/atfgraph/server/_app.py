@@ -20,7 +20,7 @@ from fastapi.exceptions import RequestValidationError
 from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.types import ASGIApp, Receive, Scope, Send
 
-from pyworkflow.store import WRITE_TIMEOUT, metrics
+from pyworkflow.store import WRITE_TIMEOUT, QueueVacuum, metrics
 
 from .._credentials import CREDENTIALS_FILE
 from ._auth import AuthMiddleware
@@ -249,11 +249,13 @@ class EdgeGuard:
                 await error_response(known.status, known.code, known.message)(scope, receive, send)
 
 
-async def _sweep_forever(app: FastAPI) -> None:
+async def _sweep_forever(app: FastAPI, vacuum: QueueVacuum | None) -> None:
     store: GraphStore = app.state.store
     hub: Hub = app.state.hub
     settings: Settings = app.state.settings
     while True:
+        if vacuum is not None:  # on PostgreSQL: the run queue's dead rows (store/_pg_vacuum.py)
+            vacuum.tick()
         try:
             outcome = await store.sweep()
             for node in outcome.nodes:
@@ -345,7 +347,8 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         # The first pass runs before the server answers anything: approvals that fell due and
         # leases that ran out while it was down are settled first.
         await app.state.store.sweep()
-        sweeper = asyncio.create_task(_sweep_forever(app))
+        vacuum = QueueVacuum.of(app.state.store.db)
+        sweeper = asyncio.create_task(_sweep_forever(app, vacuum))
         # Announces created waits (and drains the outbox when no endpoint is configured).
         app.state.notifier = Notifier(app.state.store.db, settings.notify, settings.external_url)
         notifier = asyncio.create_task(app.state.notifier.run_forever())
@@ -371,6 +374,8 @@ def create_app(settings: Settings | None = None) -> FastAPI:
                 task.cancel()
                 with contextlib.suppress(asyncio.CancelledError):
                     await task
+            if vacuum is not None:
+                vacuum.close()
             app.state.store.close()
 
     app = FastAPI(

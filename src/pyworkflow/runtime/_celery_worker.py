@@ -26,7 +26,7 @@ from celery import Celery  # type: ignore[import-untyped]
 from .. import _clock, _tracing
 from .._crashpoints import crashpoint
 from .._engine import execute_turn
-from ..store import Purger, metrics, open_store, parse_age, tracing
+from ..store import Purger, QueueVacuum, metrics, open_store, parse_age, tracing
 from ._celery import (
     DEFAULT_DISPATCH_GRACE,
     MAX_DISPATCH_GRACE,
@@ -194,6 +194,8 @@ class Sweeper:
         self._thread: threading.Thread | None = None
         self.published = 0
         self.purger = None if settings.retention is None else Purger(self.store.database, settings.retention)
+        #: on PostgreSQL, the run queue's vacuum (store/_pg_vacuum.py)
+        self.vacuum = QueueVacuum.of(self.store.database)
         self._depth = QueueDepth(settings.celery)
 
     def start(self) -> None:
@@ -206,6 +208,8 @@ class Sweeper:
         if self._thread is not None:
             self._thread.join(timeout=10)
         self._depth.close()
+        if self.vacuum is not None:
+            self.vacuum.close()
         if self._own_store:
             self.store.close()
 
@@ -276,6 +280,8 @@ class Sweeper:
             self._recent = {k: v for k, v in self._recent.items() if now - v <= s.lease_ttl}
         if self.purger is not None:
             await self.purger.tick()
+        if self.vacuum is not None:
+            self.vacuum.tick()
         due, deadline = await store.next_wake()
         return next_sweep_in(due, deadline, _clock.now(), s.sweep_interval)
 

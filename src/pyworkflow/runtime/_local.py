@@ -20,7 +20,7 @@ from collections.abc import Callable, Iterable, Iterator
 from .. import _clock
 from .._crashpoints import crashpoint
 from .._engine import execute_turn
-from ..store import Claim, Purger, RunState, Store, metrics
+from ..store import Claim, Purger, QueueVacuum, RunState, Store, metrics
 
 log = logging.getLogger("pyworkflow.runtime")
 _HOST = socket.gethostname()
@@ -88,6 +88,8 @@ class LocalRuntime:
         self.turns = 0  # turns executed by this runtime (for tests and benchmarks)
         #: retention (``configure(retention=...)``): finished runs older than it are purged here
         self.purger = None if retention is None else Purger(store.database, retention)
+        #: on PostgreSQL, the run queue's vacuum while the runtime runs (store/_pg_vacuum.py)
+        self.vacuum: QueueVacuum | None = None
         metrics.PERMITS.set(max_concurrency)
 
     # -- lifecycle ------------------------------------------------------------------------------
@@ -111,12 +113,16 @@ class LocalRuntime:
         # building one whose loop would poll the store forever. It waits for ``go``: leases of
         # dead processes are freed before the first claim, as before.
         go = asyncio.Event()
+        self.vacuum = QueueVacuum.of(getattr(self.store, "database", None))
         self._runner = asyncio.create_task(self._run(go), name="pyworkflow-runtime")
         try:
             await self._free_dead_leases()
         except BaseException:
             self._runner.cancel()
             self._runner = None
+            if self.vacuum is not None:
+                self.vacuum.close()
+                self.vacuum = None
             if self._unsubscribe is not None:
                 self._unsubscribe()
                 self._unsubscribe = None
@@ -139,6 +145,9 @@ class LocalRuntime:
             await asyncio.gather(*pending, return_exceptions=True)
         self._runner = self._heart = None
         self._in_turn.clear()  # a turn cancelled before it began never left it
+        if self.vacuum is not None:
+            self.vacuum.close()
+            self.vacuum = None
 
     def wake(self) -> None:
         self._wake.set()
@@ -285,6 +294,8 @@ class LocalRuntime:
         while True:
             try:
                 timeout = await self._tick()
+                if self.vacuum is not None:
+                    self.vacuum.tick()
                 if self.purger is not None:
                     report = await self.purger.tick()
                     if report is not None and not report.finished:  # a backlog: the next pass soon

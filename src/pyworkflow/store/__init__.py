@@ -10,8 +10,9 @@ database classes with their group-commit writer (:class:`SQLiteDatabase`,
 the rules both faces apply inside their own transactions (:func:`write_checkpoint`,
 :func:`wake_run`: waking a run, pyworkflow's or one served by remote workers, after its wait
 resolved or expired), :func:`crashpoint` (the crash-recovery tests' named points, which the
-server passes too), and retention (:func:`purge_runs`, :func:`count_purgeable`,
-:func:`parse_age`: finished runs older than a cut-off deleted in bounded batches).
+server passes too), retention (:func:`purge_runs`, :func:`count_purgeable`,
+:func:`parse_age`: finished runs older than a cut-off deleted in bounded batches), and on
+PostgreSQL the run queue's vacuum (:class:`QueueVacuum`, ticked by the loops that serve it).
 
 Operating them: :mod:`metrics` (the metrics of both faces, one registry per process),
 :mod:`tracing` (their OpenTelemetry spans and the trace context a run keeps) and
@@ -39,6 +40,8 @@ from ._migrations import (
     pyworkflow_migrations,
     refuse_newer_schema,
 )
+from ._pg_vacuum import DEAD_ROWS as DEAD_QUEUE_ROWS
+from ._pg_vacuum import QueueVacuum
 from ._protocol import (
     CheckpointRecord,
     Claim,
@@ -68,6 +71,7 @@ if TYPE_CHECKING:
     from ._postgres import PostgresStore
 
 __all__ = [
+    "DEAD_QUEUE_ROWS",
     "WRITE_TIMEOUT",
     "CheckpointRecord",
     "Claim",
@@ -80,6 +84,7 @@ __all__ = [
     "PostgresStore",
     "PurgeReport",
     "Purger",
+    "QueueVacuum",
     "RunRecord",
     "RunState",
     "RunStatus",

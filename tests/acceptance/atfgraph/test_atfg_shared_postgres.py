@@ -16,6 +16,8 @@ from atfg_harness import ServerProcess, WorkerProcess, create_pg_database, drop_
 from atfg_waits import carries_on_after, only_approval, reach
 
 from atfgraph import Client
+from pg_queue import churn, queue_stats, wait_vacuumed, without_autovacuum
+from pyworkflow.store import DEAD_QUEUE_ROWS
 
 #: The server re-checks a claim's long poll at least every 5 s on its own; a pick-up faster than
 #: this in every round can only come from the other server's notification.
@@ -105,5 +107,23 @@ async def test_database_connections_ended_between_requests_are_replaced_unseen(t
     finally:
         if worker is not None:
             worker.kill()
+        server.kill()
+        drop_pg_database(url)
+
+
+async def test_the_server_vacuums_the_run_queue(tmp_path: Path) -> None:
+    """Every claim and every end of a traverser leaves dead row versions in the run queue, which
+    every later claim reads past until a vacuum removes them. The server's sweeper vacuums the
+    queue once it has ``DEAD_QUEUE_ROWS`` of them, instead of leaving them to autovacuum's next
+    visit (a minute by default): pyworkflow/store/_pg_vacuum.py."""
+    url = create_pg_database()
+    server = ServerProcess(tmp_path, db=url)
+    try:
+        server.start()
+        without_autovacuum(url)
+        churn(url, DEAD_QUEUE_ROWS + 200)
+        wait_vacuumed(url, 15)
+        assert queue_stats(url)[0] < DEAD_QUEUE_ROWS
+    finally:
         server.kill()
         drop_pg_database(url)
