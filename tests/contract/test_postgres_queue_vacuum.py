@@ -96,16 +96,22 @@ def test_a_role_that_may_not_vacuum_the_queue_stops_trying_with_one_warning(
             conn.execute(f"DROP ROLE {role}")
 
 
-def test_a_database_it_cannot_reach_is_tried_again_at_the_next_look(url: str) -> None:
+def test_a_database_it_cannot_reach_is_tried_again_later(url: str) -> None:
+    """A failed look (here: no such database) raises nothing and stops nothing; the pause doubles
+    after each failure, as while vacuums remove nothing, and a look that works resets it."""
     parts = urlsplit(url)
     missing = urlunsplit((parts.scheme, parts.netloc, f"/pwtest_missing_{secrets.token_hex(4)}", "", ""))
-    vacuum = QueueVacuum(missing, dead_rows=100, every=0.01)
+    vacuum = QueueVacuum(missing, dead_rows=100, every=0.05)
     try:
         looked(vacuum)  # does not raise: the failure is the look's, and logged at debug level
-        time.sleep(0.02)
-        assert vacuum.tick(), "a failed look stopped the looks"
-        vacuum.wait(10)
-        assert (vacuum.vacuums, vacuum.refused) == (0, None)
+        assert vacuum.pause == 0.1
+        time.sleep(0.12)
+        looked(vacuum)
+        assert (vacuum.vacuums, vacuum.refused, vacuum.pause) == (0, None, 0.2)
+        vacuum.url = url  # the database is back
+        time.sleep(0.22)
+        looked(vacuum)
+        assert (vacuum.vacuums, vacuum.refused, vacuum.pause) == (0, None, 0.05)  # nothing to vacuum
     finally:
         vacuum.close()
 

@@ -48,7 +48,8 @@ DEAD_ROWS = 1_000
 LOOK_SECONDS = 1.0
 #: The longest pause between looks while vacuums leave the dead rows where they are (a
 #: transaction older than them still sees them: an idle transaction left open, a long report, a
-#: replica's feedback): each such vacuum doubles the pause, up to autovacuum's default naptime.
+#: replica's feedback) or looks fail (the database down): each such vacuum or failed look
+#: doubles the pause, up to autovacuum's default naptime.
 MAX_PAUSE_SECONDS = 60.0
 
 SQL_DEAD_ROWS = "SELECT n_dead_tup FROM pg_stat_user_tables WHERE relid = to_regclass('queue')"
@@ -117,6 +118,7 @@ class QueueVacuum:
             conn = self._connection()
             row = conn.execute(SQL_DEAD_ROWS).fetchone()
             if row is None or row[0] is None or row[0] < self.dead_rows:
+                self.pause = self.every
                 return
             self._warnings.clear()
             conn.execute(SQL_VACUUM)
@@ -134,8 +136,9 @@ class QueueVacuum:
                 left = conn.execute(SQL_DEAD_ROWS).fetchone()  # what the vacuum could not remove
                 kept = left is not None and left[0] is not None and left[0] >= self.dead_rows
                 self.pause = min(self.pause * 2, MAX_PAUSE_SECONDS) if kept else self.every
-        except Exception as exc:  # the database is down or restarting: the next look tries again
+        except Exception as exc:  # the database is down or restarting: a later look tries again
             self._drop()
+            self.pause = min(self.pause * 2, MAX_PAUSE_SECONDS)
             _log.debug("the run queue's vacuum failed: %s", exc)
         finally:
             self._next = time.monotonic() + self.pause  # the pause runs from the look's end
@@ -145,9 +148,9 @@ class QueueVacuum:
             self._drop()
             from ._pg_db import _connect
 
-            # No statement timeout: a vacuum of a long-neglected queue may take a while, and
-            # only this thread waits for it.
-            self._conn = _connect(self.url)
+            # No statement timeout (not even the role's): a vacuum of a long-neglected queue may
+            # take a while, and only this thread waits for it.
+            self._conn = _connect(self.url, options="-c statement_timeout=0")
             self._conn.raw.add_notice_handler(self._noticed)
         return self._conn
 
