@@ -48,7 +48,7 @@ from pyworkflow import (
     step_hook,
     workflow,
 )
-from pyworkflow.store import _group_commit
+from pyworkflow.store import _group_commit, metrics
 
 from ._disk import ceiling, commit_floor
 from ._fsyncs import STRACE_ARGS, FsyncCounter, strace_available
@@ -152,6 +152,19 @@ def commits() -> int | None:
     return int(value) if isinstance(value, int) else None
 
 
+def transactions_now() -> tuple[float, float]:
+    """(count, seconds) of the writers' transactions so far, in this process: the group commit's
+    own timing of each (its statements and its commit; ``pyworkflow_group_commit_seconds``)."""
+    count = total = 0.0
+    for family in metrics.GROUP_COMMIT_SECONDS.collect():
+        for sample in family.samples:
+            if sample.name.endswith("_count"):
+                count += sample.value
+            elif sample.name.endswith("_sum"):
+                total += sample.value
+    return count, total
+
+
 def per_run(delta: int | None, n: int) -> float | None:
     return None if delta is None else round(delta / n, 3)
 
@@ -164,6 +177,8 @@ class Phase:
     commits: int | None
     cpu: dict[str, float]
     fsyncs: int | None = None
+    #: the writers' transactions in the phase: how many, and their time (statements and commit)
+    transactions: tuple[float, float] = (0.0, 0.0)
 
     def as_dict(self) -> dict[str, Any]:
         return {
@@ -178,6 +193,13 @@ class Phase:
             # CPU time per run (less sensitive to a busy machine than the wall clock): the whole
             # process, the event loop's thread, and the store's writer threads.
             **{f"{k}_cpu_ms_per_run": round(v * 1000 / self.runs, 4) for k, v in self.cpu.items()},
+            # The engine's own transactions, as the writer timed them: their mean (statements and
+            # commit) and the share of the phase's time spent in them. One at a time, the rest is
+            # the Python between them (a commit's latency is not the disk's alone: see _disk.py).
+            "transaction_ms": round(self.transactions[1] * 1000 / self.transactions[0], 4)
+            if self.transactions[0]
+            else None,
+            "in_transactions": round(self.transactions[1] / self.seconds, 4),
         }
 
 
@@ -208,16 +230,17 @@ async def timed_phase(
     """Run one phase; with ``count_fsyncs`` under strace (fsyncs counted, timings slowed)."""
     tracer = FsyncCounter() if count_fsyncs else contextlib.nullcontext()
     with tracer:
-        before, cpu_before = commits(), cpu_now()
+        before, cpu_before, tx_before = commits(), cpu_now(), transactions_now()
         started = time.perf_counter()
         await work()
         await until(done, what=f"phase {name}", timeout=timeout)
         seconds = time.perf_counter() - started
         cpu = {k: v - cpu_before[k] for k, v in cpu_now().items()}
-        after = commits()
+        after, tx_after = commits(), transactions_now()
     delta = None if before is None or after is None else after - before
     fsyncs = tracer.fsyncs if isinstance(tracer, FsyncCounter) else None
-    return Phase(name, n, seconds, delta, cpu, fsyncs)
+    tx = (tx_after[0] - tx_before[0], tx_after[1] - tx_before[1])
+    return Phase(name, n, seconds, delta, cpu, fsyncs, tx)
 
 
 # -- the three phases, in two modes -----------------------------------------------------------------
@@ -578,6 +601,9 @@ def report_mode(mode: str, m: dict[str, Any], floor: dict[str, Any] | None = Non
         most = None if floor is None else ceiling(floor, p["commits_per_run"])
         if most is not None:
             counts += f"; the disk's ceiling at that many commits: {most:.0f} runs/s"
+            if p.get("transaction_ms") is not None:
+                counts += (f"; the engine's transactions {p['transaction_ms']:.3f} ms each, "
+                           f"{p['in_transactions']:.0%} of the time")  # fmt: skip
         print(f"    phase {name} {LABELS[name]:<16} {p['runs_per_s']:>9.1f} runs/s median of [{runs}] "
               f"[target {target:.0f}: {ok}]; {counts}")  # fmt: skip
     cpu = "; ".join(
