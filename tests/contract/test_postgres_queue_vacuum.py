@@ -17,7 +17,7 @@ import psycopg
 import pytest
 
 from pg_queue import churn, queue_stats, without_autovacuum
-from pyworkflow.store import PostgresDatabase, QueueVacuum, SQLiteDatabase, pyworkflow_migrations
+from pyworkflow.store import PostgresDatabase, QueueVacuum, SQLiteDatabase, metrics, pyworkflow_migrations
 
 pytestmark = pytest.mark.postgres
 
@@ -30,6 +30,21 @@ def url(pg_database: str) -> Iterator[str]:
     yield pg_database
 
 
+def outcomes() -> dict[str, float]:
+    """``pyworkflow_queue_vacuums_total`` of this process, by outcome."""
+    return {
+        outcome: metrics.REGISTRY.get_sample_value("pyworkflow_queue_vacuums_total", {"outcome": outcome})
+        or 0.0
+        for outcome in ("vacuumed", "skipped", "refused", "failed")
+    }
+
+
+def counted(before: dict[str, float], **expected: float) -> None:
+    """The counter rose by ``expected`` for those outcomes since ``before``, and not for others."""
+    now = outcomes()
+    assert {k: now[k] - before[k] for k in now} == {k: expected.get(k, 0.0) for k in now}
+
+
 def looked(vacuum: QueueVacuum) -> None:
     assert vacuum.tick(), "a look was due"
     vacuum.wait(10)
@@ -37,6 +52,7 @@ def looked(vacuum: QueueVacuum) -> None:
 
 def test_the_queue_is_vacuumed_once_it_has_enough_dead_rows(url: str) -> None:
     vacuum = QueueVacuum(url, dead_rows=500, every=0.5)
+    before = outcomes()
     try:
         churn(url, 300)
         looked(vacuum)
@@ -47,6 +63,7 @@ def test_the_queue_is_vacuumed_once_it_has_enough_dead_rows(url: str) -> None:
         looked(vacuum)
         assert vacuum.vacuums == 1 and vacuum.refused is None
         assert queue_stats(url) == (0, True)
+        counted(before, vacuumed=1)
     finally:
         vacuum.close()
     assert not vacuum.tick(), "a closed vacuum looked again"
@@ -54,6 +71,7 @@ def test_the_queue_is_vacuumed_once_it_has_enough_dead_rows(url: str) -> None:
 
 def test_a_pass_is_skipped_while_another_vacuum_holds_the_table(url: str) -> None:
     vacuum = QueueVacuum(url, dead_rows=100, every=0.01)
+    before = outcomes()
     try:
         churn(url, 200)
         with psycopg.connect(url) as other:  # what a running VACUUM holds
@@ -67,6 +85,7 @@ def test_a_pass_is_skipped_while_another_vacuum_holds_the_table(url: str) -> Non
         looked(vacuum)  # the lock is gone: this pass vacuums
         assert (vacuum.vacuums, vacuum.refused) == (1, None)
         assert queue_stats(url) == (0, True)
+        counted(before, skipped=1, vacuumed=1)
     finally:
         vacuum.close()
 
@@ -80,6 +99,7 @@ def test_a_role_that_may_not_vacuum_the_queue_stops_trying_with_one_warning(
     parts = urlsplit(url)
     as_role = urlunsplit((parts.scheme, f"{role}@{parts.hostname}:{parts.port or 5432}", parts.path, "", ""))
     vacuum = QueueVacuum(as_role, dead_rows=100, every=0.01)
+    before = outcomes()
     try:
         churn(url, 200)
         with caplog.at_level(logging.WARNING, logger="pyworkflow.postgres"):
@@ -89,6 +109,7 @@ def test_a_role_that_may_not_vacuum_the_queue_stops_trying_with_one_warning(
         assert vacuum.refused is not None and vacuum.vacuums == 0
         assert [r.levelno for r in caplog.records] == [logging.WARNING], caplog.text
         assert "stops vacuuming the run queue" in caplog.text and vacuum.refused in caplog.text
+        counted(before, refused=1)
         assert queue_stats(url) == (200, False)
     finally:
         vacuum.close()
@@ -102,6 +123,7 @@ def test_a_database_it_cannot_reach_is_tried_again_later(url: str) -> None:
     parts = urlsplit(url)
     missing = urlunsplit((parts.scheme, parts.netloc, f"/pwtest_missing_{secrets.token_hex(4)}", "", ""))
     vacuum = QueueVacuum(missing, dead_rows=100, every=0.05)
+    before = outcomes()
     try:
         looked(vacuum)  # does not raise: the failure is the look's, and logged at debug level
         assert vacuum.pause == 0.1
@@ -112,6 +134,7 @@ def test_a_database_it_cannot_reach_is_tried_again_later(url: str) -> None:
         time.sleep(0.22)
         looked(vacuum)
         assert (vacuum.vacuums, vacuum.refused, vacuum.pause) == (0, None, 0.05)  # nothing to vacuum
+        counted(before, failed=2)
     finally:
         vacuum.close()
 

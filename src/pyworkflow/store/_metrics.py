@@ -101,6 +101,13 @@ TURNS_REPUBLISHED = Counter(
     " message in the broker's queue stood for (a message lost, a dead worker's run).",
     registry=REGISTRY,
 )
+QUEUE_VACUUMS = Counter(
+    "pyworkflow_queue_vacuums",
+    "Vacuums of the run queue this process started on PostgreSQL (store/_pg_vacuum.py), by outcome:"
+    " vacuumed, skipped (another vacuum held the table), refused (the role may not), failed.",
+    ["outcome"],
+    registry=REGISTRY,
+)
 TIMERS_FIRED = Counter(
     "pyworkflow_timers_fired",
     "Waits that expired and were acted on: durable sleeps, retry back-offs, hook and approval timeouts.",
