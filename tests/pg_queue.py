@@ -16,14 +16,20 @@ def without_autovacuum(url: str) -> None:
 
 
 def churn(url: str, rows: int) -> None:
-    """Leave ``rows`` dead row versions in ``queue`` and publish the count at once."""
+    """Leave ``rows`` dead row versions in ``queue``, and return once PostgreSQL counts them."""
     tag = f"churn-{secrets.token_hex(6)}"
+    dead_before = queue_stats(url)[0]
     with psycopg.connect(url, autocommit=True) as conn:
         with conn.transaction():
             for i in range(rows):
                 conn.execute("INSERT INTO queue (run_id, available_at) VALUES (%s, 1e12)", (f"{tag}-{i}",))
         conn.execute("DELETE FROM queue WHERE run_id LIKE %s", (f"{tag}-%",))
-        conn.execute("SELECT pg_stat_force_next_flush()")
+        if conn.info.server_version >= 150000:  # before 15, the counts go out when the session ends
+            conn.execute("SELECT pg_stat_force_next_flush()")
+    deadline = time.monotonic() + 10
+    while queue_stats(url)[0] < dead_before + rows:
+        assert time.monotonic() < deadline, f"PostgreSQL did not count the dead rows: {queue_stats(url)}"
+        time.sleep(0.05)
 
 
 def queue_stats(url: str) -> tuple[int, bool]:
