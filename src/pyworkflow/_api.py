@@ -21,6 +21,7 @@ from ._waits import check_stored_schema, check_token, digest_token, encode_paylo
 from ._workflow import check_workflow_name, definition_of
 from .runtime._local import LocalRuntime
 from .store import (
+    YOUNG_GC_THRESHOLD,
     Event,
     RunRecord,
     RunStatus,
@@ -28,6 +29,7 @@ from .store import (
     WaitKind,
     WaitRecord,
     WaitStatus,
+    check_gc_threshold,
     metrics,
     open_store,
     parse_age,
@@ -54,6 +56,7 @@ class Settings:
     max_crashes: int = 5
     extra: dict[str, Any] = field(default_factory=dict)
     retention: float | None = None
+    gc_threshold: int | None = YOUNG_GC_THRESHOLD
 
     def storage_url(self) -> str:
         return (
@@ -79,6 +82,7 @@ def configure(
     max_concurrency: int = 1000,
     max_crashes: int = 5,
     retention: str | float | None = None,
+    gc_threshold: int | None = YOUNG_GC_THRESHOLD,
     **extra: Any,
 ) -> None:
     """Choose where state lives and how runs execute. Call before the first ``start``.
@@ -94,7 +98,9 @@ def configure(
     may lose to dead workers before it is failed. ``retention``: an age (``"30d"``, ``"12h"``, or
     seconds) after which the local runtime purges finished runs with their events, steps, waits
     and checkpoints (None, the default: every run is kept; the Celery runtime's sweeper takes
-    ``pyworkflow worker --retention``)."""
+    ``pyworkflow worker --retention``). ``gc_threshold``: the garbage collector's young-generation
+    threshold while the runtime runs (raised from CPython's 700, never lowered; the process's own
+    comes back when it stops; None leaves the collector alone: see docs/operations.md)."""
     global _settings, _store
     if runtime not in ("local", "celery"):
         raise ConfigurationError(f"runtime must be 'local' or 'celery', not {runtime!r}")
@@ -111,6 +117,7 @@ def configure(
         if isinstance(count, bool) or not isinstance(count, int) or count < 1:
             raise ConfigurationError(f"{label} must be an int >= 1, not {count!r}")
     kept = None if retention is None else parse_age(retention, what="retention")
+    check_gc_threshold(gc_threshold)
     if storage is not None:
         parse_storage_url(storage)  # refuse a location open_store cannot open now, not at the first start
     if runtime == "local" and extra:
@@ -118,7 +125,7 @@ def configure(
     if _runtime is not None and _runtime.running:
         raise ConfigurationError("pyworkflow is running; await shutdown() before configure()")
     new = Settings(storage or "", runtime, synchronous.upper(), float(lease_ttl), float(poll_interval),
-                   max_concurrency, max_crashes, extra, kept)  # fmt: skip
+                   max_concurrency, max_crashes, extra, kept, gc_threshold)  # fmt: skip
     if _store is not None and new.storage_url() != _settings.storage_url():
         _store.close()
         _store = None
@@ -150,6 +157,7 @@ async def get_runtime() -> LocalRuntime:
             max_concurrency=_settings.max_concurrency,
             max_crashes=_settings.max_crashes,
             retention=_settings.retention,
+            gc_threshold=_settings.gc_threshold,
         )
         await _runtime.start()
     return _runtime

@@ -142,6 +142,13 @@ BAD_CONFIGURE: list[tuple[str, dict[str, Any]]] = [
     ("max_crashes-zero", {"max_crashes": 0}),
     ("max_crashes-negative", {"max_crashes": -1}),
     ("max_crashes-str", {"max_crashes": "5"}),
+    ("gc_threshold-zero", {"gc_threshold": 0}),
+    ("gc_threshold-negative", {"gc_threshold": -700}),
+    ("gc_threshold-float", {"gc_threshold": 5e4}),
+    ("gc_threshold-str", {"gc_threshold": "50000"}),
+    ("gc_threshold-bool", {"gc_threshold": True}),
+    ("gc_threshold-oversize", {"gc_threshold": 2**31}),
+    ("gc_threshold-huge", {"gc_threshold": 10**40}),
 ]
 
 

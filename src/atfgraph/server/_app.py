@@ -20,7 +20,15 @@ from fastapi.exceptions import RequestValidationError
 from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.types import ASGIApp, Receive, Scope, Send
 
-from pyworkflow.store import WRITE_TIMEOUT, QueueVacuum, metrics
+from pyworkflow import ConfigurationError
+from pyworkflow.store import (
+    WRITE_TIMEOUT,
+    YOUNG_GC_THRESHOLD,
+    QueueVacuum,
+    check_gc_threshold,
+    hold_gc_pace,
+    metrics,
+)
 
 from .._credentials import CREDENTIALS_FILE
 from ._auth import AuthMiddleware
@@ -88,6 +96,9 @@ class Settings:
     retention: float | None = None
     audit_retention: float | None = None
     purge_seconds: float = 60.0
+    #: the garbage collector's young-generation threshold while the server runs
+    #: ($ATFGRAPH_GC_THRESHOLD, ``none`` to leave the collector alone; pyworkflow/store/_gc.py)
+    gc_threshold: int | None = YOUNG_GC_THRESHOLD
 
     @classmethod
     def from_env(
@@ -131,6 +142,7 @@ class Settings:
             retention=retention_setting(retention, "ATFGRAPH_RETENTION"),
             audit_retention=retention_setting(audit_retention, "ATFGRAPH_AUDIT_RETENTION"),
             purge_seconds=purge_seconds(),
+            gc_threshold=gc_threshold_setting(),
         )
 
     @property
@@ -139,6 +151,20 @@ class Settings:
         the first start): the public URL, else the listening address. A request's own links
         use :func:`_routes_links.public_url`, which also honours a trusted proxy's headers."""
         return self.public_url or self.listen_url
+
+
+def gc_threshold_setting() -> int | None:
+    """``$ATFGRAPH_GC_THRESHOLD``: an int from 1 (the young generation's threshold while the
+    server runs), ``none`` (leave the collector alone), or unset (the default); ValueError."""
+    raw = os.environ.get("ATFGRAPH_GC_THRESHOLD", "").strip()
+    if not raw:
+        return YOUNG_GC_THRESHOLD
+    if raw.lower() == "none":
+        return None
+    try:
+        return check_gc_threshold(int(raw) if raw.isdigit() else raw, "$ATFGRAPH_GC_THRESHOLD")
+    except ConfigurationError as exc:
+        raise ValueError(str(exc)) from None
 
 
 def notify_settings(flags: Sequence[str] = (), node_flags: Sequence[str] = ()) -> NotifySettings:
@@ -348,6 +374,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         # leases that ran out while it was down are settled first.
         await app.state.store.sweep()
         vacuum = QueueVacuum.of(app.state.store.db)
+        let_go_of_gc = hold_gc_pace(settings.gc_threshold)
         sweeper = asyncio.create_task(_sweep_forever(app, vacuum))
         # Announces created waits (and drains the outbox when no endpoint is configured).
         app.state.notifier = Notifier(app.state.store.db, settings.notify, settings.external_url)
@@ -376,6 +403,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
                     await task
             if vacuum is not None:
                 vacuum.close()
+            let_go_of_gc()
             app.state.store.close()
 
     app = FastAPI(

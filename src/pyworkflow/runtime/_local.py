@@ -20,7 +20,7 @@ from collections.abc import Callable, Iterable, Iterator
 from .. import _clock
 from .._crashpoints import crashpoint
 from .._engine import execute_turn
-from ..store import Claim, Purger, QueueVacuum, RunState, Store, metrics
+from ..store import YOUNG_GC_THRESHOLD, Claim, Purger, QueueVacuum, RunState, Store, hold_gc_pace, metrics
 
 log = logging.getLogger("pyworkflow.runtime")
 _HOST = socket.gethostname()
@@ -65,6 +65,7 @@ class LocalRuntime:
         max_concurrency: int = 1000,
         max_crashes: int = 5,
         retention: float | None = None,
+        gc_threshold: int | None = YOUNG_GC_THRESHOLD,
     ) -> None:
         self.store = store
         self.owner = owner_id()
@@ -90,6 +91,10 @@ class LocalRuntime:
         self.purger = None if retention is None else Purger(store.database, retention)
         #: on PostgreSQL, the run queue's vacuum while the runtime runs (store/_pg_vacuum.py)
         self.vacuum: QueueVacuum | None = None
+        #: the garbage collector's young-generation threshold while the runtime runs
+        #: (store/_gc.py; None leaves the collector alone)
+        self.gc_threshold = gc_threshold
+        self._gc_release: Callable[[], None] | None = None
         metrics.PERMITS.set(max_concurrency)
 
     # -- lifecycle ------------------------------------------------------------------------------
@@ -114,18 +119,14 @@ class LocalRuntime:
         # dead processes are freed before the first claim, as before.
         go = asyncio.Event()
         self.vacuum = QueueVacuum.of(getattr(self.store, "database", None))
+        self._gc_release = hold_gc_pace(self.gc_threshold)
         self._runner = asyncio.create_task(self._run(go), name="pyworkflow-runtime")
         try:
             await self._free_dead_leases()
         except BaseException:
             self._runner.cancel()
             self._runner = None
-            if self.vacuum is not None:
-                self.vacuum.close()
-                self.vacuum = None
-            if self._unsubscribe is not None:
-                self._unsubscribe()
-                self._unsubscribe = None
+            self._let_go()
             raise
         go.set()
         self._heart = asyncio.create_task(self._heartbeat(), name="pyworkflow-heartbeat")
@@ -145,9 +146,20 @@ class LocalRuntime:
             await asyncio.gather(*pending, return_exceptions=True)
         self._runner = self._heart = None
         self._in_turn.clear()  # a turn cancelled before it began never left it
+        self._let_go()
+
+    def _let_go(self) -> None:
+        """Give back what :meth:`start` took besides the tasks: the queue's vacuum, the store's
+        notifications, the garbage collector's pace."""
         if self.vacuum is not None:
             self.vacuum.close()
             self.vacuum = None
+        if self._unsubscribe is not None:
+            self._unsubscribe()
+            self._unsubscribe = None
+        if self._gc_release is not None:
+            self._gc_release()
+            self._gc_release = None
 
     def wake(self) -> None:
         self._wake.set()

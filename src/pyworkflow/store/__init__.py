@@ -12,7 +12,8 @@ the rules both faces apply inside their own transactions (:func:`write_checkpoin
 resolved or expired), :func:`crashpoint` (the crash-recovery tests' named points, which the
 server passes too), retention (:func:`purge_runs`, :func:`count_purgeable`,
 :func:`parse_age`: finished runs older than a cut-off deleted in bounded batches), and on
-PostgreSQL the run queue's vacuum (:class:`QueueVacuum`, ticked by the loops that serve it).
+PostgreSQL the run queue's vacuum (:class:`QueueVacuum`, ticked by the loops that serve it), and
+the garbage collector's pace while runs are served (:func:`hold_gc_pace`).
 
 Operating them: :mod:`metrics` (the metrics of both faces, one registry per process),
 :mod:`tracing` (their OpenTelemetry spans and the trace context a run keeps) and
@@ -30,6 +31,7 @@ from .._crashpoints import crashpoint
 from .._errors import ConfigurationError
 from . import _metrics as metrics
 from . import _tracing as tracing
+from ._gc import YOUNG_GC_THRESHOLD, check_gc_threshold, hold_gc_pace
 from ._group_commit import WRITE_TIMEOUT, GroupCommitWriter
 from ._logs import log_format, log_level, redact, setup_logging
 from ._migrations import (
@@ -73,6 +75,7 @@ if TYPE_CHECKING:
 __all__ = [
     "DEAD_QUEUE_ROWS",
     "WRITE_TIMEOUT",
+    "YOUNG_GC_THRESHOLD",
     "CheckpointRecord",
     "Claim",
     "Event",
@@ -99,10 +102,12 @@ __all__ = [
     "WaitStatus",
     "apply_migrations",
     "apply_postgres_migrations",
+    "check_gc_threshold",
     "check_revision",
     "count_purgeable",
     "crashpoint",
     "database_failed",
+    "hold_gc_pace",
     "load_migrations",
     "log_format",
     "log_level",
