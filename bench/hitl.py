@@ -24,6 +24,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import gc
 import math
 import os
 import platform
@@ -48,7 +49,7 @@ from pyworkflow import (
     step_hook,
     workflow,
 )
-from pyworkflow.store import _group_commit, metrics
+from pyworkflow.store import YOUNG_GC_THRESHOLD, _group_commit, metrics
 
 from ._disk import ceiling, commit_floor
 from ._fsyncs import STRACE_ARGS, FsyncCounter, strace_available
@@ -179,6 +180,8 @@ class Phase:
     fsyncs: int | None = None
     #: the writers' transactions in the phase: how many, and their time (statements and commit)
     transactions: tuple[float, float] = (0.0, 0.0)
+    #: the garbage collector's collections in the phase, by generation (gc.get_stats)
+    gc_collections: tuple[int, ...] = ()
 
     def as_dict(self) -> dict[str, Any]:
         return {
@@ -200,6 +203,8 @@ class Phase:
             if self.transactions[0]
             else None,
             "in_transactions": round(self.transactions[1] / self.seconds, 4),
+            # A count, not a time: how often the collector walked the heap (store/_gc.py)
+            "gc_collections": list(self.gc_collections),
         }
 
 
@@ -220,6 +225,10 @@ def writer_cpu_seconds() -> float:
     return total
 
 
+def gc_collections_now() -> list[int]:
+    return [generation["collections"] for generation in gc.get_stats()]
+
+
 def cpu_now() -> dict[str, float]:
     return {"process": time.process_time(), "main": time.thread_time(), "writer": writer_cpu_seconds()}
 
@@ -231,16 +240,18 @@ async def timed_phase(
     tracer = FsyncCounter() if count_fsyncs else contextlib.nullcontext()
     with tracer:
         before, cpu_before, tx_before = commits(), cpu_now(), transactions_now()
+        gc_before = gc_collections_now()
         started = time.perf_counter()
         await work()
         await until(done, what=f"phase {name}", timeout=timeout)
         seconds = time.perf_counter() - started
         cpu = {k: v - cpu_before[k] for k, v in cpu_now().items()}
         after, tx_after = commits(), transactions_now()
+        collected = tuple(b - a for a, b in zip(gc_before, gc_collections_now(), strict=True))
     delta = None if before is None or after is None else after - before
     fsyncs = tracer.fsyncs if isinstance(tracer, FsyncCounter) else None
     tx = (tx_after[0] - tx_before[0], tx_after[1] - tx_before[1])
-    return Phase(name, n, seconds, delta, cpu, fsyncs, tx)
+    return Phase(name, n, seconds, delta, cpu, fsyncs, tx, collected)
 
 
 # -- the three phases, in two modes -----------------------------------------------------------------
@@ -262,6 +273,7 @@ class RunSettings:
     lease_ttl: float = 30.0
     poll_interval: float = 0.05
     max_concurrency: int = 1000
+    gc_threshold: int | None = YOUNG_GC_THRESHOLD
 
     def configure(self, storage: str) -> None:
         pyworkflow.configure(
@@ -270,6 +282,7 @@ class RunSettings:
             lease_ttl=self.lease_ttl,
             poll_interval=self.poll_interval,
             max_concurrency=self.max_concurrency,
+            gc_threshold=self.gc_threshold,
         )
 
     def described(self) -> str:
@@ -418,7 +431,10 @@ def combine(rounds: list[dict[str, Any]], traced: dict[str, Any] | None) -> dict
         merged: dict[str, Any] = {}
         for key, value in samples[0].items():
             values = [x[key] for x in samples]
-            merged[key] = value if value is None else statistics.median(values)
+            if isinstance(value, list):  # per generation: the median of each
+                merged[key] = [statistics.median(column) for column in zip(*values, strict=True)]
+            else:
+                merged[key] = value if value is None else statistics.median(values)
         merged["runs_per_s_samples"] = [x["runs_per_s"] for x in samples]
         if traced is not None:
             t = traced["phases"][name]
@@ -612,6 +628,11 @@ def report_mode(mode: str, m: dict[str, Any], floor: dict[str, Any] | None = Non
         for name, p in m["phases"].items()
     )
     print(f"    CPU ms per run: {cpu}")
+    if all(p.get("gc_collections") for p in m["phases"].values()):
+        walks = "; ".join(
+            f"{name} {' / '.join(f'{c:g}' for c in p['gc_collections'])}" for name, p in m["phases"].items()
+        )
+        print(f"    garbage collections in the phase (generations 0 / 1 / 2): {walks}")
     db = m["db"]
     ok = "ok" if db["bytes_per_completed_hitl_run"] <= TARGET_BYTES_PER_RUN else "OVER TARGET"
     print(f"    database bytes per run: waiting HITL run (with its checkpoint) "
@@ -657,6 +678,19 @@ def report(result: dict[str, Any]) -> None:
     print(f"results: {result['out']}")
 
 
+def gc_threshold(raw: str) -> int | None:
+    """``--gc-threshold``: an int, or ``none`` (the runtime leaves the collector alone)."""
+    if raw.strip().lower() == "none":
+        return None
+    try:
+        value = int(raw)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"an int or none, not {raw!r}") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"at least 1, not {value}")
+    return value
+
+
 def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
     parser.add_argument("--n", type=int, default=None, help="runs per phase (default 2000; 200 with --quick)")
@@ -682,6 +716,12 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     parser.add_argument("--skip-flat", action="store_true", help="skip the resume-cost-vs-history part")
     parser.add_argument("--dir", type=Path, default=None, help="where the fresh database files go")
     parser.add_argument("--out", type=Path, default=None, help="JSON output file")
+    parser.add_argument(
+        "--gc-threshold",
+        type=gc_threshold,
+        default=YOUNG_GC_THRESHOLD,
+        help=f"the runtime's gc_threshold (default {YOUNG_GC_THRESHOLD}; none: CPython's own pace)",
+    )
     args = parser.parse_args(argv)
     if args.max_concurrency < 1:
         parser.error(f"--max-concurrency: at least 1, not {args.max_concurrency}")
@@ -699,7 +739,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     # one mode, say one side of an A/B comparison, writes its own file.
     suffix = ("-quick" if args.quick else "") + ("" if args.mode == "both" else f"-{args.mode}")
     out = args.out or RESULTS_DIR / f"hitl-{args.store}{suffix}.json"
-    settings = RunSettings(args.synchronous.upper(), args.lease_ttl, args.poll_interval, args.max_concurrency)
+    settings = RunSettings(
+        args.synchronous.upper(), args.lease_ttl, args.poll_interval, args.max_concurrency, args.gc_threshold
+    )
     if args.count_fsyncs is None:
         count_fsyncs = strace_available()
         fsync_note = (
