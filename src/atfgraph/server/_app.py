@@ -162,7 +162,7 @@ def gc_threshold_setting() -> int | None:
     if raw.lower() == "none":
         return None
     try:
-        return check_gc_threshold(int(raw) if raw.isdigit() else raw, "$ATFGRAPH_GC_THRESHOLD")
+        return check_gc_threshold(int(raw) if raw.isdecimal() else raw, "$ATFGRAPH_GC_THRESHOLD")
     except ConfigurationError as exc:
         raise ValueError(str(exc)) from None
 
@@ -374,7 +374,6 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         # leases that ran out while it was down are settled first.
         await app.state.store.sweep()
         vacuum = QueueVacuum.of(app.state.store.db)
-        let_go_of_gc = hold_gc_pace(settings.gc_threshold)
         sweeper = asyncio.create_task(_sweep_forever(app, vacuum))
         # Announces created waits (and drains the outbox when no endpoint is configured).
         app.state.notifier = Notifier(app.state.store.db, settings.notify, settings.external_url)
@@ -393,6 +392,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
             )
         # The runs and waits of this database, read when /metrics is scraped.
         stop_collecting = metrics.collect_store(app.state.store.db.read, app.state.store)
+        let_go_of_gc = hold_gc_pace(settings.gc_threshold)
         try:
             yield
         finally:

@@ -41,7 +41,9 @@ def test_the_threshold_comes_from_the_environment(
     assert Settings.from_env(db_path=str(tmp_path / "g.db")).gc_threshold == threshold
 
 
-@pytest.mark.parametrize("raw", ["0", "-5", "abc", "1e5", "5000.0", "2147483648", "9" * 50, "off"])
+@pytest.mark.parametrize(
+    "raw", ["0", "-5", "abc", "1e5", "5000.0", "2147483648", "9" * 50, "off", "\u00b2", "+5 000"]
+)
 def test_a_bad_threshold_stops_the_server_before_it_starts(
     monkeypatch: pytest.MonkeyPatch, tmp_path: Path, capsys: pytest.CaptureFixture[str], raw: str
 ) -> None:
