@@ -30,7 +30,10 @@ from prometheus_client import (
     CollectorRegistry,
     Counter,
     Gauge,
+    GCCollector,
     Histogram,
+    PlatformCollector,
+    ProcessCollector,
     generate_latest,
     start_http_server,
 )
@@ -41,6 +44,12 @@ log = logging.getLogger("pyworkflow.metrics")
 
 #: This process's metrics (a registry of its own: nothing a library registers globally leaks in).
 REGISTRY = CollectorRegistry()
+# The process itself, as Prometheus's clients report it everywhere: CPU, memory, file descriptors
+# (process_*), the interpreter (python_info) and its garbage collector's passes and objects
+# (python_gc_*: docs/operations.md, "The garbage collector's pace"). Read at scrape time.
+ProcessCollector(registry=REGISTRY)
+PlatformCollector(registry=REGISTRY)
+GCCollector(registry=REGISTRY)
 
 #: The content type of :func:`metrics_text` (Prometheus text format).
 CONTENT_TYPE = CONTENT_TYPE_LATEST

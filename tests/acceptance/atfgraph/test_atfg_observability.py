@@ -146,6 +146,12 @@ async def test_metrics_after_an_approval_cycle_match_the_database(
     routes = {s["route"] for s in series(samples, "atfgraph_http_request_duration_seconds_count")}
     assert {"/api/v2/traversers", "/api/v2/workers/{id}/claim", "/readyz", "/metrics"} <= routes
     assert not any(handle.id in r or str(approval["id"]) in r for r in routes), routes
+    # The process itself: its memory and CPU, and the garbage collector's passes (at the server's
+    # pace a young pass every 50,000 allocations: its start-up's, a few hundred, and few since).
+    assert value(samples, "process_resident_memory_bytes") > 10 * 1024 * 1024
+    assert value(samples, "process_cpu_seconds_total") > 0
+    assert {s["generation"] for s in series(samples, "python_gc_collections_total")} == {"0", "1", "2"}
+    assert value(samples, "python_gc_collections_total", generation="0") > 0
 
     # The separate address answers without a token, with the same registry.
     bound = httpx.get(f"http://127.0.0.1:{metrics_port}/metrics", timeout=10)
