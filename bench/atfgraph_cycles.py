@@ -214,21 +214,28 @@ async def _counts(client: Client) -> tuple[int, int, int]:
 
 
 _ROUTE_COUNT = "atfgraph_http_request_duration_seconds_count{"
+_GC_COUNT = "python_gc_collections_total{generation="
 
 
-async def _by_route(url: str, token: str) -> dict[str, float]:
-    """Requests so far by method and route template, from the server's ``/metrics``."""
+async def _by_route(url: str, token: str) -> tuple[dict[str, float], list[float]]:
+    """Requests so far by method and route template, and the server process's garbage
+    collections so far by generation, from the server's ``/metrics``."""
     async with httpx.AsyncClient(headers={"Authorization": f"Bearer {token}"}, timeout=10) as http:
         response = await http.get(url + "/metrics")
     counts: dict[str, float] = {}
+    collections = [0.0, 0.0, 0.0]
     for line in response.text.splitlines():
+        if line.startswith(_GC_COUNT):
+            generation, value = line[len(_GC_COUNT) :].rsplit("} ", 1)
+            collections[int(generation.strip('"'))] = float(value)
+            continue
         if not line.startswith(_ROUTE_COUNT):
             continue
         labels, value = line[len(_ROUTE_COUNT) :].rsplit("} ", 1)
         fields = dict(part.split("=", 1) for part in labels.split(","))
         key = f"{fields['method'].strip(chr(34))} {fields['route'].strip(chr(34))}"
         counts[key] = counts.get(key, 0.0) + float(value)
-    return counts
+    return counts, collections
 
 
 async def one_cycle(client: Client, i: int, latencies: list[float]) -> None:
@@ -257,14 +264,18 @@ async def run_cycles(urls: str | list[str], token: str, n: int, concurrency: int
             each = [await _counts(c) for c in clients]
             return (sum(c[0] for c in each), sum(c[1] for c in each), sum(c[2] for c in each))
 
-        async def by_route() -> dict[str, float]:
+        async def by_route() -> tuple[dict[str, float], list[float]]:
             total: dict[str, float] = {}
+            collections = [0.0, 0.0, 0.0]
             for url in urls:
-                for key, value in (await _by_route(url, token)).items():
+                routes, walks = await _by_route(url, token)
+                for key, value in routes.items():
                     total[key] = total.get(key, 0.0) + value
-            return total
+                collections = [a + b for a, b in zip(collections, walks, strict=True)]
+            return total, collections
 
-        routes0 = await by_route()  # before the counts: its own request is not among theirs
+        # before the counts: its own request is not among theirs
+        routes0, collections0 = await by_route()
         requests0, commits0, statements0 = await counts()
         queue: asyncio.Queue[int] = asyncio.Queue()
         for i in range(n):
@@ -278,7 +289,7 @@ async def run_cycles(urls: str | list[str], token: str, n: int, concurrency: int
         await asyncio.gather(*(runner(clients[k % len(clients)]) for k in range(concurrency)))
         elapsed = time.perf_counter() - started
         requests1, commits1, statements1 = await counts()
-        routes1 = await by_route()
+        routes1, collections1 = await by_route()
     # The requests of the cycles by route (the counts' own requests and /metrics left out).
     routes = {
         key: round((routes1[key] - routes0.get(key, 0.0)) / n, 3)
@@ -295,6 +306,11 @@ async def run_cycles(urls: str | list[str], token: str, n: int, concurrency: int
         "commits_per_cycle": round((commits1 - commits0) / n, 2),
         "statements_per_cycle": round((statements1 - statements0) / n, 2),
         "requests_per_cycle_by_route": routes,
+        # The servers' garbage collector, a count not a time (pyworkflow/store/_gc.py): its passes
+        # per 1,000 cycles by generation, from python_gc_collections_total.
+        "server_gc_collections_per_1000_cycles": [
+            round((b - a) * 1000 / n, 2) for a, b in zip(collections0, collections1, strict=True)
+        ],
         "resume_latency_ms_p50": round(statistics.median(ms), 1),
         "resume_latency_ms_p99": round(ms[min(len(ms) - 1, int(len(ms) * 0.99))], 1),
     }

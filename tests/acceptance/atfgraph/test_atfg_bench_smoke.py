@@ -54,6 +54,9 @@ def test_approval_cycle_benchmark_runs_and_counts(tmp_path: Path) -> None:
     ):
         assert routes[route] == 1.0, routes
     assert report["machine"]["cpus"] == os.cpu_count() and report["machine"]["python_probe_ms"] > 0
+    # The server's collector, counted from its /metrics: three generations, none negative.
+    walks = run["server_gc_collections_per_1000_cycles"]
+    assert len(walks) == 3 and all(w >= 0 for w in walks), walks
     assert set(run["cpu_ms_per_cycle"]) == {"servers", "workers", "client", "postgres"}
     assert (run["cpu_ms_per_cycle"]["postgres"] > 0) == on_postgres
     assert report["parking"]["parked"] == 4 and report["parking"]["worker_permits_in_use"] == 0
