@@ -42,6 +42,7 @@ from typing import Any
 
 import pyworkflow
 from pyworkflow import (
+    ConfigurationError,
     delete_step_checkpoint,
     load_step_checkpoint,
     save_step_checkpoint,
@@ -49,7 +50,7 @@ from pyworkflow import (
     step_hook,
     workflow,
 )
-from pyworkflow.store import YOUNG_GC_THRESHOLD, _group_commit, metrics
+from pyworkflow.store import YOUNG_GC_THRESHOLD, _group_commit, check_gc_threshold, metrics
 
 from ._disk import ceiling, commit_floor
 from ._fsyncs import STRACE_ARGS, FsyncCounter, strace_available
@@ -683,12 +684,9 @@ def gc_threshold(raw: str) -> int | None:
     if raw.strip().lower() == "none":
         return None
     try:
-        value = int(raw)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"an int or none, not {raw!r}") from None
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"at least 1, not {value}")
-    return value
+        return check_gc_threshold(int(raw))
+    except (ValueError, ConfigurationError) as exc:
+        raise argparse.ArgumentTypeError(f"an int from 1 to 2147483647 or none, not {raw!r}") from exc
 
 
 def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
