@@ -18,12 +18,15 @@ from typing import Any
 
 #: pages (tables) per commit: about what one of the engine's transitions writes
 PAGES = 6
+#: pages written before SQLite's first automatic checkpoint lets the WAL start over
+WAL_RESTART_PAGES = 1_000
 
 
 def commit_floor(
-    directory: Path, synchronous: str, *, commits: int = 500, pages: int = PAGES
+    directory: Path, synchronous: str, *, commits: int = 500, pages: int = PAGES, warmup: int = 20
 ) -> dict[str, Any]:
-    """Median and p90 latency (ms) of ``commits`` bare commits of ``pages`` pages each."""
+    """Median and p90 latency (ms) of ``commits`` bare commits of ``pages`` pages each, after
+    ``warmup`` commits that are not counted."""
     path = directory / "commit-floor.db"
     for leftover in (path, Path(f"{path}-wal"), Path(f"{path}-shm")):
         leftover.unlink(missing_ok=True)
@@ -35,7 +38,7 @@ def commit_floor(
             conn.execute(f"CREATE TABLE t{t} (id INTEGER PRIMARY KEY, v BLOB NOT NULL)")
         row = b"r" * 200
         times = []
-        for _ in range(commits + 20):  # the first 20 warm the file up and are not counted
+        for _ in range(commits + warmup):  # the first warm the file up and are not counted
             started = time.perf_counter()
             conn.execute("BEGIN IMMEDIATE")
             for t in range(pages):
@@ -46,7 +49,7 @@ def commit_floor(
         conn.close()
         for leftover in (path, Path(f"{path}-wal"), Path(f"{path}-shm")):
             leftover.unlink(missing_ok=True)
-    counted = sorted(times[20:])
+    counted = sorted(times[warmup:])
     median = statistics.median(counted)
     return {
         "commits": commits,
@@ -63,3 +66,37 @@ def ceiling(floor: dict[str, Any], commits_per_run: float | None) -> float | Non
     if not commits_per_run:
         return None
     return round(1000 / (floor["median_ms"] * commits_per_run), 1)
+
+
+def main(argv: list[str] | None = None) -> int:
+    """``python -m bench._disk [--pages 1 2 4 8 12]``: the floor for each number of pages a
+    commit writes (the engine's: 2 for a step's result, 8 for a run's creation or end)."""
+    import argparse
+    import tempfile
+
+    parser = argparse.ArgumentParser(description="bare SQLite commits of N pages each, by N")
+    parser.add_argument("--pages", type=int, nargs="+", default=[1, 2, 4, 8, 12])
+    parser.add_argument("--commits", type=int, default=2000)
+    parser.add_argument("--synchronous", default="FULL")
+    parser.add_argument(
+        "--dir", type=Path, default=None, help="where the file goes (default: a temporary folder)"
+    )
+    args = parser.parse_args(argv)
+    if any(p < 1 for p in args.pages) or args.commits < 1:
+        parser.error("--pages and --commits: at least 1")
+    with tempfile.TemporaryDirectory(dir=args.dir) as directory:
+        for pages in args.pages:
+            # Warmed past the WAL's first checkpoint (SQLite's default, 1,000 pages): every counted
+            # commit then writes over the WAL's old frames instead of growing the file, which
+            # costs the file system's journal a commit of its own (the engine's steady state).
+            warmup = max(20, WAL_RESTART_PAGES // pages + 20)
+            f = commit_floor(
+                Path(directory), args.synchronous.upper(), commits=args.commits, pages=pages, warmup=warmup
+            )
+            print(f"{pages:3d} pages a commit: median {f['median_ms']:.3f} ms, p90 {f['p90_ms']:.3f} ms "
+                  f"({f['commits']} commits, synchronous={f['synchronous']})")  # fmt: skip
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -63,6 +63,36 @@ def test_hitl_benchmark_quick_runs_both_modes(tmp_path: Path) -> None:
     floor = result["commit_floor"]
     assert floor["pages_per_commit"] == 6 and floor["synchronous"] == "FULL"
     assert 0 < floor["median_ms"] <= floor["p90_ms"] and floor["commits_per_s"] > 0
+    # The collector's pace is the runtime's default, and each phase counts the collector's walks.
+    assert "gc_threshold=50000" in proc.stdout and "gc_threshold=50000 (non-default)" not in proc.stdout
+    assert "garbage collections in the phase (generations 0 / 1 / 2)" in proc.stdout, proc.stdout
+    for mode in result["modes"].values():
+        assert all(len(p["gc_collections"]) == 3 for p in mode["phases"].values()), mode
+
+
+def test_disk_benchmark_times_commits_by_pages(tmp_path: Path) -> None:
+    cmd = [
+        sys.executable,
+        "-m",
+        "bench._disk",
+        "--pages",
+        "1",
+        "3",
+        "--commits",
+        "30",
+        "--dir",
+        str(tmp_path),
+    ]
+    proc = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    lines = proc.stdout.splitlines()
+    assert [line.split()[0] for line in lines] == ["1", "3"], lines
+    assert all(
+        "pages a commit: median" in line and "(30 commits, synchronous=FULL)" in line for line in lines
+    )
+    assert list(tmp_path.iterdir()) == []  # its file went with its temporary folder
+    bad = subprocess.run([*cmd[:3], "--pages", "0"], cwd=ROOT, capture_output=True, text=True, timeout=60)
+    assert bad.returncode == 2 and "at least 1" in bad.stderr, bad.stderr
 
 
 def test_parked_benchmark_small_runs_every_part(tmp_path: Path) -> None:
