@@ -24,7 +24,6 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
-import gc
 import math
 import os
 import platform
@@ -42,7 +41,6 @@ from typing import Any
 
 import pyworkflow
 from pyworkflow import (
-    ConfigurationError,
     delete_step_checkpoint,
     load_step_checkpoint,
     save_step_checkpoint,
@@ -50,8 +48,9 @@ from pyworkflow import (
     step_hook,
     workflow,
 )
-from pyworkflow.store import YOUNG_GC_THRESHOLD, _group_commit, check_gc_threshold, metrics
+from pyworkflow.store import YOUNG_GC_THRESHOLD, _group_commit, metrics
 
+from ._costs import cpu_now, gc_collections_now, gc_threshold
 from ._disk import ceiling, commit_floor
 from ._fsyncs import STRACE_ARGS, FsyncCounter, strace_available
 from ._machine import describe
@@ -207,31 +206,6 @@ class Phase:
             # A count, not a time: how often the collector walked the heap (store/_gc.py)
             "gc_collections": list(self.gc_collections),
         }
-
-
-#: The store's writer threads, by name: SQLite's one, PostgreSQL's two.
-WRITER_THREADS = ("sqlite-writer", "pyworkflow-postgres-writer")
-
-
-def writer_cpu_seconds() -> float:
-    """CPU time of the store's writer threads, from /proc (0 where that is not available)."""
-    total = 0.0
-    for t in threading.enumerate():
-        if t.name.startswith(WRITER_THREADS) and t.native_id is not None:
-            try:
-                fields = Path(f"/proc/self/task/{t.native_id}/stat").read_text().rsplit(")", 1)[1].split()
-            except OSError:  # the thread ended meanwhile
-                continue
-            total += (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
-    return total
-
-
-def gc_collections_now() -> list[int]:
-    return [generation["collections"] for generation in gc.get_stats()]
-
-
-def cpu_now() -> dict[str, float]:
-    return {"process": time.process_time(), "main": time.thread_time(), "writer": writer_cpu_seconds()}
 
 
 async def timed_phase(
@@ -677,16 +651,6 @@ def report(result: dict[str, Any]) -> None:
                   f"{f['big']} -> {f['resume_big']['median_ms']:.2f} ms (medians); ratio {f['ratio']:.2f} "
                   f"[target <= {TARGET_FLAT_RATIO}: {ok}]")  # fmt: skip
     print(f"results: {result['out']}")
-
-
-def gc_threshold(raw: str) -> int | None:
-    """``--gc-threshold``: an int, or ``none`` (the runtime leaves the collector alone)."""
-    if raw.strip().lower() == "none":
-        return None
-    try:
-        return check_gc_threshold(int(raw))
-    except (ValueError, ConfigurationError) as exc:
-        raise argparse.ArgumentTypeError(f"an int from 1 to 2147483647 or none, not {raw!r}") from exc
 
 
 def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
