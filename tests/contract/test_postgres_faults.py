@@ -6,15 +6,16 @@ running; nothing of either is written. (SQLite: tests/unit/test_database_faults.
 from __future__ import annotations
 
 import asyncio
+import os
 import time
 from collections.abc import Iterator
 
 import psycopg
 import pytest
 
-from atfgraph.server._errors import database_unavailable
+from atfgraph.server._errors import database_refused, database_unavailable
 from pyworkflow import DatabaseUnavailableError
-from pyworkflow.store import Migration, PostgresDatabase
+from pyworkflow.store import Migration, PostgresDatabase, database_failed, over_a_database_limit
 
 pytestmark = pytest.mark.postgres
 SCHEMA = [Migration("test", 1, "t", "CREATE TABLE t (k TEXT PRIMARY KEY, n INTEGER NOT NULL);")]
@@ -81,3 +82,32 @@ async def test_a_write_that_waited_past_its_deadline_does_not_run(
         await db.write(bump, timeout=0.1)
     await busy
     assert value(pg_database) == 0
+
+
+async def test_a_value_over_a_limit_is_refused_not_the_database_failing(
+    pg_database: str, db: PostgresDatabase
+) -> None:
+    """PostgreSQL's class 54 (here an index entry too large) comes as an ``OperationalError``, but
+    the same statement would meet it again: not the database failing (no retry as a crash, no
+    503), a refusal of what was sent (the graph server's 422); nothing is written, and the
+    database takes the next write."""
+    too_long = os.urandom(8_000).hex()  # incompressible: over a B-tree entry's 2,704 bytes
+    with pytest.raises(psycopg.OperationalError) as refused:
+        await db.write(lambda conn: conn.execute("INSERT INTO t VALUES (?, 0)", (too_long,)))
+    exc = refused.value
+    assert exc.sqlstate == "54000", exc.sqlstate
+    assert over_a_database_limit(exc) and not database_failed(exc)
+    assert database_unavailable(exc) is None
+    answer = database_refused(exc)
+    assert answer is not None and answer.status == 422 and answer.code == "validation_error"
+    await db.write(lambda conn: conn.execute("INSERT INTO t VALUES ('b', 1)"))
+    with psycopg.connect(pg_database) as conn:
+        assert conn.execute("SELECT k FROM t ORDER BY k").fetchall() == [("b",)]
+    # The database failing is not a limit: a connection the server ended.
+    with psycopg.connect(pg_database, autocommit=True) as conn:
+        pid = conn.info.backend_pid
+        with psycopg.connect(pg_database, autocommit=True) as killer:
+            killer.execute("SELECT pg_terminate_backend(%s)", (pid,))
+        with pytest.raises(psycopg.OperationalError) as lost:
+            conn.execute("SELECT 1")
+    assert database_failed(lost.value) and not over_a_database_limit(lost.value)

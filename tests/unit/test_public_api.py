@@ -126,6 +126,7 @@ STORE_API = [
     "log_level",
     "metrics",
     "open_store",
+    "over_a_database_limit",
     "parse_age",
     "parse_storage_url",
     "purge_runs",

@@ -7,7 +7,7 @@ from __future__ import annotations
 import sqlite3
 
 from pyworkflow import DatabaseUnavailableError
-from pyworkflow.store import database_failed
+from pyworkflow.store import database_failed, over_a_database_limit
 
 from ._dburl import first_line
 from ._refusals import Conflict, Forbidden, Invalid, LeaseLost, NotFound, Refusal
@@ -67,10 +67,6 @@ def database_unavailable(exc: BaseException) -> ApiError | None:
     return ApiError(503, "database_unavailable", f"the server's database is unavailable: {reason}")
 
 
-def _over_a_limit(exc: BaseException) -> bool:
-    return (getattr(exc, "sqlstate", None) or "").startswith("54")
-
-
 def database_refused(exc: BaseException) -> ApiError | None:
     """A 422 for a value the database refused (psycopg's DataError family: a NUL in text, a
     number out of range, an invalid text representation; SQLSTATE class 54: a value too large
@@ -86,7 +82,7 @@ def database_refused(exc: BaseException) -> ApiError | None:
         import psycopg
 
         refused = isinstance(exc, psycopg.DataError) or (
-            isinstance(exc, psycopg.Error) and _over_a_limit(exc)
+            isinstance(exc, psycopg.Error) and over_a_database_limit(exc)
         )
     if not refused:
         return None

@@ -60,6 +60,7 @@ from ._protocol import (
     WaitRecord,
     WaitStatus,
     database_failed,
+    over_a_database_limit,
 )
 from ._remote import wake_run
 from ._retention import Purger, PurgeReport, count_purgeable, parse_age, purge_runs
@@ -113,6 +114,7 @@ __all__ = [
     "log_level",
     "metrics",
     "open_store",
+    "over_a_database_limit",
     "parse_age",
     "parse_storage_url",
     "purge_runs",

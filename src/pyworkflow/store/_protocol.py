@@ -36,10 +36,15 @@ def database_failed(exc: BaseException) -> bool:
         return getattr(exc, "sqlite_errorcode", None) != sqlite3.SQLITE_ERROR
     psycopg = sys.modules.get("psycopg")  # imported only where a PostgreSQL store is open
     return (
-        psycopg is not None
-        and isinstance(exc, psycopg.OperationalError)
-        and not (getattr(exc, "sqlstate", None) or "").startswith("54")
+        psycopg is not None and isinstance(exc, psycopg.OperationalError) and not over_a_database_limit(exc)
     )
+
+
+def over_a_database_limit(exc: BaseException) -> bool:
+    """Whether ``exc`` is PostgreSQL's class 54, a program limit exceeded (a value too large for
+    an index entry, too many columns, a statement too complex): the same statement would meet it
+    again, so it is a refusal of what was sent, not the database failing."""
+    return (getattr(exc, "sqlstate", None) or "").startswith("54")
 
 
 class RunStatus(StrEnum):
