@@ -13,7 +13,7 @@ import time
 from pathlib import Path
 
 from pyworkflow import ConfigurationError
-from pyworkflow.store import check_gc_threshold
+from pyworkflow.store import gc_threshold_from_text
 
 #: The store's writer threads, by name: SQLite's one, PostgreSQL's two.
 WRITER_THREADS = ("sqlite-writer", "pyworkflow-postgres-writer")
@@ -42,9 +42,7 @@ def cpu_now() -> dict[str, float]:
 
 def gc_threshold(raw: str) -> int | None:
     """``--gc-threshold``: an int, or ``none`` (the runtime leaves the collector alone)."""
-    if raw.strip().lower() == "none":
-        return None
     try:
-        return check_gc_threshold(int(raw))
-    except (ValueError, ConfigurationError) as exc:
-        raise argparse.ArgumentTypeError(f"an int from 1 to 2147483647 or none, not {raw!r}") from exc
+        return gc_threshold_from_text(raw, "--gc-threshold")
+    except ConfigurationError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None

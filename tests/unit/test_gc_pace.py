@@ -13,7 +13,7 @@ import pytest
 
 import pyworkflow
 from pyworkflow import ConfigurationError, step, workflow
-from pyworkflow.store import YOUNG_GC_THRESHOLD, _gc, check_gc_threshold, hold_gc_pace
+from pyworkflow.store import YOUNG_GC_THRESHOLD, _gc, check_gc_threshold, gc_threshold_from_text, hold_gc_pace
 
 PYTHON = (700, 10, 10)
 
@@ -148,3 +148,18 @@ async def test_the_local_runtime_holds_the_pace_while_it_runs(
     finally:
         await pyworkflow.shutdown()
     assert gc.get_threshold() == PYTHON  # the process's own, once it stopped
+
+
+@pytest.mark.parametrize(
+    ("raw", "threshold"), [("50000", 50_000), (" 7 ", 7), ("none", None), ("None", None), (" NONE ", None)]
+)
+def test_a_threshold_from_text(raw: str, threshold: int | None) -> None:
+    assert gc_threshold_from_text(raw) == threshold
+
+
+@pytest.mark.parametrize(
+    "raw", ["", "0", "-5", "+5", "5e4", "5000.0", "\u00b2", "2147483648", "off", "50 000"]
+)
+def test_a_bad_threshold_as_text_is_refused_with_its_name(raw: str) -> None:
+    with pytest.raises(ConfigurationError, match=r"^--flag must be an int from 1 to 2147483647"):
+        gc_threshold_from_text(raw, "--flag")

@@ -120,6 +120,7 @@ STORE_API = [
     "count_purgeable",
     "crashpoint",
     "database_failed",
+    "gc_threshold_from_text",
     "hold_gc_pace",
     "load_migrations",
     "log_format",

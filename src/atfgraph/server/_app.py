@@ -25,7 +25,7 @@ from pyworkflow.store import (
     WRITE_TIMEOUT,
     YOUNG_GC_THRESHOLD,
     QueueVacuum,
-    check_gc_threshold,
+    gc_threshold_from_text,
     hold_gc_pace,
     metrics,
 )
@@ -156,13 +156,11 @@ class Settings:
 def gc_threshold_setting() -> int | None:
     """``$ATFGRAPH_GC_THRESHOLD``: an int from 1 (the young generation's threshold while the
     server runs), ``none`` (leave the collector alone), or unset (the default); ValueError."""
-    raw = os.environ.get("ATFGRAPH_GC_THRESHOLD", "").strip()
-    if not raw:
+    raw = os.environ.get("ATFGRAPH_GC_THRESHOLD", "")
+    if not raw.strip():
         return YOUNG_GC_THRESHOLD
-    if raw.lower() == "none":
-        return None
     try:
-        return check_gc_threshold(int(raw) if raw.isdecimal() else raw, "$ATFGRAPH_GC_THRESHOLD")
+        return gc_threshold_from_text(raw, "$ATFGRAPH_GC_THRESHOLD")
     except ConfigurationError as exc:
         raise ValueError(str(exc)) from None
 

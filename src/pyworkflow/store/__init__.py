@@ -31,7 +31,7 @@ from .._crashpoints import crashpoint
 from .._errors import ConfigurationError
 from . import _metrics as metrics
 from . import _tracing as tracing
-from ._gc import YOUNG_GC_THRESHOLD, check_gc_threshold, hold_gc_pace
+from ._gc import YOUNG_GC_THRESHOLD, check_gc_threshold, gc_threshold_from_text, hold_gc_pace
 from ._group_commit import WRITE_TIMEOUT, GroupCommitWriter
 from ._logs import log_format, log_level, redact, setup_logging
 from ._migrations import (
@@ -108,6 +108,7 @@ __all__ = [
     "count_purgeable",
     "crashpoint",
     "database_failed",
+    "gc_threshold_from_text",
     "hold_gc_pace",
     "load_migrations",
     "log_format",

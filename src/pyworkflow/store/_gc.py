@@ -23,7 +23,7 @@ from collections.abc import Callable
 
 from .._errors import ConfigurationError
 
-__all__ = ["YOUNG_GC_THRESHOLD", "check_gc_threshold", "hold_gc_pace"]
+__all__ = ["YOUNG_GC_THRESHOLD", "check_gc_threshold", "gc_threshold_from_text", "hold_gc_pace"]
 
 #: The youngest generation's threshold while runs are served (CPython's default is 700).
 YOUNG_GC_THRESHOLD = 50_000
@@ -48,6 +48,16 @@ def check_gc_threshold(value: object, what: str = "gc_threshold") -> int | None:
             f"threshold while runs are served) or None (leave the collector alone), not {value!r}"
         )
     return value
+
+
+def gc_threshold_from_text(raw: str, what: str = "gc_threshold") -> int | None:
+    """A threshold as an environment variable or a command line gives it: decimal digits (see
+    :func:`check_gc_threshold`) or ``none`` (any case: leave the collector alone); else
+    :class:`ConfigurationError` naming ``what``."""
+    text = raw.strip()
+    if text.lower() == "none":
+        return None
+    return check_gc_threshold(int(text) if text.isdecimal() else raw, what)
 
 
 def hold_gc_pace(young: int | None = YOUNG_GC_THRESHOLD) -> Callable[[], None]:
