@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import dataclasses
 import enum
+import functools
 import math
 import traceback
 from datetime import timedelta
@@ -203,7 +204,13 @@ def parse_duration(value: str | float | int | timedelta, *, what: str = "duratio
     elif isinstance(value, int | float):
         seconds = float(value)
     elif isinstance(value, str):
-        seconds = _parse_duration_text(value.strip(), what)
+        text = value.strip()
+        if not text:
+            raise ValueError(f"{what} is empty")
+        parsed = _cached_seconds(text) if len(text) <= 32 else _text_seconds(text)
+        if parsed is None:
+            raise ValueError(f"{what} {text!r} is not like '90s', '15m', '24h' or '7d'")
+        seconds = parsed
     else:
         raise ValueError(f"{what} must be seconds or a string like '24h', not {type(value).__name__}")
     if seconds != seconds or seconds < 0 or seconds == float("inf"):
@@ -214,9 +221,8 @@ def parse_duration(value: str | float | int | timedelta, *, what: str = "duratio
 _UNITS = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0, "w": 604800.0}
 
 
-def _parse_duration_text(text: str, what: str) -> float:
-    if not text:
-        raise ValueError(f"{what} is empty")
+def _text_seconds(text: str) -> float | None:
+    """The seconds ``text`` (stripped, not empty) says, or None when it is no duration."""
     try:
         return float(text)
     except ValueError:
@@ -232,14 +238,19 @@ def _parse_duration_text(text: str, what: str) -> float:
             continue
         unit = "ms" if text.startswith("ms", i) else ch
         if unit not in _UNITS or not number:
-            raise ValueError(f"{what} {text!r} is not like '90s', '15m', '24h' or '7d'")
+            return None
         try:
             total += float(number) * _UNITS[unit]
         except ValueError:
-            raise ValueError(f"{what} {text!r} is not like '90s', '15m', '24h' or '7d'") from None
+            return None
         number = ""
         parsed_any = True
         i += len(unit)
     if number or not parsed_any:
-        raise ValueError(f"{what} {text!r} is not like '90s', '15m', '24h' or '7d'")
+        return None
     return total
+
+
+#: :func:`_text_seconds` of the last few hundred short texts: a workflow names the same few
+#: ("24h") at every wait it makes, and parsing one each time was a few % of a turn's work.
+_cached_seconds = functools.lru_cache(maxsize=256)(_text_seconds)
