@@ -73,7 +73,7 @@ async def execute_turn(store: Store, claim: Claim, state: RunState) -> bool:
         try:
             outcome = await _turn(store, claim, state)
         finally:
-            _metrics.ATTEMPT_SECONDS.labels("workflow", outcome).observe(_clock.now() - started)
+            _metrics.labelled(_metrics.ATTEMPT_SECONDS, "workflow", outcome).observe(_clock.now() - started)
             _tracing.outcome(span, outcome)
     return outcome == "suspended"
 

@@ -222,7 +222,7 @@ async def _record_failure(
         key, StepStatus.RETRYING if retry else StepStatus.FAILED, attempt, None, error, delivered
     )
     if retry is not None:
-        _metrics.RETRIES.labels("step").inc()
+        _metrics.labelled(_metrics.RETRIES, "step").inc()
         raise SuspensionSignal("retry", retry.wait_key) from exc
 
 
@@ -255,7 +255,7 @@ async def _execute_step(
     except SuspensionSignal:
         raise
     except TimeoutError as exc:
-        _metrics.STEP_SECONDS.labels("failed").observe(time.perf_counter() - started)
+        _metrics.labelled(_metrics.STEP_SECONDS, "failed").observe(time.perf_counter() - started)
         failure: BaseException = StepTimeoutError(
             f"step {opts.name!r} attempt {attempt} timed out after {opts.timeout} s"
         )
@@ -263,12 +263,12 @@ async def _execute_step(
         await _record_failure(opts, wctx, key, attempt, failure, 0)
         raise failure from exc
     except Exception as exc:
-        _metrics.STEP_SECONDS.labels("failed").observe(time.perf_counter() - started)
+        _metrics.labelled(_metrics.STEP_SECONDS, "failed").observe(time.perf_counter() - started)
         await _record_failure(opts, wctx, key, attempt, exc, 0)
         raise
     finally:
         _step.reset(token)
-    _metrics.STEP_SECONDS.labels("completed").observe(time.perf_counter() - started)
+    _metrics.labelled(_metrics.STEP_SECONDS, "completed").observe(time.perf_counter() - started)
     # Serialized once, decoded once: this first pass returns what replay will return (the JSON
     # form: a tuple is a list, a dataclass a dict), so the workflow goes the same way on both.
     data, decoded = _serde.dumps_loads(result, what=f"result of step {opts.name!r}")

@@ -8,6 +8,7 @@ import asyncio
 from typing import Any
 
 import httpx
+import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 import pyworkflow
@@ -129,3 +130,24 @@ async def test_a_scrape_without_an_open_store_reports_it_down(engine: str) -> No
         assert asyncio.get_running_loop().time() < deadline, "pyworkflow_store_up never went to 0"
         await asyncio.sleep(0.1)
     assert not any(name == "pyworkflow_runs" for name, _ in samples)
+
+
+def test_labelled_keeps_the_child_the_metric_itself_holds() -> None:
+    """``labelled`` hands out the very child ``labels`` does (what it observes is scraped), one per
+    set of values, and refuses what ``labels`` refuses."""
+    from pyworkflow.store import metrics
+
+    child = metrics.labelled(metrics.STEP_SECONDS, "completed")
+    assert child is metrics.STEP_SECONDS.labels("completed")
+    assert metrics.labelled(metrics.STEP_SECONDS, "completed") is child
+    assert metrics.labelled(metrics.STEP_SECONDS, "failed") is not child
+    before = value(
+        parse(metrics.metrics_text().decode()), "pyworkflow_step_seconds_count", outcome="completed"
+    )
+    child.observe(0.002)
+    after = value(
+        parse(metrics.metrics_text().decode()), "pyworkflow_step_seconds_count", outcome="completed"
+    )
+    assert after == before + 1
+    with pytest.raises(ValueError):
+        metrics.labelled(metrics.ATTEMPT_SECONDS, "workflow")  # two labels, one value

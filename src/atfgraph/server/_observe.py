@@ -36,6 +36,17 @@ def route_label(scope: Scope) -> str:
     return path if isinstance(path, str) else "unmatched"
 
 
+#: The methods counted by name; any other a client sends is counted as ``other``, so that the
+#: label's values stay bounded whatever clients send (a metric keeps every series it saw).
+HTTP_METHODS = frozenset({"GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OPTIONS"})
+
+
+def method_label(scope: Scope) -> str:
+    """The request's method as a label value: one of :data:`HTTP_METHODS`, else ``other``."""
+    method = scope["method"]
+    return method if method in HTTP_METHODS else "other"
+
+
 class HttpMetrics:
     """ASGI, outermost: count every request (``requests``: the benchmark reports requests per
     cycle from it), observe its duration by method, route template and status, and, with
@@ -65,7 +76,7 @@ class HttpMetrics:
         finally:
             seconds = time.perf_counter() - started
             route = route_label(scope)
-            metrics.HTTP_SECONDS.labels(scope["method"], route, str(status)).observe(seconds)
+            metrics.labelled(metrics.HTTP_SECONDS, method_label(scope), route, str(status)).observe(seconds)
             if self.access_log:
                 access.info(
                     "%s %s %d",
@@ -119,9 +130,11 @@ class AttemptClock:
         ``released`` (given back unfinished)."""
         started = self._started.pop((traverser_id, epoch), None)
         if started is not None:
-            metrics.ATTEMPT_SECONDS.labels("traverser", outcome).observe(time.monotonic() - started)
+            metrics.labelled(metrics.ATTEMPT_SECONDS, "traverser", outcome).observe(
+                time.monotonic() - started
+            )
         if outcome == "retrying":
-            metrics.RETRIES.labels("traverser").inc()
+            metrics.labelled(metrics.RETRIES, "traverser").inc()
         log.info(
             "traverser %s: attempt %s", traverser_id, outcome, extra={"run_id": traverser_id, "epoch": epoch}
         )
@@ -137,4 +150,4 @@ def reaped(traverser_ids: Iterable[str]) -> None:
         metrics.LEASE_EXPIRIES.labels("traverser").inc(count)
 
 
-__all__ = ["AttemptClock", "HttpMetrics", "reaped", "route_label"]
+__all__ = ["HTTP_METHODS", "AttemptClock", "HttpMetrics", "method_label", "reaped", "route_label"]

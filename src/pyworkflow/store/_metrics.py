@@ -19,6 +19,7 @@ the graph server's ``--metrics-bind``).
 from __future__ import annotations
 
 import concurrent.futures
+import functools
 import logging
 import threading
 import time
@@ -160,6 +161,16 @@ HTTP_SECONDS = Histogram(
     registry=REGISTRY,
 )
 
+
+@functools.cache
+def labelled(metric: Any, *values: str) -> Any:
+    """``metric.labels(*values)``, kept: where an event is observed once per turn or step, finding
+    the child by its label values (prometheus-client checks them and takes a lock each time) cost
+    as much as the observation itself. A metric keeps every child it made, so this keeps no more
+    than it does (nothing here removes a child from a metric)."""
+    return metric.labels(*values)
+
+
 #: Wait kinds whose resolution is a decision or a payload (the rest resolve by expiring).
 DECIDED_KINDS = frozenset({"hook", "step_hook", "approval"})
 
@@ -184,10 +195,10 @@ def observe_continuation(
         return
     kind, status, _, expires_at, resolved_at = last
     if status == "received":
-        DECISION_TO_RUNNING.labels(kind).observe(max(0.0, now - (resolved_at or now)))
+        labelled(DECISION_TO_RUNNING, kind).observe(max(0.0, now - (resolved_at or now)))
     elif expires_at is not None:
-        TIMERS_FIRED.labels(kind).inc()
-        TIMER_LATENESS.labels(kind).observe(max(0.0, now - expires_at))
+        labelled(TIMERS_FIRED, kind).inc()
+        labelled(TIMER_LATENESS, kind).observe(max(0.0, now - expires_at))
 
 
 # -- state, read at scrape time ----------------------------------------------------------------

@@ -159,6 +159,31 @@ async def test_metrics_after_an_approval_cycle_match_the_database(
     assert runs_gauge(parse(bound.text)) == {("completed", "traverser"): 1}
 
 
+def test_a_method_a_client_makes_up_adds_no_series(observed: tuple[ServerProcess, int]) -> None:
+    """A metric keeps every series it saw: methods the API does not know (WebDAV's and the other
+    methods the server's HTTP parser accepts) are counted as ``other``, so the label's values stay
+    the methods the API answers; a method the parser refuses is answered by it and never counted."""
+    server, _ = observed
+    methods = ["PROPFIND", "MKCOL", "LOCK", "UNLOCK", "COPY", "MOVE", "SEARCH", "PURGE", "REPORT", "FROB"]
+    reached = 0
+    for method in methods:
+        response = httpx.request(method, server.url + "/api/v2/traversers", timeout=10)
+        assert response.status_code < 500, (method, response.status_code, response.text)
+        if response.headers.get("content-type", "").startswith("application/json"):
+            reached += 1  # the server's app answered (401: no token), not the HTTP parser
+    assert reached >= 2, "hardly any of the methods reached the server's app"
+    samples = scrape(server)
+    seen = {s["method"] for s in series(samples, "atfgraph_http_request_duration_seconds_count")}
+    assert "other" in seen
+    assert seen <= {"GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OPTIONS", "other"}, seen
+    other = sum(
+        v
+        for (name, labels), v in samples.items()
+        if name == "atfgraph_http_request_duration_seconds_count" and ("method", "other") in labels
+    )
+    assert other == reached
+
+
 def test_metrics_need_an_owner_or_administrator_token(observed: tuple[ServerProcess, int]) -> None:
     server, _ = observed
     anonymous = httpx.get(server.url + "/metrics", timeout=10)
