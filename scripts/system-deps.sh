@@ -3,13 +3,15 @@
 # tests (Playwright drives it; its own browser download is never used), openssl for the
 # certificate of the TLS-terminating proxy in front of the server (test_behind_a_proxy.py), and
 # pg_dump / pg_restore for the PostgreSQL backup test (postgresql-client, installed with
-# PostgreSQL itself). Installs what is missing when we are root; otherwise says what to install.
+# PostgreSQL itself), and valgrind for bench.instructions' smoke test (instructions counted by
+# callgrind). Installs what is missing when we are root; otherwise says what to install.
 # Idempotent.
 set -u
 missing=()
 command -v chromium >/dev/null 2>&1 || missing+=(chromium)
 command -v openssl >/dev/null 2>&1 || missing+=(openssl)
 command -v pg_dump >/dev/null 2>&1 || missing+=(postgresql-client)
+command -v valgrind >/dev/null 2>&1 || missing+=(valgrind)
 if [ "${#missing[@]}" = "0" ]; then
   exit 0
 fi

@@ -4,6 +4,8 @@ speed: every phase of both modes ran, its counts add up, and fsyncs are counted 
 from __future__ import annotations
 
 import json
+import os
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -93,6 +95,27 @@ def test_disk_benchmark_times_commits_by_pages(tmp_path: Path) -> None:
     assert list(tmp_path.iterdir()) == []  # its file went with its temporary folder
     bad = subprocess.run([*cmd[:3], "--pages", "0"], cwd=ROOT, capture_output=True, text=True, timeout=60)
     assert bad.returncode == 2 and "at least 1" in bad.stderr, bad.stderr
+
+
+def test_instructions_benchmark_counts_each_phase_under_callgrind(tmp_path: Path) -> None:
+    missing = [tool for tool in ("valgrind", "callgrind_control") if shutil.which(tool) is None]
+    assert not missing, f"valgrind is not installed (scripts/system-deps.sh installs it): {missing}"
+    out = tmp_path / "instructions.json"
+    cmd = [sys.executable, "-m", "bench.instructions", "--n", "5", "--mode", "all_at_once", "--out", str(out)]
+    proc = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert "phase A start+suspend" in proc.stdout and "instructions/run" in proc.stdout, proc.stdout
+    result = json.loads(out.read_text())
+    phases = result["modes"]["all_at_once"]["instructions_per_run"]
+    assert set(phases) == {"A", "B", "C"}
+    # A run is hundreds of thousands of instructions at least (a commit, a step, JSON): a count of
+    # a few would mean the dumps did not cover the phase.
+    assert all(count > 100_000 for count in phases.values()), phases
+    # Without valgrind: one line naming it, exit 2.
+    bare = {**os.environ, "PATH": str(Path(sys.executable).parent)}
+    refused = subprocess.run(cmd[:3], cwd=ROOT, capture_output=True, text=True, timeout=60, env=bare)
+    assert refused.returncode == 2 and "valgrind" in refused.stderr, refused.stderr
+    assert len(refused.stderr.strip().splitlines()) == 1, refused.stderr
 
 
 def test_parked_benchmark_small_runs_every_part(tmp_path: Path) -> None:

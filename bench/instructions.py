@@ -1,0 +1,222 @@
+"""Instructions per run, counted by valgrind's callgrind: the engine's CPU work as a figure the
+machine's load does not move.
+
+On a shared two-core machine a change that saves 3 % of a run's CPU is lost in the noise of any
+wall-clock rate (``bench.hitl`` all at once moved by 10 % between runs of the same code). The
+instructions the process executes do not depend on how busy the machine is: the same code and
+workload give the same count within a fraction of a percent. So a small change is measured here as
+instructions per run before and after, and ``bench.hitl`` keeps the rates.
+
+``python -m bench.instructions [--n 300] [--mode all_at_once|one_at_a_time|both] [--out F]``
+
+The parent runs this module again under ``valgrind --tool=callgrind`` (the child). The child runs
+``bench.hitl``'s workload on a fresh SQLite file (phase A: N HITL runs started and suspended on
+their step hook; B: the N resumed and completed; C: N plain three-step runs) and asks callgrind to
+write its counters at each phase's end (``callgrind_control --dump``): the instructions of every
+thread of the process in that phase, divided by N. A phase ends when its N runs reached their
+status and the runtime's turns ended: the harness awaits the turns' own tasks (no polling, whose
+count would grow with the time a phase takes), and reads the database to confirm the phase only
+after its counters were written.
+
+What the count includes beside the runs' own work: the runtime's periodic work during the phase
+(its poll is set to 5 s here, as the local runtime claims the runs it starts and resumes itself;
+its heartbeat), a pause of 0.1 s at each phase's end (a deferred end of turn commits within
+0.01 s) and the ``callgrind_control`` call. Under valgrind the process runs some 50 times slower,
+so what runs by the clock counts a little more than it would.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import re
+import shutil
+import sqlite3
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+PHASES = {"A": "start+suspend", "B": "resume+complete", "C": "plain (3 steps)"}
+MODES = ("all_at_once", "one_at_a_time")
+#: The child's runtime poll (seconds): it claims the runs it starts and resumes itself.
+POLL_INTERVAL = 5.0
+#: The name of a local runtime's turn task begins with this (``LocalRuntime._spawn``).
+TURN_TASK = "pyworkflow-turn:"
+
+
+# -- the child, under valgrind --------------------------------------------------------------------
+
+
+def _dump(tag: str) -> None:
+    """Write callgrind's counters since the last dump (a file of their own) and zero them."""
+    subprocess.run(["callgrind_control", f"--dump={tag}", str(os.getpid())], check=True, capture_output=True)
+
+
+async def _turns_ended(*, settle: bool = True) -> None:
+    """Until no turn of the runtime is in flight: awaits the turns' own tasks (no polling, so
+    the harness counts the same whatever the pace); ``settle``: then lets a deferred end of turn
+    commit (at a phase's end; one at a time it joins the next run's first commit, as in
+    ``bench.hitl``)."""
+    while turns := [t for t in asyncio.all_tasks() if t.get_name().startswith(TURN_TASK)]:
+        await asyncio.wait(turns)
+    if settle:
+        await asyncio.sleep(0.1)  # a deferred end of turn commits within DEFER_LINGER (0.01 s)
+
+
+def _count(path: Path, workflow: str, status: str) -> int:
+    conn = sqlite3.connect(path)
+    try:
+        row = conn.execute(
+            "SELECT count(*) FROM runs WHERE workflow = ? AND status = ?", (workflow, status)
+        ).fetchone()
+        return int(row[0])
+    finally:
+        conn.close()
+
+
+async def _child(n: int, mode: str, directory: Path) -> None:
+    import pyworkflow
+    from bench.hitl import COUNTERS, HITL, PLAIN, hitl, payload_for, plain
+
+    path = directory / "instructions.db"
+    pyworkflow.configure(storage=f"sqlite:///{path}", poll_interval=POLL_INTERVAL)
+    warm = await pyworkflow.start(plain, -1)  # starts the runtime, its loops and the writer
+    await pyworkflow.wait_for_run(warm, 600)
+    await _turns_ended()
+    one = mode == "one_at_a_time"
+
+    _dump("setup")
+    if one:
+        for i in range(n):
+            await pyworkflow.start(hitl, i)
+            await _turns_ended(settle=False)
+    else:
+        await asyncio.gather(*(pyworkflow.start(hitl, i) for i in range(n)))
+        await _turns_ended(settle=False)
+    await _turns_ended()
+    _dump("A")
+    if _count(path, HITL, "suspended") != n or len(COUNTERS.tokens) != n:
+        raise RuntimeError(f"phase A: {_count(path, HITL, 'suspended')} runs suspended, expected {n}")
+
+    if one:
+        for i in range(n):
+            await pyworkflow.resume_hook(COUNTERS.tokens[i], payload_for(i))
+            await _turns_ended(settle=False)
+    else:
+        await asyncio.gather(*(pyworkflow.resume_hook(COUNTERS.tokens[i], payload_for(i)) for i in range(n)))
+        await _turns_ended(settle=False)
+    await _turns_ended()
+    _dump("B")
+    if _count(path, HITL, "completed") != n:
+        raise RuntimeError(f"phase B: {_count(path, HITL, 'completed')} runs completed, expected {n}")
+
+    if one:
+        for i in range(n):
+            await pyworkflow.start(plain, i)
+            await _turns_ended(settle=False)
+    else:
+        await asyncio.gather(*(pyworkflow.start(plain, i) for i in range(n)))
+        await _turns_ended(settle=False)
+    await _turns_ended()
+    _dump("C")
+    if _count(path, PLAIN, "completed") != n + 1:
+        raise RuntimeError(
+            f"phase C: {_count(path, PLAIN, 'completed')} plain runs completed, expected {n + 1}"
+        )
+    await pyworkflow.shutdown()
+
+
+# -- the parent ------------------------------------------------------------------------------------
+
+
+def _missing_tools() -> list[str]:
+    return [tool for tool in ("valgrind", "callgrind_control") if shutil.which(tool) is None]
+
+
+def read_dumps(directory: Path) -> dict[str, int]:
+    """Instructions by dump tag, from callgrind's output files in ``directory``."""
+    counts: dict[str, int] = {}
+    for dump in directory.glob("callgrind.out*"):
+        text = dump.read_text(errors="replace")
+        tag = re.search(r"^desc: Trigger: dump (\S+)", text, re.M)
+        total = re.search(r"^(?:summary|totals): (\d+)", text, re.M)
+        if tag and total:
+            counts[tag.group(1)] = int(total.group(1))
+    return counts
+
+
+def measure(n: int, mode: str) -> dict[str, Any]:
+    """Run the child for ``mode`` under callgrind; its instructions per run by phase."""
+    with tempfile.TemporaryDirectory(prefix="pyworkflow-instructions-") as tmp:
+        directory = Path(tmp)
+        cmd = [
+            "valgrind", "--tool=callgrind", f"--callgrind-out-file={directory / 'callgrind.out'}",
+            sys.executable, "-m", "bench.instructions", "--child", "--n", str(n), "--mode", mode,
+            "--dir", str(directory),
+        ]  # fmt: skip
+        started = time.monotonic()
+        proc = subprocess.run(cmd, capture_output=True, text=True, timeout=3600)
+        seconds = time.monotonic() - started
+        if proc.returncode != 0:
+            raise RuntimeError(f"the child under valgrind failed ({proc.returncode}):\n{proc.stderr[-3000:]}")
+        counts = read_dumps(directory)
+    missing = [p for p in PHASES if p not in counts]
+    if missing:
+        raise RuntimeError(f"callgrind wrote no counters for phase(s) {', '.join(missing)}")
+    return {
+        "instructions_per_run": {p: round(counts[p] / n) for p in PHASES},
+        "instructions": {p: counts[p] for p in PHASES},
+        "setup_instructions": counts.get("setup"),
+        "seconds_under_valgrind": round(seconds, 1),
+    }
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(
+        description="instructions per run of bench.hitl's workload, counted by valgrind's callgrind"
+    )
+    parser.add_argument("--n", type=int, default=300, help="runs per phase (default 300)")
+    parser.add_argument("--mode", choices=(*MODES, "both"), default="both")
+    parser.add_argument("--out", type=Path, help="JSON output file")
+    parser.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
+    parser.add_argument("--dir", type=Path, help=argparse.SUPPRESS)
+    args = parser.parse_args(argv)
+    if args.n < 1:
+        parser.error("--n must be at least 1")
+    if args.child:
+        if args.mode not in MODES or args.dir is None:
+            parser.error("--child needs one --mode and --dir")
+        asyncio.run(_child(args.n, args.mode, args.dir))
+        return 0
+    missing = _missing_tools()
+    if missing:
+        print(
+            f"bench.instructions: {' and '.join(missing)} not found (apt-get install -y valgrind)",
+            file=sys.stderr,
+        )
+        return 2
+    modes = MODES if args.mode == "both" else (args.mode,)
+    python = sys.version.split()[0]
+    print(
+        f"instructions per run (valgrind --tool=callgrind, every thread), N={args.n}, SQLite, Python {python}"
+    )
+    results: dict[str, Any] = {"config": {"n": args.n, "poll_interval": POLL_INTERVAL}, "modes": {}}
+    for mode in modes:
+        m = measure(args.n, mode)
+        results["modes"][mode] = m
+        print(f"  {mode.replace('_', ' ')} ({m['seconds_under_valgrind']} s under valgrind):")
+        for phase, name in PHASES.items():
+            print(f"    phase {phase} {name:<18} {m['instructions_per_run'][phase]:>12,} instructions/run")
+    if args.out is not None:
+        args.out.write_text(json.dumps(results, indent=2) + "\n")
+        print(f"results: {args.out}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
