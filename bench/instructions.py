@@ -38,6 +38,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
 
@@ -68,6 +69,18 @@ async def _turns_ended(*, settle: bool = True) -> None:
         await asyncio.sleep(0.1)  # a deferred end of turn commits within DEFER_LINGER (0.01 s)
 
 
+async def _drive(one: bool, n: int, call: Callable[[int], Awaitable[Any]]) -> None:
+    """``call(i)`` for i in 0..n-1, all at once or one at a time (each run's turns ended before
+    the next call), then until the phase's last turn ended and its deferred writes committed."""
+    if one:
+        for i in range(n):
+            await call(i)
+            await _turns_ended(settle=False)
+    else:
+        await asyncio.gather(*(call(i) for i in range(n)))
+    await _turns_ended()
+
+
 def _count(path: Path, workflow: str, status: str) -> int:
     conn = sqlite3.connect(path)
     try:
@@ -91,38 +104,15 @@ async def _child(n: int, mode: str, directory: Path) -> None:
     one = mode == "one_at_a_time"
 
     _dump("setup")
-    if one:
-        for i in range(n):
-            await pyworkflow.start(hitl, i)
-            await _turns_ended(settle=False)
-    else:
-        await asyncio.gather(*(pyworkflow.start(hitl, i) for i in range(n)))
-        await _turns_ended(settle=False)
-    await _turns_ended()
+    await _drive(one, n, lambda i: pyworkflow.start(hitl, i))
     _dump("A")
     if _count(path, HITL, "suspended") != n or len(COUNTERS.tokens) != n:
         raise RuntimeError(f"phase A: {_count(path, HITL, 'suspended')} runs suspended, expected {n}")
-
-    if one:
-        for i in range(n):
-            await pyworkflow.resume_hook(COUNTERS.tokens[i], payload_for(i))
-            await _turns_ended(settle=False)
-    else:
-        await asyncio.gather(*(pyworkflow.resume_hook(COUNTERS.tokens[i], payload_for(i)) for i in range(n)))
-        await _turns_ended(settle=False)
-    await _turns_ended()
+    await _drive(one, n, lambda i: pyworkflow.resume_hook(COUNTERS.tokens[i], payload_for(i)))
     _dump("B")
     if _count(path, HITL, "completed") != n:
         raise RuntimeError(f"phase B: {_count(path, HITL, 'completed')} runs completed, expected {n}")
-
-    if one:
-        for i in range(n):
-            await pyworkflow.start(plain, i)
-            await _turns_ended(settle=False)
-    else:
-        await asyncio.gather(*(pyworkflow.start(plain, i) for i in range(n)))
-        await _turns_ended(settle=False)
-    await _turns_ended()
+    await _drive(one, n, lambda i: pyworkflow.start(plain, i))
     _dump("C")
     if _count(path, PLAIN, "completed") != n + 1:
         raise RuntimeError(
