@@ -147,7 +147,7 @@ def reaped(traverser_ids: Iterable[str]) -> None:
         count += 1
         log.info("traverser %s: lease expired", ident, extra={"run_id": ident})
     if count:
-        metrics.LEASE_EXPIRIES.labels("traverser").inc(count)
+        metrics.labelled(metrics.LEASE_EXPIRIES, "traverser").inc(count)
 
 
 __all__ = ["HTTP_METHODS", "AttemptClock", "HttpMetrics", "method_label", "reaped", "route_label"]

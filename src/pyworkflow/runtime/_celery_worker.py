@@ -120,7 +120,7 @@ class Worker:
                 # Not the workflow's failure (execute_turn records those) but ours, e.g. the
                 # database went away: give the lease back rather than heartbeat it forever; the
                 # sweeper publishes the run again.
-                metrics.CRASHES.labels("workflow").inc()
+                metrics.labelled(metrics.CRASHES, "workflow").inc()
                 log.exception(
                     "run %s: turn crashed; releasing its lease",
                     run_id,
@@ -256,7 +256,7 @@ class Sweeper:
         dead = _dead_local_owners(await store.lease_owners(now=swept_at), self.owner)
         if dead:
             freed = await store.expire_leases_of(dead, now=swept_at)
-            metrics.LEASE_EXPIRIES.labels("workflow").inc(freed)
+            metrics.labelled(metrics.LEASE_EXPIRIES, "workflow").inc(freed)
             log.info("freed %d run(s) of dead worker(s) %s", freed, ", ".join(dead))
         now = _clock.now()
         # Rows whose lease ran out (dead workers) and rows nobody published for a while, less

@@ -241,7 +241,7 @@ class LocalRuntime:
             finally:
                 raise
         except Exception:
-            metrics.CRASHES.labels("workflow").inc()
+            metrics.labelled(metrics.CRASHES, "workflow").inc()
             log.exception(
                 "run %s: turn crashed; its lease will expire and the run will be retried",
                 run_id,
@@ -367,5 +367,5 @@ class LocalRuntime:
         dead = _dead_local_owners(await self.store.lease_owners(now=_clock.now()), self.owner)
         if dead:
             count = await self.store.expire_leases_of(dead, now=_clock.now())
-            metrics.LEASE_EXPIRIES.labels("workflow").inc(count)
+            metrics.labelled(metrics.LEASE_EXPIRIES, "workflow").inc(count)
             log.info("freed %d run(s) left by dead process(es) %s", count, ", ".join(dead))

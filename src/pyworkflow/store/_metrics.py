@@ -164,10 +164,11 @@ HTTP_SECONDS = Histogram(
 
 @functools.cache
 def labelled(metric: Any, *values: str) -> Any:
-    """``metric.labels(*values)``, kept: where an event is observed once per turn or step, finding
-    the child by its label values (prometheus-client checks them and takes a lock each time) cost
-    as much as the observation itself. A metric keeps every child it made, so this keeps no more
-    than it does (nothing here removes a child from a metric)."""
+    """``metric.labels(*values)``, kept: how every labelled metric here is observed. Where an
+    event is observed once per turn or step, finding the child by its label values
+    (prometheus-client checks them and takes a lock each time) cost as much as the observation
+    itself. A metric keeps every child it made, so this keeps no more than it does (nothing here
+    removes a child from a metric)."""
     return metric.labels(*values)
 
 

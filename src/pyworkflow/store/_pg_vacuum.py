@@ -34,7 +34,7 @@ import threading
 import time
 from typing import TYPE_CHECKING, Any
 
-from ._metrics import QUEUE_VACUUMS
+from ._metrics import QUEUE_VACUUMS, labelled
 
 if TYPE_CHECKING:
     import psycopg
@@ -127,7 +127,7 @@ class QueueVacuum:
             warned = [w for w in self._warnings if w[0] == "WARNING"]
             refusals = [w for w in warned if w[1] != _LOCK_NOT_AVAILABLE]
             if refusals:
-                QUEUE_VACUUMS.labels("refused").inc()
+                labelled(QUEUE_VACUUMS, "refused").inc()
                 self.refused = refusals[0][2] or "a warning"
                 _log.warning(
                     "this process stops vacuuming the run queue: PostgreSQL said %r (let its owner "
@@ -135,15 +135,15 @@ class QueueVacuum:
                     self.refused,
                 )
             elif warned:
-                QUEUE_VACUUMS.labels("skipped").inc()
+                labelled(QUEUE_VACUUMS, "skipped").inc()
             else:
-                QUEUE_VACUUMS.labels("vacuumed").inc()
+                labelled(QUEUE_VACUUMS, "vacuumed").inc()
                 self.vacuums += 1
                 left = conn.execute(SQL_DEAD_ROWS).fetchone()  # what the vacuum could not remove
                 kept = left is not None and left[0] is not None and left[0] >= self.dead_rows
                 self.pause = min(self.pause * 2, MAX_PAUSE_SECONDS) if kept else self.every
         except Exception as exc:  # the database is down or restarting: a later look tries again
-            QUEUE_VACUUMS.labels("failed").inc()
+            labelled(QUEUE_VACUUMS, "failed").inc()
             self._drop()
             self.pause = min(self.pause * 2, MAX_PAUSE_SECONDS)
             _log.debug("the run queue's vacuum failed: %s", exc)
