@@ -7,7 +7,9 @@ instructions the process executes do not depend on how busy the machine is: the 
 workload give the same count within a fraction of a percent. So a small change is measured here as
 instructions per run before and after, and ``bench.hitl`` keeps the rates.
 
-``python -m bench.instructions [--n 300] [--mode all_at_once|one_at_a_time|both] [--out F]``
+``python -m bench.instructions [--n 300] [--mode all_at_once|one_at_a_time|both] [--out F]
+[--without events|fence-reads|metrics]``: ``--without`` leaves that part of the engine out of the
+child (an accounting experiment; the engine is not correct without it), to show what it costs.
 
 The parent runs this module again under ``valgrind --tool=callgrind`` (the child). The child runs
 ``bench.hitl``'s workload on a fresh SQLite file (phase A: N HITL runs started and suspended on
@@ -38,7 +40,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -48,6 +50,32 @@ MODES = ("all_at_once", "one_at_a_time")
 POLL_INTERVAL = 5.0
 #: The name of a local runtime's turn task begins with this (``LocalRuntime._spawn``).
 TURN_TASK = "pyworkflow-turn:"
+#: What ``--without`` can leave out, to see what it costs (an accounting experiment: the engine is
+#: not correct without it, and nothing here is how it runs).
+PARTS = {
+    "events": "the history's rows (the store's event appends do nothing)",
+    "fence-reads": "the fence's read before a turn's write (every fence taken as held)",
+    "metrics": "the metrics' observations (histograms, counters and gauges do nothing)",
+}
+
+
+def _leave_out(parts: Sequence[str]) -> None:
+    """Replace each of ``parts`` by nothing in this process (``--without``)."""
+    if "events" in parts:
+        from pyworkflow.store import _sqlite
+
+        _sqlite._event = lambda *args, **kwargs: None
+    if "fence-reads" in parts:
+        from pyworkflow.store import _sqlite
+
+        _sqlite._holds = lambda conn, fence: True
+    if "metrics" in parts:
+        from prometheus_client import Counter, Gauge, Histogram
+
+        Histogram.observe = lambda self, amount, exemplar=None: None  # type: ignore[method-assign]
+        Counter.inc = lambda self, amount=1, exemplar=None: None  # type: ignore[method-assign]
+        Gauge.inc = lambda self, amount=1: None  # type: ignore[method-assign]
+        Gauge.dec = lambda self, amount=1: None  # type: ignore[method-assign]
 
 
 # -- the child, under valgrind --------------------------------------------------------------------
@@ -92,7 +120,8 @@ def _count(path: Path, workflow: str, status: str) -> int:
         conn.close()
 
 
-async def _child(n: int, mode: str, directory: Path) -> None:
+async def _child(n: int, mode: str, directory: Path, without: Sequence[str]) -> None:
+    _leave_out(without)
     import pyworkflow
     from bench.hitl import COUNTERS, HITL, PLAIN, hitl, payload_for, plain
 
@@ -140,14 +169,15 @@ def read_dumps(directory: Path) -> dict[str, int]:
     return counts
 
 
-def measure(n: int, mode: str) -> dict[str, Any]:
-    """Run the child for ``mode`` under callgrind; its instructions per run by phase."""
+def measure(n: int, mode: str, without: Sequence[str] = ()) -> dict[str, Any]:
+    """Run the child for ``mode`` under callgrind (``without``: parts left out, see
+    :data:`PARTS`); its instructions per run by phase."""
     with tempfile.TemporaryDirectory(prefix="pyworkflow-instructions-") as tmp:
         directory = Path(tmp)
         cmd = [
             "valgrind", "--tool=callgrind", f"--callgrind-out-file={directory / 'callgrind.out'}",
             sys.executable, "-m", "bench.instructions", "--child", "--n", str(n), "--mode", mode,
-            "--dir", str(directory),
+            "--dir", str(directory), *(f"--without={part}" for part in without),
         ]  # fmt: skip
         started = time.monotonic()
         proc = subprocess.run(cmd, capture_output=True, text=True, timeout=3600)
@@ -173,6 +203,14 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--n", type=int, default=300, help="runs per phase (default 300)")
     parser.add_argument("--mode", choices=(*MODES, "both"), default="both")
     parser.add_argument("--out", type=Path, help="JSON output file")
+    parser.add_argument(
+        "--without",
+        action="append",
+        choices=sorted(PARTS),
+        default=[],
+        help="leave this part out, to see what it costs (may be given more than once; the engine "
+        "is not correct without it)",
+    )
     parser.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument("--dir", type=Path, help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
@@ -181,7 +219,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.child:
         if args.mode not in MODES or args.dir is None:
             parser.error("--child needs one --mode and --dir")
-        asyncio.run(_child(args.n, args.mode, args.dir))
+        asyncio.run(_child(args.n, args.mode, args.dir, args.without))
         return 0
     missing = _missing_tools()
     if missing:
@@ -195,9 +233,12 @@ def main(argv: list[str] | None = None) -> int:
     print(
         f"instructions per run (valgrind --tool=callgrind, every thread), N={args.n}, SQLite, Python {python}"
     )
-    results: dict[str, Any] = {"config": {"n": args.n, "poll_interval": POLL_INTERVAL}, "modes": {}}
+    for part in args.without:
+        print(f"  without {part}: {PARTS[part]} (an accounting experiment, not how the engine runs)")
+    config = {"n": args.n, "poll_interval": POLL_INTERVAL, "without": args.without}
+    results: dict[str, Any] = {"config": config, "modes": {}}
     for mode in modes:
-        m = measure(args.n, mode)
+        m = measure(args.n, mode, args.without)
         results["modes"][mode] = m
         print(f"  {mode.replace('_', ' ')} ({m['seconds_under_valgrind']} s under valgrind):")
         for phase, name in PHASES.items():

@@ -111,6 +111,10 @@ def test_instructions_benchmark_counts_each_phase_under_callgrind(tmp_path: Path
     # A run is hundreds of thousands of instructions at least (a commit, a step, JSON): a count of
     # a few would mean the dumps did not cover the phase.
     assert all(count > 100_000 for count in phases.values()), phases
+    wrong = subprocess.run(
+        [*cmd[:3], "--without", "nothing"], cwd=ROOT, capture_output=True, text=True, timeout=60
+    )
+    assert wrong.returncode == 2 and "invalid choice" in wrong.stderr, wrong.stderr
     # Without valgrind: one line naming it, exit 2.
     bare = {**os.environ, "PATH": str(Path(sys.executable).parent)}
     refused = subprocess.run(cmd[:3], cwd=ROOT, capture_output=True, text=True, timeout=60, env=bare)
