@@ -125,6 +125,9 @@ def test_behind_a_trusted_tls_proxy_cookies_are_secure_and_urls_are_the_callers(
     wait_until(lambda: access_log(server, "/livez"), 10, "the access log never showed /livez")
     assert [r["client"] for r in access_log(server, "/livez")] == ["127.0.0.3"]
     decide = f"/api/v2/approvals/{approval_id}/decide"
+    # A request's access line is written once its answer went out: the caller can read its 401
+    # before the line is in the log, so wait for the three lines before reading them.
+    wait_until(lambda: len(access_log(server, decide)) >= 3, 10, "the access log never showed 3 decisions")
     assert sorted(r["client"] for r in access_log(server, decide)) == ["127.0.0.4", "127.0.0.5", "127.0.0.6"]
     assert len(denied_decisions(server)) == 3
     assert proxy.forwarded >= 12
