@@ -345,6 +345,7 @@ __all__ = [
     "REGISTRY",
     "StoreCollector",
     "collect_store",
+    "labelled",
     "metrics_text",
     "observe_continuation",
     "start_metrics_server",
