@@ -157,7 +157,9 @@ def transactions_now() -> tuple[float, float]:
     """(count, seconds) of the writers' transactions so far, in this process: the group commit's
     own timing of each (its statements and its commit; ``pyworkflow_group_commit_seconds``)."""
     count = total = 0.0
-    for family in metrics.GROUP_COMMIT_SECONDS.collect():
+    for family in metrics.GROUP_COMMITS.collect():
+        if family.name != metrics.WriterBatches.SECONDS:
+            continue
         for sample in family.samples:
             if sample.name.endswith("_count"):
                 count += sample.value

@@ -76,6 +76,9 @@ def _leave_out(parts: Sequence[str]) -> None:
         Counter.inc = lambda self, amount=1, exemplar=None: None  # type: ignore[method-assign]
         Gauge.inc = lambda self, amount=1: None  # type: ignore[method-assign]
         Gauge.dec = lambda self, amount=1: None  # type: ignore[method-assign]
+        from pyworkflow.store import metrics
+
+        metrics.WriterBatches.observe = lambda self, seconds, jobs: None  # type: ignore[method-assign]
 
 
 # -- the child, under valgrind --------------------------------------------------------------------

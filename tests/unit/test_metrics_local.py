@@ -118,6 +118,7 @@ async def test_local_runtime_serves_metrics_when_asked(engine: str) -> None:
     assert moved("pyworkflow_attempt_seconds_count", kind="workflow", outcome="completed") == 1
     assert moved("pyworkflow_attempt_seconds_count", kind="workflow", outcome="failed") == 1
     assert moved("pyworkflow_group_commit_batch_size_count") > 0
+    assert moved("pyworkflow_group_commit_seconds_count") == moved("pyworkflow_group_commit_batch_size_count")
     assert value(after, "pyworkflow_worker_permits") == 1000
     assert value(after, "pyworkflow_worker_permits_in_use") == 0
 
@@ -151,3 +152,60 @@ def test_labelled_keeps_the_child_the_metric_itself_holds() -> None:
     assert after == before + 1
     with pytest.raises(ValueError):
         metrics.labelled(metrics.ATTEMPT_SECONDS, "workflow")  # two labels, one value
+
+
+def test_writer_batches_serve_what_two_histograms_would() -> None:
+    """The writers' batches are counted in plain lists under one lock (``WriterBatches``) and
+    served as the two histograms prometheus-client's ``Histogram`` would serve for the same
+    observations, sample for sample: values on a bucket's bound, between bounds, zero and past
+    the last bound; concurrent observers lose none."""
+    from prometheus_client import CollectorRegistry, Histogram, generate_latest
+
+    from pyworkflow.store import metrics
+
+    batches, registry = metrics.WriterBatches(), CollectorRegistry()
+    registry.register(batches)
+    reference = CollectorRegistry()
+    sizes = Histogram(
+        metrics.WriterBatches.SIZE, metrics.WriterBatches.SIZE_DOC,
+        buckets=(1, 2, 4, 8, 16, 32, 64, 128, 256, 512), registry=reference,
+    )  # fmt: skip
+    seconds = Histogram(
+        metrics.WriterBatches.SECONDS, metrics.WriterBatches.SECONDS_DOC,
+        buckets=(0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 300.0),
+        registry=reference,
+    )  # fmt: skip
+    observed = [(0.0, 1), (0.005, 2), (0.0050001, 3), (0.3, 512), (300.0, 513), (1e6, 100_000), (0.0004, 1)]
+    for took, jobs in observed:
+        batches.observe(took, jobs)
+        sizes.observe(jobs)
+        seconds.observe(took)
+
+    def served(registry: CollectorRegistry) -> Samples:
+        return {
+            k: v
+            for k, v in parse(generate_latest(registry).decode()).items()
+            if not k[0].endswith("_created")
+        }
+
+    assert served(registry) == served(reference)
+    assert value(served(registry), "pyworkflow_group_commit_batch_size_bucket", le="2.0") == 3
+    assert value(served(registry), "pyworkflow_group_commit_seconds_bucket", le="0.005") == 3
+    assert value(served(registry), "pyworkflow_group_commit_seconds_bucket", le="+Inf") == len(observed)
+    created = parse(generate_latest(registry).decode())
+    assert value(created, "pyworkflow_group_commit_seconds_created") > 0
+
+    def observe_many() -> None:
+        for _ in range(20_000):
+            batches.observe(0.001, 1)
+
+    import threading
+
+    threads = [threading.Thread(target=observe_many) for _ in range(4)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    after = served(registry)
+    assert value(after, "pyworkflow_group_commit_batch_size_count") == len(observed) + 80_000
+    assert value(after, "pyworkflow_group_commit_seconds_bucket", le="0.005") == 3 + 80_000

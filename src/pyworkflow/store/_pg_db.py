@@ -78,7 +78,7 @@ from ._group_commit import (
     _deliver,
     check_write_timeout,
 )
-from ._metrics import GROUP_COMMIT_BATCH, GROUP_COMMIT_SECONDS
+from ._metrics import GROUP_COMMITS
 from ._migrations import Migration, apply_postgres_migrations
 from ._url import redact_url
 
@@ -472,8 +472,7 @@ class PostgresDatabase(GroupCommitWriter[PgConnection]):
         else:
             future.set_result(job.value)
         _deliver([each for each in jobs if each is not job])
-        GROUP_COMMIT_SECONDS.observe(time.perf_counter() - started)
-        GROUP_COMMIT_BATCH.observe(len(jobs))
+        GROUP_COMMITS.observe(time.perf_counter() - started, len(jobs))
         return True
 
     def _inline_transaction(self, jobs: list[Job]) -> bool:
