@@ -53,8 +53,10 @@ TURN_TASK = "pyworkflow-turn:"
 #: What ``--without`` can leave out, to see what it costs (an accounting experiment: the engine is
 #: not correct without it, and nothing here is how it runs).
 PARTS = {
-    "events": "the history's rows (the store's event appends do nothing)",
-    "fence-reads": "the fence's read before a turn's write (every fence taken as held)",
+    "events": "the history's rows the store appends from Python (the store's event appends do"
+    " nothing; the transitions written as one statement, _sqlite_statements.py, still append theirs)",
+    "fence-reads": "the fence's read before a turn's write, where Python reads it (every fence taken"
+    " as held; the transitions written as one statement still check theirs)",
     "metrics": "the metrics' observations (histograms, counters and gauges do nothing)",
 }
 

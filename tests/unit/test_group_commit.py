@@ -304,3 +304,46 @@ async def test_a_deferred_write_queued_behind_a_busy_inline_attempt_keeps_its_pl
     holder.close()
     await asyncio.wait_for(write, 10)
     assert keys(db) == ["deferred", "caller"] and outcomes == [None]
+
+
+async def test_writer_statements_prepare_every_writer_connection_outside_transactions(
+    db: SQLiteDatabase,
+) -> None:
+    """``prepare_writers``: TEMP objects a store writes through are made on each writer connection
+    before its first transaction (a batch that rolls back does not take them away, being made
+    outside it), on a connection opened later too, once each; nothing lands in the file's schema,
+    and readers do not see them."""
+    db.prepare_writers(
+        [
+            "CREATE TEMP VIEW IF NOT EXISTS t_add (k) AS SELECT NULL WHERE 0",
+            "CREATE TEMP TRIGGER IF NOT EXISTS t_add INSTEAD OF INSERT ON t_add"
+            " BEGIN INSERT INTO t (k) VALUES (NEW.k); INSERT INTO t (k) VALUES (NEW.k || '+'); END",
+        ]
+    )
+    db.prepare_writers(
+        ["CREATE TEMP VIEW IF NOT EXISTS t_add (k) AS SELECT NULL WHERE 0"]
+    )  # known: kept once
+    assert len(db._writer_statements) == 2
+
+    def then_fail(conn: sqlite3.Connection) -> None:
+        conn.execute("INSERT INTO t_add (k) VALUES ('a')")
+        raise RuntimeError("rolled back")
+
+    with pytest.raises(RuntimeError, match="rolled back"):
+        await db.write(then_fail)  # the first transaction after prepare_writers
+    await db.write(lambda conn: conn.execute("INSERT INTO t_add (k) VALUES ('c')"))
+    assert keys(db) == ["c", "c+"]
+
+    later = db._connect_writer(None)  # as after a lost connection
+    try:
+        db._begin(later)
+        later.execute("INSERT INTO t_add (k) VALUES ('d')")
+        later.execute("COMMIT")
+        assert later.prepared == 2
+    finally:
+        later.close()
+    assert keys(db)[-2:] == ["d", "d+"]
+    schema = db.reader().execute("SELECT name FROM sqlite_master WHERE name LIKE 't_add%'").fetchall()
+    assert schema == []
+    with pytest.raises(sqlite3.OperationalError, match="no such table"):
+        db.reader().execute("SELECT * FROM t_add")

@@ -51,6 +51,14 @@ from ._rows import (
     write_checkpoint,
 )
 from ._sqlite_db import SQLiteDatabase
+from ._sqlite_statements import (
+    FENCE_REFUSED,
+    HAS_RESULT,
+    SQL_COMPLETE_STEP,
+    SQL_CREATE_RUN,
+    SQL_END_RUN,
+    WRITER_STATEMENTS,
+)
 from ._url import sqlite_url
 
 log = logging.getLogger("pyworkflow.store")
@@ -68,20 +76,9 @@ SQL_APPEND_EVENT = """
 INSERT INTO events (run_id, seq, at, type, key, data)
 VALUES (?1, (SELECT COALESCE(MAX(seq), 0) + 1 FROM events WHERE run_id = ?1), ?2, ?3, ?4, ?5)
 """
-SQL_INSERT_RUN = """
-INSERT INTO runs (id, workflow, status, input, created_at, updated_at) VALUES (?, ?, ?, ?, ?, ?)
-"""
-# A new run's queue row, optionally leased at once to the process that starts it.
-SQL_INSERT_QUEUE = """
-INSERT INTO queue (run_id, available_at, wake_seq, epoch, lease_owner, lease_expires_at)
-VALUES (?, ?, 0, ?, ?, ?)
-"""
 SQL_FENCE = "SELECT epoch FROM queue WHERE run_id = ?"
 SQL_RUN_STATUS = "SELECT status FROM runs WHERE id = ?"
 SQL_SET_RUN_STATUS = "UPDATE runs SET status = ?, updated_at = ? WHERE id = ?"
-SQL_FINISH_RUN = (
-    "UPDATE runs SET status = ?, result = ?, error = ?, updated_at = ?, finished_at = ? WHERE id = ?"
-)
 # End a turn: drop the row unless a wake-up arrived during the turn ...
 SQL_DELETE_QUEUE_IF_QUIET = "DELETE FROM queue WHERE run_id = ? AND wake_seq = ?"
 # ... in which case keep it, unleased and due now, for another turn.
@@ -149,9 +146,6 @@ ON CONFLICT (run_id, step_key) DO UPDATE SET delivered = MAX(delivered, ?3), upd
 SQL_DELETE_CHECKPOINT = "DELETE FROM checkpoints WHERE run_id = ? AND scope = ? AND name = ?"
 # A step's checkpoints go with its result (they serve only its re-execution); primary key prefix.
 SQL_DELETE_STEP_CHECKPOINTS = "DELETE FROM checkpoints WHERE run_id = ? AND scope = ?"
-# ... and every step's when the run ends. Scope '' is the run's own (an atfgraph traverser's,
-# read after it ended): it stays as long as the run does.
-SQL_DELETE_RUN_STEP_CHECKPOINTS = "DELETE FROM checkpoints WHERE run_id = ? AND scope <> ''"
 SQL_WAIT_BY_KEY = f"SELECT {WAIT_COLUMNS} FROM waits WHERE run_id = ? AND wait_key = ?"
 SQL_WAIT_BY_ID = f"SELECT {WAIT_COLUMNS} FROM waits WHERE id = ?"
 SQL_WAIT_BY_TOKEN = f"SELECT {WAIT_COLUMNS} FROM waits WHERE token_digest = ?"
@@ -170,9 +164,6 @@ UPDATE waits SET status = ?, payload = ?, resolved_at = ? WHERE id = ? AND statu
 SQL_DUE_WAITS = """
 SELECT id, run_id, wait_key, kind FROM waits
 WHERE status = 'pending' AND expires_at IS NOT NULL AND expires_at <= ? ORDER BY expires_at LIMIT ?
-"""
-SQL_CANCEL_WAITS = """
-UPDATE waits SET status = 'cancelled', resolved_at = ? WHERE run_id = ? AND status = 'pending'
 """
 SQL_STATE_STEPS = "SELECT step_key, status, attempt, result, error, delivered FROM steps WHERE run_id = ?"
 SQL_STATE_WAITS = f"SELECT {WAIT_COLUMNS} FROM waits WHERE run_id = ?"
@@ -196,9 +187,15 @@ def _holds(conn: sqlite3.Connection, fence: Fence) -> bool:
 
 def _check_fence(conn: sqlite3.Connection, fence: Fence) -> None:
     if not _holds(conn, fence):
-        status = conn.execute(SQL_RUN_STATUS, (fence.run_id,)).fetchone()
-        cancelled = status is not None and status[0] == RunStatus.CANCELLED
-        raise fence_refused(fence.run_id, fence.epoch, cancelled=cancelled)
+        raise _refused(conn, fence)
+
+
+def _refused(conn: sqlite3.Connection, fence: Fence) -> Exception:
+    """The error of a write whose fence did not hold: the run was cancelled, or the lease lost."""
+    status = conn.execute(SQL_RUN_STATUS, (fence.run_id,)).fetchone()
+    return fence_refused(
+        fence.run_id, fence.epoch, cancelled=status is not None and status[0] == RunStatus.CANCELLED
+    )
 
 
 def _wake(conn: sqlite3.Connection, run_id: str, wait_id: str, now: float) -> str | None:
@@ -220,15 +217,30 @@ _END_EVENTS = {
 
 
 def _end_run(conn: sqlite3.Connection, run_id: str, status: RunStatus, result: bytes | None,
-             error: bytes | None, now: float) -> None:  # fmt: skip
+             error: bytes | None, now: float, fence: Fence | None = None) -> None:  # fmt: skip
     """End a run (the one rule, for a turn's end, a cancellation and the crash limit): ``status``
     with its result or error, its pending waits cancelled, its queue row and its steps'
-    checkpoints deleted, the event. PostgreSQL's copy is ``pyworkflow_end_run`` (migration 0009)."""
-    conn.execute(SQL_FINISH_RUN, (status, result, error, now, now, run_id))
-    conn.execute(SQL_CANCEL_WAITS, (now, run_id))
-    conn.execute(SQL_DELETE_QUEUE, (run_id,))
-    conn.execute(SQL_DELETE_RUN_STEP_CHECKPOINTS, (run_id,))
-    _event(conn, run_id, now, _END_EVENTS[status], None, error)
+    checkpoints deleted, the event; only while ``fence`` holds, if given. One statement
+    (``pyworkflow_end_run``, _sqlite_statements.py); PostgreSQL's copy is ``pyworkflow_end_run``
+    (migration 0009)."""
+    epoch = None if fence is None else fence.epoch
+    _transition(conn, SQL_END_RUN, (run_id, epoch, status, result, error, _END_EVENTS[status], now), fence)
+
+
+def _transition(conn: sqlite3.Connection, sql: str, params: Sequence[Any], fence: Fence | None,
+                step_key: str = "") -> None:  # fmt: skip
+    """Run one of the transitions written as a statement (_sqlite_statements.py), its refusals
+    raised as the store's errors: the fence did not hold; the step already has a result."""
+    try:
+        conn.execute(sql, params)
+    except sqlite3.IntegrityError as exc:
+        if fence is not None and str(exc) == FENCE_REFUSED:
+            raise _refused(conn, fence) from None
+        if fence is not None and str(exc) == HAS_RESULT:
+            raise StepAlreadyCompletedError(
+                f"step {step_key!r} of run {fence.run_id} already has a result"
+            ) from None
+        raise
 
 
 def _crashed(crashes: int) -> bytes:
@@ -307,6 +319,7 @@ class SQLiteStore:
             except (sqlite3.DatabaseError, OSError) as exc:
                 raise ConfigurationError(f"cannot open {path!r} as a SQLite database: {exc}") from exc
         self.db = db
+        self.db.prepare_writers(WRITER_STATEMENTS)
         self.url = sqlite_url(self.db.path)
 
     @property
@@ -332,11 +345,9 @@ class SQLiteStore:
     ) -> Claim | None:
         def tx(conn: sqlite3.Connection) -> Claim | None:
             status = RunStatus.RUNNING if lease_owner else RunStatus.PENDING
-            conn.execute(SQL_INSERT_RUN, (run_id, workflow, status, input, now, now))
             epoch = 1 if lease_owner else 0
             expires = now + lease_ttl if lease_owner else None
-            conn.execute(SQL_INSERT_QUEUE, (run_id, now, epoch, lease_owner, expires))
-            _event(conn, run_id, now, "run_created")
+            conn.execute(SQL_CREATE_RUN, (run_id, workflow, status, input, now, epoch, lease_owner, expires))
             if also is not None:
                 also(conn)
             return Claim(Fence(run_id, epoch, 0), workflow, input, resumed=False) if lease_owner else None
@@ -468,14 +479,8 @@ class SQLiteStore:
 
     async def complete_step(self, fence: Fence, step_key: str, result: bytes, *, now: float) -> None:
         def tx(conn: sqlite3.Connection) -> None:
-            _check_fence(conn, fence)
-            params = (fence.run_id, step_key, StepStatus.COMPLETED, 0, result, None, 0, now)
-            if conn.execute(SQL_UPSERT_STEP, params).rowcount == 0:
-                raise StepAlreadyCompletedError(
-                    f"step {step_key!r} of run {fence.run_id} already has a result"
-                )
-            conn.execute(SQL_DELETE_STEP_CHECKPOINTS, (fence.run_id, step_key))
-            _event(conn, fence.run_id, now, "step_completed", step_key)
+            params = (fence.run_id, fence.epoch, step_key, result, now)
+            _transition(conn, SQL_COMPLETE_STEP, params, fence, step_key)
 
         await self.db.write(tx)
 
@@ -593,15 +598,13 @@ class SQLiteStore:
 
     async def complete_run(self, fence: Fence, result: bytes, *, now: float) -> None:
         def tx(conn: sqlite3.Connection) -> None:
-            _check_fence(conn, fence)
-            _end_run(conn, fence.run_id, RunStatus.COMPLETED, result, None, now)
+            _end_run(conn, fence.run_id, RunStatus.COMPLETED, result, None, now, fence)
 
         await self.db.write(tx)
 
     async def fail_run(self, fence: Fence, error: bytes, *, now: float) -> None:
         def tx(conn: sqlite3.Connection) -> None:
-            _check_fence(conn, fence)
-            _end_run(conn, fence.run_id, RunStatus.FAILED, None, error, now)
+            _end_run(conn, fence.run_id, RunStatus.FAILED, None, error, now, fence)
 
         await self.db.write(tx)
 

@@ -55,6 +55,8 @@ class _Connection(sqlite3.Connection):
     """A connection that remembers its busy timeout (the writer bounds it per transaction)."""
 
     busy_ms: int
+    #: how many of the database's writer statements this connection has run (prepare_writers)
+    prepared: int
 
 
 def _connect(path: str, synchronous: str, busy_timeout_ms: int) -> sqlite3.Connection:
@@ -141,6 +143,7 @@ class SQLiteDatabase(GroupCommitWriter[sqlite3.Connection]):
         self._local = threading.local()
         self._readers: list[sqlite3.Connection] = []
         self._readers_lock = threading.Lock()
+        self._writer_statements: tuple[str, ...] = ()
         self._start_writer(
             f"sqlite-writer:{Path(self.path).name}", conn=conn, write_timeout=write_timeout, inline=True
         )
@@ -150,8 +153,21 @@ class SQLiteDatabase(GroupCommitWriter[sqlite3.Connection]):
     def _connect_writer(self, lost: sqlite3.Connection | None) -> sqlite3.Connection:
         return _connect(self.path, self.synchronous, self._busy_timeout_ms)
 
+    def prepare_writers(self, statements: Sequence[str]) -> None:
+        """Run ``statements`` (TEMP views and triggers a store writes through, each idempotent:
+        ``IF NOT EXISTS``) on every writer connection before its next transaction, and on each
+        it opens later. Outside any transaction, so a rolled-back batch does not take them away."""
+        self._writer_statements += tuple(s for s in statements if s not in self._writer_statements)
+
     def _begin(self, conn: sqlite3.Connection) -> None:
         self.check_file()
+        statements = self._writer_statements
+        done = getattr(conn, "prepared", 0)
+        if done < len(statements):
+            for statement in statements[done:]:
+                conn.execute(statement)
+            if isinstance(conn, _Connection):
+                conn.prepared = len(statements)
         conn.execute("BEGIN IMMEDIATE")
 
     def _bound_wait(self, conn: sqlite3.Connection, seconds: float) -> None:
