@@ -731,7 +731,7 @@ async def put_memory(request: Request, scope: str, key: str) -> Response:
 
 @router.get("/stats", response_model=S.Stats)
 async def stats(request: Request) -> Response:
-    """Request counts since start (the benchmark divides them by cycles), store commits of write
+    """Requests answered since start (the benchmark divides them by cycles), store commits of write
     functions, and the statement groups and statements the writer sent (PostgreSQL's pipelined
     transitions: a group is one transaction, one round trip)."""
     counter = getattr(request.app.state, "counter", None)
