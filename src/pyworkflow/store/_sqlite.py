@@ -1,5 +1,6 @@
 """The embedded SQLite store: every transition is a function run by the group-commit writer of
-:class:`SQLiteDatabase`; reads use this thread's reader connection and indexed lookups only."""
+:class:`SQLiteDatabase`, the hottest of them one statement each (``_sqlite_statements``); reads
+use this thread's reader connection and indexed lookups only."""
 
 from __future__ import annotations
 
