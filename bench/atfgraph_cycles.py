@@ -311,10 +311,11 @@ async def run_cycles(urls: str | list[str], token: str, n: int, concurrency: int
     # one's first /metrics. Left out of the requests, as they are of the routes.
     own = len(urls) * (3 + 3 * retries)
     # The requests of the cycles by route (the snapshots' own /stats and /metrics left out).
+    cycles = theirs(routes1)
     routes = {
-        key: round((routes1[key] - routes0.get(key, 0.0)) / n, 3)
-        for key in sorted(routes1)
-        if routes1[key] - routes0.get(key, 0.0) > 0 and not key.endswith(("/stats", "/metrics"))
+        key: round((cycles[key] - routes0.get(key, 0.0)) / n, 3)
+        for key in sorted(cycles)
+        if cycles[key] - routes0.get(key, 0.0) > 0
     }
     ms = sorted(x * 1000 for x in latencies)
     return {
