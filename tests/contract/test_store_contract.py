@@ -283,6 +283,38 @@ async def test_create_wait_is_idempotent(store: Store) -> None:
     assert len(created) == 1
 
 
+async def test_a_suspension_on_a_wait_that_exists(store: Store) -> None:
+    """create_wait(suspend=True) of a key the run has already: the first wait comes back, and the
+    suspension is recorded all the same (PostgreSQL's outcome 'exists'); nothing else is written."""
+    claim = await _started(store)
+    first = await store.create_wait(claim.fence, _wait(expires_at=T0 + 60), now=T0)
+    again = await store.create_wait(claim.fence, _wait(expires_at=T0 + 999), now=T0 + 1, suspend=True)
+    assert again.id == first.id and again.expires_at == T0 + 60 and again.created_at == T0
+    run = await store.get_run(claim.fence.run_id)
+    assert run is not None and run.status == RunStatus.SUSPENDED
+    types = [e.type for e in await store.get_events(claim.fence.run_id)]
+    assert types == ["run_created", "wait_created", "run_suspended"]
+    assert len((await store.load_state(claim.fence.run_id)).waits) == 1
+
+
+async def test_delivered_counts_only_grow(store: Store) -> None:
+    """A suspension records how many of each step's hook payloads were delivered; a later turn's
+    smaller count (replay delivered fewer before suspending again) does not lower it."""
+    digest = secrets.token_bytes(32)
+    claim = await _started(store)
+    wait = await store.create_wait(claim.fence, _wait(token=digest), now=T0)
+    await store.suspend_run(claim.fence, notified=[wait.id], delivered={"g#1": 3}, now=T0)
+    await store.resolve_wait(token_digest=digest, payload=b"1", now=T0 + 1)
+    [again] = await store.claim("w1", limit=1, now=T0 + 1, lease_ttl=TTL, max_crashes=3)
+    second = await store.create_wait(again.fence, _wait("s#2/step_hook:approve#1"), now=T0 + 2)
+    delivered = {"g#1": 1, "h#1": 2, 'odd "key"/#1': 4}
+    await store.suspend_run(again.fence, notified=[second.id], delivered=delivered, now=T0 + 2)
+    state = await store.load_state(claim.fence.run_id)
+    assert {k: s.delivered for k, s in state.steps.items()} == {"g#1": 3, "h#1": 2, 'odd "key"/#1': 4}
+    assert state.waits[second.wait_key].notified is True
+    assert not await store.has_ready(now=T0 + 2 * TTL)
+
+
 async def test_resolve_wait_by_token_and_id(store: Store) -> None:
     digest = secrets.token_bytes(32)
     wait = _wait(token=digest)

@@ -97,6 +97,22 @@ def test_disk_benchmark_times_commits_by_pages(tmp_path: Path) -> None:
     assert bad.returncode == 2 and "at least 1" in bad.stderr, bad.stderr
 
 
+def test_statements_benchmark_times_each_transition_in_each_form(tmp_path: Path) -> None:
+    """``bench.sqlite_statements``: every transition in both forms (and a wait's creation from
+    Python too), a positive time each, the same figures in its JSON file; bad counts refused."""
+    out = tmp_path / "statements.json"
+    cmd = [sys.executable, "-m", "bench.sqlite_statements", "--n", "50", "--rounds", "2", "--out", str(out)]
+    proc = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    figures = json.loads(out.read_text())["us"]
+    assert list(figures) == ["create_run", "complete_step", "create_wait (suspending)", "end_run (fenced)"]
+    assert all(set(forms) >= {"or_fail", "abort"} and min(forms.values()) > 0 for forms in figures.values())
+    assert "python" in figures["create_wait (suspending)"]
+    assert len(proc.stdout.splitlines()) == 5 and proc.stdout.count("or_fail/abort") == 4, proc.stdout
+    bad = subprocess.run([*cmd[:3], "--n", "0"], cwd=ROOT, capture_output=True, text=True, timeout=60)
+    assert bad.returncode == 2 and "at least 1" in bad.stderr, bad.stderr
+
+
 def test_instructions_benchmark_counts_each_phase_under_callgrind(tmp_path: Path) -> None:
     missing = [tool for tool in ("valgrind", "callgrind_control") if shutil.which(tool) is None]
     assert not missing, f"valgrind is not installed (scripts/system-deps.sh installs it): {missing}"

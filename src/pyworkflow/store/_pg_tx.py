@@ -53,17 +53,13 @@ async def _affected(conn: Conn, sql: str, params: Any) -> int:
     return len(await cur.fetchall())
 
 
-async def _insert_wait(conn: Conn, run_id: str, wait: NewWait, now: float) -> WaitRecord:
+async def _insert_wait(conn: Conn, run_id: str, wait: NewWait, now: float) -> None:
     await conn.execute(
         SQL_INSERT_WAIT,
         (wait.id, run_id, wait.wait_key, str(wait.kind), wait.name, wait.step_key, wait.token_digest, now,
          wait.expires_at, wait.payload_schema),
     )  # fmt: skip
     await _event(conn, run_id, now, "wait_created", wait.wait_key)
-    return WaitRecord(
-        wait.id, run_id, wait.wait_key, wait.kind, wait.name, wait.step_key, WaitStatus.PENDING, False, now,
-        wait.expires_at, None, None, wait.payload_schema,
-    )  # fmt: skip
 
 
 def _check_outcome(outcome: str, run_id: str, epoch: int, what: str) -> str:

@@ -133,6 +133,7 @@ from ._rows import (
     list_runs_sql,
     list_waits_sql,
     log_deferred,
+    pending_wait,
     run_from_row,
     wait_from_row,
 )
@@ -597,10 +598,7 @@ class PostgresStore(CeleryQueue):
             rows = await self._fetch(SQL_WAIT_BY_KEY, (fence.run_id, wait.wait_key))
             return wait_from_row(rows[0])
         _check_outcome(outcome, fence.run_id, fence.epoch, wait.wait_key)
-        return WaitRecord(
-            wait.id, fence.run_id, wait.wait_key, wait.kind, wait.name, wait.step_key, WaitStatus.PENDING,
-            False, now, wait.expires_at, None, None, wait.payload_schema,
-        )  # fmt: skip
+        return pending_wait(fence.run_id, wait, now)
 
     async def add_wait_token(self, fence: Fence, wait_id: str, token_digest: bytes) -> None:
         await self._deferred.write(fence.run_id)

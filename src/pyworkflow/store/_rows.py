@@ -15,7 +15,7 @@ from .._errors import (
     HookNotFoundError,
     LeaseLostError,
 )
-from ._protocol import Fence, RunRecord, RunStatus, WaitKind, WaitRecord, WaitStatus
+from ._protocol import Fence, NewWait, RunRecord, RunStatus, WaitKind, WaitRecord, WaitStatus
 
 log = logging.getLogger("pyworkflow.store")
 
@@ -46,6 +46,14 @@ def wait_from_row(row: Sequence[Any]) -> WaitRecord:
         payload=row[11],
         payload_schema=row[12],
     )
+
+
+def pending_wait(run_id: str, wait: NewWait, now: float) -> WaitRecord:
+    """The record of ``wait``, just created for ``run_id`` at ``now`` (what a read would return)."""
+    return WaitRecord(
+        wait.id, run_id, wait.wait_key, wait.kind, wait.name, wait.step_key, WaitStatus.PENDING, False, now,
+        wait.expires_at, None, None, wait.payload_schema,
+    )  # fmt: skip
 
 
 def fence_refused(run_id: str, epoch: int, *, cancelled: bool) -> Exception:

@@ -45,6 +45,7 @@ from ._rows import (
     list_runs_sql,
     list_waits_sql,
     log_deferred,
+    pending_wait,
     raise_if_resolved,
     refuse_approval,
     run_from_row,
@@ -57,7 +58,10 @@ from ._sqlite_statements import (
     HAS_RESULT,
     SQL_COMPLETE_STEP,
     SQL_CREATE_RUN,
+    SQL_CREATE_WAIT,
     SQL_END_RUN,
+    SQL_SUSPENDED,
+    WAIT_EXISTS,
     WRITER_STATEMENTS,
 )
 from ._url import sqlite_url
@@ -151,6 +155,7 @@ SQL_WAIT_BY_KEY = f"SELECT {WAIT_COLUMNS} FROM waits WHERE run_id = ? AND wait_k
 SQL_WAIT_BY_ID = f"SELECT {WAIT_COLUMNS} FROM waits WHERE id = ?"
 SQL_WAIT_BY_TOKEN = f"SELECT {WAIT_COLUMNS} FROM waits WHERE token_digest = ?"
 SQL_WAIT_ID_BY_EXTRA_TOKEN = "SELECT wait_id FROM wait_tokens WHERE token_digest = ?"
+# A step retry's wait (a turn's own waits are pyworkflow_create_wait, _sqlite_statements.py).
 SQL_INSERT_WAIT = """
 INSERT INTO waits (id, run_id, wait_key, kind, name, step_key, token_digest, status, created_at, expires_at,
                    payload_schema)
@@ -229,12 +234,16 @@ def _end_run(conn: sqlite3.Connection, run_id: str, status: RunStatus, result: b
 
 
 def _transition(conn: sqlite3.Connection, sql: str, params: Sequence[Any], fence: Fence | None,
-                step_key: str = "") -> None:  # fmt: skip
+                step_key: str = "") -> bool:  # fmt: skip
     """Run one of the transitions written as a statement (_sqlite_statements.py), its refusals
-    raised as the store's errors: the fence did not hold; the step already has a result."""
+    raised as the store's errors: the fence did not hold; the step already has a result. False
+    when it wrote nothing because the run has a wait of that key already (``WAIT_EXISTS``)."""
     try:
         conn.execute(sql, params)
+        return True
     except sqlite3.IntegrityError as exc:
+        if str(exc) == WAIT_EXISTS:
+            return False
         if fence is not None and str(exc) == FENCE_REFUSED:
             raise _refused(conn, fence) from None
         if fence is not None and str(exc) == HAS_RESULT:
@@ -541,16 +550,17 @@ class SQLiteStore:
     async def create_wait(
         self, fence: Fence, wait: NewWait, *, now: float, suspend: bool = False
     ) -> WaitRecord:
+        params = (fence.run_id, fence.epoch, wait.id, wait.wait_key, wait.kind, wait.name, wait.step_key,
+                  wait.token_digest, wait.expires_at, wait.payload_schema, suspend, now)  # fmt: skip
+
         def tx(conn: sqlite3.Connection) -> WaitRecord:
-            _check_fence(conn, fence)
-            existing = conn.execute(SQL_WAIT_BY_KEY, (fence.run_id, wait.wait_key)).fetchone()
-            record = wait_from_row(existing) if existing is not None else None
-            if record is None:
-                record = _insert_wait(conn, fence.run_id, wait, now)
-            if suspend:  # the suspension's status and event ride with its wait
-                conn.execute(SQL_SET_RUN_STATUS, (RunStatus.SUSPENDED, now, fence.run_id))
-                _event(conn, fence.run_id, now, "run_suspended")
-            return record
+            # The wait, and with it the suspension's status and event (one statement).
+            if _transition(conn, SQL_CREATE_WAIT, params, fence):
+                return pending_wait(fence.run_id, wait, now)
+            # The run has a wait of that key already (the fence held): the turn suspends on it.
+            if suspend:
+                conn.execute(SQL_SUSPENDED, (fence.run_id, now))
+            return wait_from_row(conn.execute(SQL_WAIT_BY_KEY, (fence.run_id, wait.wait_key)).fetchone())
 
         return await self.db.write(tx)
 
@@ -578,8 +588,7 @@ class SQLiteStore:
             for step_key, count in delivered.items():
                 conn.execute(SQL_STEP_PROGRESS, (fence.run_id, step_key, count, now))
             if not recorded:
-                conn.execute(SQL_SET_RUN_STATUS, (RunStatus.SUSPENDED, now, fence.run_id))
-                _event(conn, fence.run_id, now, "run_suspended")
+                conn.execute(SQL_SUSPENDED, (fence.run_id, now))
             _end_turn(conn, fence, now)
 
         if recorded:
@@ -717,7 +726,7 @@ def _resolve(conn: sqlite3.Connection, token_digest: bytes | None, wait_id: str 
     return wait
 
 
-def _insert_wait(conn: sqlite3.Connection, run_id: str, wait: NewWait, now: float) -> WaitRecord:
+def _insert_wait(conn: sqlite3.Connection, run_id: str, wait: NewWait, now: float) -> None:
     conn.execute(
         SQL_INSERT_WAIT,
         (
@@ -734,10 +743,6 @@ def _insert_wait(conn: sqlite3.Connection, run_id: str, wait: NewWait, now: floa
         ),
     )
     _event(conn, run_id, now, "wait_created", wait.wait_key)
-    return WaitRecord(
-        wait.id, run_id, wait.wait_key, wait.kind, wait.name, wait.step_key, WaitStatus.PENDING, False, now,
-        wait.expires_at, None, None, wait.payload_schema,
-    )  # fmt: skip
 
 
 def _find_by_token(conn: sqlite3.Connection, token_digest: bytes) -> WaitRecord | None:

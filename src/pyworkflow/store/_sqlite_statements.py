@@ -8,8 +8,16 @@ and triggers are TEMP: made on each writer connection before its first transacti
 (:meth:`~pyworkflow.store.SQLiteDatabase.prepare_writers`), nothing in the file's schema, so no
 migration and nothing an older version would trip on.
 
-A refusal is ``RAISE(ABORT, ...)`` with one of the messages below: it undoes the statement's
-writes (the trigger's included) and the store turns it into the same error as PostgreSQL's.
+A refusal is ``RAISE(FAIL, ...)`` with one of the messages below, checked before the trigger's
+first write, so it leaves nothing behind; the store turns it into the same error as PostgreSQL's.
+Every write is ``OR FAIL`` too: an error after a write (a constraint that the store's own rules
+keep from failing) is not undone by SQLite statement by statement but reaches the group-commit
+writer, which rolls back the whole transaction and never commits after a write function raised.
+With SQLite's default (ABORT) a trigger that writes more than once makes SQLite keep a statement
+journal, a copy of the pages the statement changes, to be able to undo that statement alone
+(spilled to a temporary file past 64 KiB): a run's creation and its end took a quarter to a
+third longer, a wait's creation nearly twice as long (``python -m bench.sqlite_statements``;
+bench/README.md). ``tests/unit/test_sqlite_statements.py`` keeps both rules.
 
 Each is its PostgreSQL function's copy (pyworkflow's PostgreSQL migrations):
 
@@ -21,17 +29,28 @@ Each is its PostgreSQL function's copy (pyworkflow's PostgreSQL migrations):
   limit), fenced when given an epoch: the run's status with its result or error, its pending
   waits cancelled, its queue row and its steps' checkpoints deleted (scope '' is the run's
   own, an atfgraph traverser's, read after it ended: it stays), the event
-  (``pyworkflow_end_run()``, 0009, and ``pyworkflow_finish_run()`` for the fenced end).
+  (``pyworkflow_end_run()``, 0009, and ``pyworkflow_finish_run()`` for the fenced end);
+- ``pyworkflow_create_wait``: the fence, a wait of that key refused as ``WAIT_EXISTS`` (the
+  caller reads it), the wait, ``wait_created``, and with ``suspend`` the suspension
+  (``pyworkflow_create_wait()``, 0002, and ``pyworkflow_create_wait_suspending()``, 0018);
+- ``pyworkflow_suspended``: a run's suspended status and ``run_suspended``, for a turn that
+  suspends with its wait, on a wait that existed, or at its end (``suspend_run``).
 """
 
 from __future__ import annotations
 
-#: ``RAISE(ABORT, ...)`` messages: the turn no longer holds the run; the step has a result.
+#: ``RAISE(FAIL, ...)`` messages: the turn no longer holds the run; the step has a result; the
+#: run has a wait of that key already (PostgreSQL's outcome 'exists': the caller reads it).
 FENCE_REFUSED = "pyworkflow: fence"
 HAS_RESULT = "pyworkflow: has_result"
+WAIT_EXISTS = "pyworkflow: exists"
+
+#: The fence of a turn: NEW.run_id's queue row at NEW.epoch (``pyworkflow_fence()`` on PostgreSQL).
+_FENCE = f"""SELECT RAISE(FAIL, '{FENCE_REFUSED}')
+    WHERE NOT EXISTS (SELECT 1 FROM queue WHERE run_id = NEW.run_id AND epoch = NEW.epoch)"""
 
 #: A history row of NEW.run_id (``SQL_APPEND_EVENT`` of ``_sqlite.py``, in a trigger's terms).
-_EVENT = """INSERT INTO events (run_id, seq, at, type, key, data)
+_EVENT = """INSERT OR FAIL INTO events (run_id, seq, at, type, key, data)
     VALUES (NEW.{run}, (SELECT COALESCE(MAX(seq), 0) + 1 FROM events WHERE run_id = NEW.{run}),
             NEW.at, {type}, {key}, {data})"""
 
@@ -41,12 +60,11 @@ AS SELECT NULL, NULL, NULL, NULL, NULL WHERE 0""",
     f"""CREATE TEMP TRIGGER IF NOT EXISTS pyworkflow_complete_step
 INSTEAD OF INSERT ON pyworkflow_complete_step
 BEGIN
-    SELECT RAISE(ABORT, '{FENCE_REFUSED}')
-    WHERE NOT EXISTS (SELECT 1 FROM queue WHERE run_id = NEW.run_id AND epoch = NEW.epoch);
-    SELECT RAISE(ABORT, '{HAS_RESULT}')
+    {_FENCE};
+    SELECT RAISE(FAIL, '{HAS_RESULT}')
     WHERE EXISTS (SELECT 1 FROM steps WHERE run_id = NEW.run_id AND step_key = NEW.step_key
                   AND status IN ('completed', 'failed'));
-    INSERT INTO steps (run_id, step_key, status, attempt, result, error, delivered, updated_at)
+    INSERT OR FAIL INTO steps (run_id, step_key, status, attempt, result, error, delivered, updated_at)
     VALUES (NEW.run_id, NEW.step_key, 'completed', 0, NEW.result, NULL, 0, NEW.at)
     ON CONFLICT (run_id, step_key) DO UPDATE SET
         status = 'completed', attempt = 0, result = excluded.result, error = NULL,
@@ -60,9 +78,9 @@ AS SELECT NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL WHERE 0""",
     f"""CREATE TEMP TRIGGER IF NOT EXISTS pyworkflow_create_run
 INSTEAD OF INSERT ON pyworkflow_create_run
 BEGIN
-    INSERT INTO runs (id, workflow, status, input, created_at, updated_at)
+    INSERT OR FAIL INTO runs (id, workflow, status, input, created_at, updated_at)
     VALUES (NEW.id, NEW.workflow, NEW.status, NEW.input, NEW.at, NEW.at);
-    INSERT INTO queue (run_id, available_at, wake_seq, epoch, lease_owner, lease_expires_at)
+    INSERT OR FAIL INTO queue (run_id, available_at, wake_seq, epoch, lease_owner, lease_expires_at)
     VALUES (NEW.id, NEW.at, 0, NEW.epoch, NEW.lease_owner, NEW.lease_expires_at);
     {_EVENT.format(run="id", type="'run_created'", key="NULL", data="NULL")};
 END""",
@@ -71,17 +89,41 @@ AS SELECT NULL, NULL, NULL, NULL, NULL, NULL, NULL WHERE 0""",
     f"""CREATE TEMP TRIGGER IF NOT EXISTS pyworkflow_end_run
 INSTEAD OF INSERT ON pyworkflow_end_run
 BEGIN
-    SELECT RAISE(ABORT, '{FENCE_REFUSED}')
+    SELECT RAISE(FAIL, '{FENCE_REFUSED}')
     WHERE NEW.epoch IS NOT NULL
       AND NOT EXISTS (SELECT 1 FROM queue WHERE run_id = NEW.run_id AND epoch = NEW.epoch);
-    UPDATE runs SET status = NEW.status, result = NEW.result, error = NEW.error, updated_at = NEW.at,
+    UPDATE OR FAIL runs SET status = NEW.status, result = NEW.result, error = NEW.error, updated_at = NEW.at,
         finished_at = NEW.at
     WHERE id = NEW.run_id;
-    UPDATE waits SET status = 'cancelled', resolved_at = NEW.at
+    UPDATE OR FAIL waits SET status = 'cancelled', resolved_at = NEW.at
     WHERE run_id = NEW.run_id AND status = 'pending';
     DELETE FROM queue WHERE run_id = NEW.run_id;
     DELETE FROM checkpoints WHERE run_id = NEW.run_id AND scope <> '';
     {_EVENT.format(run="run_id", type="NEW.event", key="NULL", data="NEW.error")};
+END""",
+    # The run's suspended status and its event: a turn that suspends, with its wait or at its end.
+    """CREATE TEMP VIEW IF NOT EXISTS pyworkflow_suspended (run_id, at) AS SELECT NULL, NULL WHERE 0""",
+    f"""CREATE TEMP TRIGGER IF NOT EXISTS pyworkflow_suspended
+INSTEAD OF INSERT ON pyworkflow_suspended
+BEGIN
+    UPDATE OR FAIL runs SET status = 'suspended', updated_at = NEW.at WHERE id = NEW.run_id;
+    {_EVENT.format(run="run_id", type="'run_suspended'", key="NULL", data="NULL")};
+END""",
+    """CREATE TEMP VIEW IF NOT EXISTS pyworkflow_create_wait
+    (run_id, epoch, id, wait_key, kind, name, step_key, token_digest, expires_at, payload_schema, suspend, at)
+AS SELECT NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL WHERE 0""",
+    f"""CREATE TEMP TRIGGER IF NOT EXISTS pyworkflow_create_wait
+INSTEAD OF INSERT ON pyworkflow_create_wait
+BEGIN
+    {_FENCE};
+    SELECT RAISE(FAIL, '{WAIT_EXISTS}')
+    WHERE EXISTS (SELECT 1 FROM waits WHERE run_id = NEW.run_id AND wait_key = NEW.wait_key);
+    INSERT OR FAIL INTO waits (id, run_id, wait_key, kind, name, step_key, token_digest, status, created_at,
+                       expires_at, payload_schema)
+    VALUES (NEW.id, NEW.run_id, NEW.wait_key, NEW.kind, NEW.name, NEW.step_key, NEW.token_digest, 'pending',
+            NEW.at, NEW.expires_at, NEW.payload_schema);
+    {_EVENT.format(run="run_id", type="'wait_created'", key="NEW.wait_key", data="NULL")};
+    INSERT INTO pyworkflow_suspended SELECT NEW.run_id, NEW.at WHERE NEW.suspend;
 END""",
 )
 
@@ -101,11 +143,23 @@ SQL_END_RUN = """
 INSERT INTO pyworkflow_end_run (run_id, epoch, status, result, error, event, at) VALUES (?, ?, ?, ?, ?, ?, ?)
 """
 
+#: A wait, and with it the suspension when ``suspend``: (run, epoch, id, key, kind, name, step
+#: key, token digest, expiry, payload schema, suspend, at).
+SQL_CREATE_WAIT = """
+INSERT INTO pyworkflow_create_wait (run_id, epoch, id, wait_key, kind, name, step_key, token_digest,
+                                    expires_at, payload_schema, suspend, at)
+VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
+"""
+#: The suspension alone (a turn that suspends on a wait it did not create): (run, at).
+SQL_SUSPENDED = "INSERT INTO pyworkflow_suspended (run_id, at) VALUES (?, ?)"
 __all__ = [
     "FENCE_REFUSED",
     "HAS_RESULT",
     "SQL_COMPLETE_STEP",
     "SQL_CREATE_RUN",
+    "SQL_CREATE_WAIT",
     "SQL_END_RUN",
+    "SQL_SUSPENDED",
+    "WAIT_EXISTS",
     "WRITER_STATEMENTS",
 ]
