@@ -84,8 +84,8 @@ VALUES (?1, (SELECT COALESCE(MAX(seq), 0) + 1 FROM events WHERE run_id = ?1), ?2
 SQL_FENCE = "SELECT epoch FROM queue WHERE run_id = ?"
 SQL_RUN_STATUS = "SELECT status FROM runs WHERE id = ?"
 SQL_SET_RUN_STATUS = "UPDATE runs SET status = ?, updated_at = ? WHERE id = ?"
-# End a turn: drop the row unless a wake-up arrived during the turn ...
-SQL_DELETE_QUEUE_IF_QUIET = "DELETE FROM queue WHERE run_id = ? AND wake_seq = ?"
+# End a turn: drop the row, while the turn holds it, unless a wake-up arrived during the turn ...
+SQL_DELETE_QUEUE_IF_QUIET = "DELETE FROM queue WHERE run_id = ? AND epoch = ? AND wake_seq = ?"
 # ... in which case keep it, unleased and due now, for another turn.
 SQL_UNLEASE = (
     "UPDATE queue SET lease_owner = NULL, lease_expires_at = NULL, available_at = ? WHERE run_id = ?"
@@ -210,8 +210,11 @@ def _wake(conn: sqlite3.Connection, run_id: str, wait_id: str, now: float) -> st
 
 
 def _end_turn(conn: sqlite3.Connection, fence: Fence, now: float) -> None:
-    """A turn that waits ends: its queue row is dropped unless a wake-up arrived during the turn."""
-    if conn.execute(SQL_DELETE_QUEUE_IF_QUIET, (fence.run_id, fence.wake_seq)).rowcount == 0:
+    """A turn that waits ends: its queue row is dropped unless a wake-up arrived during the turn.
+    Fenced: the deletion checks the epoch itself, and only when it deleted nothing is the fence
+    read, to tell a turn that no longer holds the run (refused) from a wake-up (kept, unleased)."""
+    if conn.execute(SQL_DELETE_QUEUE_IF_QUIET, (fence.run_id, fence.epoch, fence.wake_seq)).rowcount == 0:
+        _check_fence(conn, fence)
         conn.execute(SQL_UNLEASE, (now, fence.run_id))
 
 
@@ -582,14 +585,13 @@ class SQLiteStore:
         then: Callable[[BaseException | None], None] | None = None,
     ) -> None:
         def tx(conn: sqlite3.Connection) -> None:
-            _check_fence(conn, fence)
+            _end_turn(conn, fence, now)  # first: it checks the fence
             for wait_id in notified:
                 conn.execute(SQL_MARK_NOTIFIED, (wait_id,))
             for step_key, count in delivered.items():
                 conn.execute(SQL_STEP_PROGRESS, (fence.run_id, step_key, count, now))
             if not recorded:
                 conn.execute(SQL_SUSPENDED, (fence.run_id, now))
-            _end_turn(conn, fence, now)
 
         if recorded:
             # The status and event committed with the wait (create_wait(suspend=True)); what is
