@@ -152,6 +152,7 @@ VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
 """
 #: The suspension alone (a turn that suspends on a wait it did not create): (run, at).
 SQL_SUSPENDED = "INSERT INTO pyworkflow_suspended (run_id, at) VALUES (?, ?)"
+
 __all__ = [
     "FENCE_REFUSED",
     "HAS_RESULT",
