@@ -21,15 +21,16 @@ CREATE TABLE events (
 ) WITHOUT ROWID;
 
 -- table queue
-CREATE TABLE queue (
+CREATE TABLE "queue" (
     run_id           TEXT PRIMARY KEY,
     available_at     REAL    NOT NULL,
     wake_seq         INTEGER NOT NULL DEFAULT 0,
     epoch            INTEGER NOT NULL DEFAULT 0,
     lease_owner      TEXT,
     lease_expires_at REAL,
-    crashes          INTEGER NOT NULL DEFAULT 0
-, node_id TEXT);
+    crashes          INTEGER NOT NULL DEFAULT 0,
+    node_id          TEXT
+) WITHOUT ROWID;
 
 -- table runs
 CREATE TABLE runs (

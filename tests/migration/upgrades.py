@@ -20,8 +20,9 @@ from pyworkflow.store._postgres import PostgresStore
 #: pyworkflow migrations released with an atfgraph one that its functions need (dialect: {(atfgraph
 #: version, pyworkflow version)}): a database from before the atfgraph migration is from before the
 #: pyworkflow one too. PostgreSQL's runs_by_idempotency_key holds the keyed runs only since
-#: pyworkflow 20, which the submission function before atfgraph 17 cannot insert against.
-RELEASED_TOGETHER: dict[str, set[tuple[int, int]]] = {"postgres": {(17, 20)}, "sqlite": set()}
+#: pyworkflow 20, which the submission function before atfgraph 17 cannot insert against. On
+#: SQLite atfgraph 15 makes again the index of the queue that pyworkflow 9's rebuild dropped.
+RELEASED_TOGETHER: dict[str, set[tuple[int, int]]] = {"postgres": {(17, 20)}, "sqlite": {(15, 9)}}
 
 
 @contextmanager

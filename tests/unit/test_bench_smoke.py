@@ -113,6 +113,23 @@ def test_statements_benchmark_times_each_transition_in_each_form(tmp_path: Path)
     assert bad.returncode == 2 and "at least 1" in bad.stderr, bad.stderr
 
 
+def test_frames_benchmark_counts_each_transitions_pages(tmp_path: Path) -> None:
+    """``bench.wal_frames``: each transition's commit wrote at least one frame (a checkpoint's save
+    two: its row and the event), in its output and JSON; bad counts refused."""
+    out = tmp_path / "frames.json"
+    cmd = [sys.executable, "-m", "bench.wal_frames", "--n", "60", "--warm", "10", "--out", str(out)]
+    proc = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    frames = json.loads(out.read_text())["frames"]
+    assert len(frames) == 7 and all(f["mean"] >= 1 for f in frames.values()), frames
+    assert frames["a checkpoint's save"]["median"] >= 2
+    assert len(proc.stdout.splitlines()) == 8, proc.stdout
+    bad = subprocess.run(
+        [*cmd[:3], "--n", "5", "--warm", "5"], cwd=ROOT, capture_output=True, text=True, timeout=60
+    )
+    assert bad.returncode == 2 and "more than --warm" in bad.stderr, bad.stderr
+
+
 def test_instructions_benchmark_counts_each_phase_under_callgrind(tmp_path: Path) -> None:
     missing = [tool for tool in ("valgrind", "callgrind_control") if shutil.which(tool) is None]
     assert not missing, f"valgrind is not installed (scripts/system-deps.sh installs it): {missing}"
