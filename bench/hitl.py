@@ -147,10 +147,15 @@ def peak_rss_mb() -> float:
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024  # KiB on Linux
 
 
-def commits() -> int | None:
+def writer_count(name: str) -> int | None:
+    """One of the store's writer counts so far (``commits``, ``wakeups``), None without one."""
     db = getattr(pyworkflow.get_store(), "db", None)
-    value = getattr(db, "commits", None)
+    value = getattr(db, name, None)
     return int(value) if isinstance(value, int) else None
+
+
+def commits() -> int | None:
+    return writer_count("commits")
 
 
 def transactions_now() -> tuple[float, float]:
@@ -184,6 +189,8 @@ class Phase:
     transactions: tuple[float, float] = (0.0, 0.0)
     #: the garbage collector's collections in the phase, by generation (gc.get_stats)
     gc_collections: tuple[int, ...] = ()
+    #: how often the writer thread woke in the phase (each a thread switch and a GIL hand-off)
+    wakeups: int | None = None
 
     def as_dict(self) -> dict[str, Any]:
         return {
@@ -192,6 +199,7 @@ class Phase:
             "runs_per_s": round(self.runs / self.seconds, 1),
             "commits": self.commits,
             "commits_per_run": per_run(self.commits, self.runs),
+            "writer_wakeups_per_run": per_run(self.wakeups, self.runs),
             # strace's count (a traced pass of its own; None when not counted)
             "fsyncs": self.fsyncs,
             "fsyncs_per_run": per_run(self.fsyncs, self.runs),
@@ -217,18 +225,20 @@ async def timed_phase(
     tracer = FsyncCounter() if count_fsyncs else contextlib.nullcontext()
     with tracer:
         before, cpu_before, tx_before = commits(), cpu_now(), transactions_now()
+        woken = writer_count("wakeups")
         gc_before = gc_collections_now()
         started = time.perf_counter()
         await work()
         await until(done, what=f"phase {name}", timeout=timeout)
         seconds = time.perf_counter() - started
         cpu = {k: v - cpu_before[k] for k, v in cpu_now().items()}
-        after, tx_after = commits(), transactions_now()
+        after, tx_after, woken_after = commits(), transactions_now(), writer_count("wakeups")
         collected = tuple(b - a for a, b in zip(gc_before, gc_collections_now(), strict=True))
     delta = None if before is None or after is None else after - before
     fsyncs = tracer.fsyncs if isinstance(tracer, FsyncCounter) else None
     tx = (tx_after[0] - tx_before[0], tx_after[1] - tx_before[1])
-    return Phase(name, n, seconds, delta, cpu, fsyncs, tx, collected)
+    wakeups = None if woken is None or woken_after is None else woken_after - woken
+    return Phase(name, n, seconds, delta, cpu, fsyncs, tx, collected, wakeups)
 
 
 # -- the three phases, in two modes -----------------------------------------------------------------
@@ -584,6 +594,8 @@ def report_mode(mode: str, m: dict[str, Any], floor: dict[str, Any] | None = Non
         ok = "ok" if p["runs_per_s"] >= target else "UNDER TARGET"
         runs = ", ".join(f"{x:.0f}" for x in p["runs_per_s_samples"])
         counts = "" if p["commits_per_run"] is None else f"{p['commits_per_run']:.3f} commits/run"
+        if p.get("writer_wakeups_per_run") is not None:
+            counts += f", {p['writer_wakeups_per_run']:.3f} writer wake-ups/run"
         if p.get("fsyncs_per_run") is not None:
             fs = p["fsyncs_per_run"]
             limit = TARGET_FSYNCS_ONE.get(name) if mode == "one_at_a_time" else None

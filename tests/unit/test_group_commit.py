@@ -8,6 +8,7 @@ from __future__ import annotations
 import asyncio
 import sqlite3
 import threading
+import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
@@ -212,6 +213,27 @@ async def test_a_deferred_write_alone_is_committed_after_the_linger(db: SQLiteDa
     db.write_deferred(_insert("alone"), then)
     assert await asyncio.to_thread(done.wait, 10)
     assert keys(db) == ["alone"] and outcomes == [None]
+
+
+async def test_a_stream_of_deferred_writes_wakes_the_writer_once_a_linger(
+    db: SQLiteDatabase, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """One at a time each turn's deferred end is taken by the next caller's inline write: the
+    writer thread, lingering, is not woken for each (a thread switch and the GIL each time)."""
+    monkeypatch.setattr(_group_commit, "DEFER_LINGER", 0.5)
+    await db.write(_insert("first"))  # the writer thread asleep, nothing deferred yet
+    await asyncio.sleep(0.05)
+    outcomes: list[BaseException | None] = []
+    wakeups, inline = db.wakeups, db.inline_commits
+    started = time.monotonic()
+    for i in range(100):
+        db.write_deferred(_insert(f"deferred-{i}"), outcomes.append)
+        await db.write(_insert(f"caller-{i}"))
+    elapsed = time.monotonic() - started
+    assert db.inline_commits - inline == 100  # each caller's write ran inline, taking its deferred job
+    assert len(keys(db)) == 201 and outcomes == [None] * 100
+    # Woken by the first deferred job, then once each linger at most (100 without the bound).
+    assert db.wakeups - wakeups <= 2 + elapsed / _group_commit.DEFER_LINGER
 
 
 async def test_a_failing_deferred_write_is_reported_and_fails_no_caller(

@@ -27,7 +27,11 @@ whose promises were kept by an earlier commit; see :meth:`GroupCommitWriter.writ
 queued without waking the writer: it joins the next batch that a caller's write starts, so it
 costs no commit of its own, or is committed alone :data:`DEFER_LINGER` seconds after it was
 queued if no write came. Jobs run in the order they were queued, so it is applied before any
-later write, of its run or another's.
+later write, of its run or another's. A deferred job wakes only a writer that sleeps; one that
+lingers (a job was deferred within the last :data:`DEFER_LINGER`, even if a caller's write took
+it since) looks again when its wait ends: one at a time, where each turn's deferred end is taken
+by the next caller's inline write, the writer thread wakes once a linger, not once a turn (each
+wake-up a thread switch and a hand-off of the GIL; ``wakeups`` counts them).
 
 **Carried statements.** A statement may carry others of the same run that no caller waits for
 (:meth:`GroupCommitWriter.submit` with ``carried``: a turn's deferred writes, see
@@ -165,10 +169,12 @@ class GroupCommitWriter(Generic[C]):
     """The writer threads and their job queue: the base of both database classes. Subclasses
     implement the connection hooks and call :meth:`_start_writer` once their connection is ready.
     ``commits`` counts the transactions of write functions committed; ``groups`` and
-    ``statements`` the statement groups sent and the statements in them (benchmarks read them).
+    ``statements`` the statement groups sent and the statements in them, ``wakeups`` the writer
+    threads' wake-ups (benchmarks read them).
     ``write_timeout``: seconds a job may wait for the database (None: no bound)."""
 
     commits: int
+    wakeups: int
     groups: int
     statements: int
     write_timeout: float | None
@@ -268,10 +274,14 @@ class GroupCommitWriter(Generic[C]):
         #: writer threads running a batch now (PostgreSQL's inline statements wait for none)
         self._working = 0
         self.inline_commits = 0
+        #: how often a writer thread woke from a wait (each costs a thread switch and the GIL)
+        self.wakeups = 0
         #: jobs in the queue that a caller waits for (deferred ones are the rest), and when the
         #: oldest deferred job still queued was queued
         self._urgent = 0
         self._deferred_at = 0.0
+        #: writer threads waiting without a bound (a lingering one wakes by itself)
+        self._sleeping = 0
         self._closing = False
         self.commits = 0
         self.groups = 0
@@ -298,7 +308,10 @@ class GroupCommitWriter(Generic[C]):
             if job.deferred:
                 if len(self._queue) == 1:
                     self._deferred_at = time.monotonic()
-                    self._cv.notify()  # a sleeping writer starts its linger
+                    if self._sleeping:
+                        self._cv.notify()  # a sleeping writer starts its linger
+                    # else a lingering writer finds it when its wait ends (one wake-up, not one
+                    # a job, while callers' inline writes keep taking the deferred jobs)
                 return
             self._urgent += 1
             if self._urgent == 1:
@@ -474,14 +487,25 @@ class GroupCommitWriter(Generic[C]):
             while True:
                 with cv:
                     while self._busy or (not self._urgent and not self._closing):
-                        if self._busy or not queue:  # an inline caller has the connection
-                            cv.wait()
-                            continue
-                        # Only deferred jobs: wait for a caller's write to join them, a while.
                         linger = self._deferred_at + DEFER_LINGER - time.monotonic()
-                        if linger <= 0:
-                            break
-                        cv.wait(linger)
+                        if linger > 0:
+                            # A job was deferred lately: wait a while for a caller's write to
+                            # take it. Also once callers' inline writes took it, or while one
+                            # has the connection: a stream of deferred jobs (one at a time) then
+                            # wakes the writer once a linger, not once a job, since a deferred
+                            # job wakes only a writer that sleeps.
+                            cv.wait(linger)
+                        elif self._busy or not queue:
+                            # Nothing deferred lately, or an inline caller has the connection:
+                            # sleep until a job, or the inline caller's end, wakes it.
+                            self._sleeping += 1
+                            try:
+                                cv.wait()
+                            finally:
+                                self._sleeping -= 1
+                        else:
+                            break  # the linger is over: commit the deferred jobs alone
+                        self.wakeups += 1
                     if not queue:
                         return
                     jobs = queue[:MAX_GROUP]
