@@ -4,6 +4,7 @@ record how the turn ended (suspended, completed or failed) in one transition."""
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
 from typing import Any
 
 from . import _clock, _serde, _tracing
@@ -48,10 +49,14 @@ def encode_input(
     return data
 
 
-async def execute_turn(store: Store, claim: Claim, state: RunState) -> bool:
+async def execute_turn(
+    store: Store, claim: Claim, state: RunState, *, due: Callable[[], None] | None = None
+) -> bool:
     """Run one turn and record how it ended. Returns True when the run suspended (a wake-up that
     arrived during the turn leaves it due again at once), False when it ended (completed, failed,
-    cancelled) or the turn lost its lease: then nothing is left for this turn's owner to claim."""
+    cancelled) or the turn lost its lease: then nothing is left for this turn's owner to claim.
+    ``due()``: called (on any thread) once the end of a suspended turn committed, if it left the
+    run due again (``Store.suspend_run``)."""
     fence = claim.fence
     started = _clock.now()
     if state.waits:
@@ -71,14 +76,14 @@ async def execute_turn(store: Store, claim: Claim, state: RunState) -> bool:
     outcome = "lost"
     with _tracing.turn(claim, state) as span:
         try:
-            outcome = await _turn(store, claim, state)
+            outcome = await _turn(store, claim, state, due)
         finally:
             _metrics.labelled(_metrics.ATTEMPT_SECONDS, "workflow", outcome).observe(_clock.now() - started)
             _tracing.outcome(span, outcome)
     return outcome == "suspended"
 
 
-async def _turn(store: Store, claim: Claim, state: RunState) -> str:
+async def _turn(store: Store, claim: Claim, state: RunState, due: Callable[[], None] | None) -> str:
     """The turn itself; how it ended: suspended, completed, failed, cancelled, or lost (another
     owner holds the run now)."""
     fence = claim.fence
@@ -109,6 +114,7 @@ async def _turn(store: Store, claim: Claim, state: RunState) -> str:
                 now=_clock.now(),
                 recorded=ctx.suspension_recorded,
                 then=_suspended,
+                due=due,
             )
             log.info("run %s: suspended (waiting for a hook, a timer or a retry)", fence.run_id, extra=run)
             return "suspended"

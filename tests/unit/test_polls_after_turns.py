@@ -1,8 +1,10 @@
-"""When the local runtime polls its store after a turn: a turn that suspends the run may have
-stored a due time (a timer, a deadline, a retry) or left the run due again (a decision that came
-during the turn), so the loop polls at once on SQLite, which cannot notify; a turn that ends the
-run (completed, failed, cancelled) stores nothing due, so the next poll stays where it was. A
-count, not a timing: ``poll_interval`` is long here, so every poll counted was a wake-up."""
+"""When the local runtime polls its store after a turn, on SQLite (which cannot notify). A turn
+that ends the run (completed, failed, cancelled) stores nothing due, and one that suspends on a
+wait without a deadline nothing before the next poll: neither wakes the loop. A turn that stored
+a due time (a timer, a deadline, a retry's back-off) has the loop poll at that time, and one
+that a decision came during is polled for once its end has committed (the run is due again
+only then). Counts, not timings: ``poll_interval`` is long here, so every poll counted was a
+wake-up."""
 
 from __future__ import annotations
 
@@ -44,6 +46,21 @@ async def failing(i: int) -> int:
 async def waiting(i: int) -> Any:
     await gated(i)
     return await hook(f"polls-{i}")
+
+
+@workflow(name="tests.polls.timer")
+async def timer(i: int) -> int:
+    await gated(i)
+    await pyworkflow.sleep(0.3)
+    return i
+
+
+@workflow(name="tests.polls.answered_during_the_turn")
+async def answered(i: int) -> Any:
+    async def answer(token: str) -> None:  # the decision commits while the turn holds the run
+        await pyworkflow.resume_hook(token, {"i": i})
+
+    return await hook(f"answered-{i}", on_created=answer)
 
 
 @pytest.fixture
@@ -90,5 +107,34 @@ async def test_a_turn_that_ends_the_run_does_not_wake_the_poll(polls: list[float
     assert await polls_after_its_turn(polls, failing, 2, "failed") == 0
 
 
-async def test_a_turn_that_suspends_the_run_wakes_the_poll(polls: list[float]) -> None:
-    assert await polls_after_its_turn(polls, waiting, 3, "suspended") == 1
+async def test_a_turn_that_suspends_without_a_deadline_does_not_wake_the_poll(polls: list[float]) -> None:
+    assert await polls_after_its_turn(polls, waiting, 3, "suspended") == 0
+
+
+async def test_a_turn_that_stores_a_due_time_has_the_loop_poll_then(polls: list[float]) -> None:
+    GATE.clear()
+    ENTERED.clear()
+    run_id = await pyworkflow.start(timer, 4)
+    await asyncio.wait_for(ENTERED.wait(), 10)
+    await asyncio.sleep(0.2)
+    before = len(polls)
+    GATE.set()
+    released = asyncio.get_running_loop().time()
+    run = await pyworkflow.wait_for_run(run_id, 10)  # not poll_interval's 30 s later
+    assert run.status.value == "completed" and run.result == 4
+    # One poll: at the timer's deadline (0.3 s after the turn), which expired its wait and
+    # claimed the run; none at the suspension itself.
+    assert len(polls) - before == 1
+    assert polls[-1] - released >= 0.3 - 0.05
+
+
+async def test_a_decision_during_the_turn_is_polled_for_once_the_turn_ended(polls: list[float]) -> None:
+    """The decision commits while the turn holds the run, so it cannot claim it, and the poll
+    it wakes finds the run still leased; the end of the turn leaves the run due, and its
+    commit wakes the loop (the old immediate poll at the turn's end ran before that deferred
+    commit, and the run waited a poll_interval)."""
+    before = len(polls)
+    run_id = await pyworkflow.start(answered, 5)
+    run = await pyworkflow.wait_for_run(run_id, 10)
+    assert run.status.value == "completed" and run.result == {"i": 5}
+    assert len(polls) - before == 2  # the decision's wake-up, and the end of the turn's

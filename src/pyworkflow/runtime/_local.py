@@ -20,7 +20,17 @@ from collections.abc import Callable, Iterable, Iterator
 from .. import _clock
 from .._crashpoints import crashpoint
 from .._engine import execute_turn
-from ..store import YOUNG_GC_THRESHOLD, Claim, Purger, QueueVacuum, RunState, Store, hold_gc_pace, metrics
+from ..store import (
+    YOUNG_GC_THRESHOLD,
+    Claim,
+    Purger,
+    QueueVacuum,
+    RunState,
+    Store,
+    WaitStatus,
+    hold_gc_pace,
+    metrics,
+)
 
 log = logging.getLogger("pyworkflow.runtime")
 _HOST = socket.gethostname()
@@ -36,6 +46,19 @@ PUSHED_POLL_INTERVAL = 1.0
 
 def owner_id() -> str:
     return f"{_HOST}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
+
+
+def _first_deadline(state: RunState | None) -> float | None:
+    """The earliest deadline of the run's pending waits (timers, hooks' timeouts, retries'
+    back-offs), among them any the turn just created; None without one."""
+    if state is None:
+        return None
+    times = [
+        w.expires_at
+        for w in state.waits.values()
+        if w.expires_at is not None and w.status == WaitStatus.PENDING
+    ]
+    return min(times, default=None)
 
 
 def _dead_local_owners(owners: Iterable[str], me: str) -> list[str]:
@@ -234,7 +257,7 @@ class LocalRuntime:
             if state is None:
                 state = await claim.load_state(self.store)
             self.turns += 1
-            suspended = await execute_turn(self.store, claim, state)
+            suspended = await execute_turn(self.store, claim, state, due=self._due)
         except asyncio.CancelledError:
             try:
                 await asyncio.shield(self.store.release(claim.fence, now=_clock.now()))
@@ -264,18 +287,45 @@ class LocalRuntime:
             task = asyncio.current_task()
             if task is not None:
                 self._turn_done(task)
-            # A wake-up that arrived during a suspended turn left the run due again; capacity
-            # freed too. A store that notifies reports the former itself (the turn's end sends
-            # NOTIFY), so then only a turn that frees capacity the loop was short of needs to
-            # wake it; a turn that ended the run leaves the next poll where it was (at most a
-            # poll_interval away on a store that does not notify, as for any other process's work).
-            if full or (suspended and self._unsubscribe is None):
+            # A turn that frees capacity the loop was short of wakes it. One that suspends may
+            # have stored a due time (a timer, a deadline, a retry's back-off) that the last poll
+            # did not see, or have left the run due again (a wake-up during the turn). The
+            # latter is told once the turn's end commits: by the store's NOTIFY, or on SQLite
+            # by ``_due``. On SQLite the loop polls every poll_interval anyway, so only a due
+            # time before the next poll moves it. A turn that ended the run leaves the next
+            # poll where it was (it stores nothing due; other processes' work waits for the
+            # next poll on a store that does not notify).
+            if full:
                 self._wake.set()
-            elif suspended:  # it may have stored a due time that the last poll did not see
+            elif suspended and self._unsubscribe is None:
+                self._poll_by(_first_deadline(state))
+            elif suspended:  # the poll may be a PUSHED_POLL_INTERVAL away: no later than usual
                 self._ended = True
                 soon, sleep = self._polled_at + self.poll_interval, self._sleep
                 if sleep is not None and not sleep.expired() and (sleep.when() or soon) > soon:
                     sleep.reschedule(soon)
+
+    def _due(self) -> None:
+        """The end of a suspended turn committed and left its run due (a wake-up came during
+        the turn): poll now. On any thread (the store's writer's, or this loop's); a store that
+        notifies never calls it."""
+        loop = self.loop
+        if loop is not None:
+            with contextlib.suppress(RuntimeError):  # the loop closed meanwhile: nothing to wake
+                loop.call_soon_threadsafe(self._wake.set)
+
+    def _poll_by(self, deadline: float | None) -> None:
+        """Have the loop poll no later than ``deadline`` (a time of ``_clock``; None: leave it)."""
+        if deadline is None:
+            return
+        sleep = self._sleep
+        if sleep is None:  # the loop is polling now, perhaps having read before the turn's wait
+            self._wake.set()
+            return
+        at = asyncio.get_running_loop().time() + max(0.0, deadline - _clock.now())
+        when = sleep.when()
+        if not sleep.expired() and (when is None or when > at):
+            sleep.reschedule(at)
 
     def in_turn(self, run_id: str) -> bool:
         """Whether a turn of ``run_id`` is active in this process: until it ends, the run is

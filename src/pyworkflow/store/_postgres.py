@@ -618,6 +618,7 @@ class PostgresStore(CeleryQueue):
         now: float,
         recorded: bool = False,
         then: Callable[[BaseException | None], None] | None = None,
+        due: Callable[[], None] | None = None,  # unused: a run left due is NOTIFYed (subscribe)
     ) -> None:
         params = (fence.run_id, fence.epoch, fence.wake_seq, list(notified), list(delivered),
                   list(delivered.values()), now)  # fmt: skip

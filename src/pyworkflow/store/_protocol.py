@@ -364,6 +364,7 @@ class Store(Protocol):
         now: float,
         recorded: bool = False,
         then: Callable[[BaseException | None], None] | None = None,
+        due: Callable[[], None] | None = None,
     ) -> None:
         """End a turn that waits: its waits whose ``on_created`` ran are marked notified, its
         generator steps' delivered counts saved, the run ``suspended`` and its lease released
@@ -371,7 +372,10 @@ class Store(Protocol):
         ``create_wait(suspend=True)`` committed; a store that recorded the suspension there may
         write the rest without waiting (it frees only the lease: a crash before it commits lets
         the lease expire and the turn run again, ``on_created`` again). ``then(error)`` runs once
-        the suspension is durable (``None``) or failed, on any thread."""
+        the suspension is durable (``None``) or failed, on any thread; ``due()`` after it, on any
+        thread, when what committed left the run due again (a wake-up came during the turn). A
+        store that notifies every runtime of a run made due (PostgreSQL's ``subscribe``) may
+        leave ``due`` uncalled."""
         ...
 
     async def complete_run(self, fence: Fence, result: bytes, *, now: float) -> None:

@@ -209,13 +209,16 @@ def _wake(conn: sqlite3.Connection, run_id: str, wait_id: str, now: float) -> st
     return wake_run(conn, run_id, wait_id, now)
 
 
-def _end_turn(conn: sqlite3.Connection, fence: Fence, now: float) -> None:
+def _end_turn(conn: sqlite3.Connection, fence: Fence, now: float) -> bool:
     """A turn that waits ends: its queue row is dropped unless a wake-up arrived during the turn.
     Fenced: the deletion checks the epoch itself, and only when it deleted nothing is the fence
-    read, to tell a turn that no longer holds the run (refused) from a wake-up (kept, unleased)."""
-    if conn.execute(SQL_DELETE_QUEUE_IF_QUIET, (fence.run_id, fence.epoch, fence.wake_seq)).rowcount == 0:
-        _check_fence(conn, fence)
-        conn.execute(SQL_UNLEASE, (now, fence.run_id))
+    read, to tell a turn that no longer holds the run (refused) from a wake-up (kept, unleased).
+    True when the run was left due (the wake-up)."""
+    if conn.execute(SQL_DELETE_QUEUE_IF_QUIET, (fence.run_id, fence.epoch, fence.wake_seq)).rowcount:
+        return False
+    _check_fence(conn, fence)
+    conn.execute(SQL_UNLEASE, (now, fence.run_id))
+    return True
 
 
 _END_EVENTS = {
@@ -583,9 +586,13 @@ class SQLiteStore:
         now: float,
         recorded: bool = False,
         then: Callable[[BaseException | None], None] | None = None,
+        due: Callable[[], None] | None = None,
     ) -> None:
+        left_due = False
+
         def tx(conn: sqlite3.Connection) -> None:
-            _end_turn(conn, fence, now)  # first: it checks the fence
+            nonlocal left_due
+            left_due = _end_turn(conn, fence, now)  # first: it checks the fence
             for wait_id in notified:
                 conn.execute(SQL_MARK_NOTIFIED, (wait_id,))
             for step_key, count in delivered.items():
@@ -593,20 +600,24 @@ class SQLiteStore:
             if not recorded:
                 conn.execute(SQL_SUSPENDED, (fence.run_id, now))
 
+        def ended(error: BaseException | None) -> None:
+            if then is not None:
+                then(error)
+            if error is None and left_due and due is not None:
+                due()  # nothing else tells this process: SQLite does not notify
+
         if recorded:
             # The status and event committed with the wait (create_wait(suspend=True)); what is
             # left frees the lease, and a crash before it commits leaves the lease to expire and
             # the turn to run again (on_created again, at least once): no caller waits for it.
-            self.db.write_deferred(tx, log_deferred(fence, "end of a suspended turn", then))
+            self.db.write_deferred(tx, log_deferred(fence, "end of a suspended turn", ended))
             return
         try:
             await self.db.write(tx)
         except BaseException as exc:
-            if then is not None:
-                then(exc)
+            ended(exc)
             raise
-        if then is not None:
-            then(None)
+        ended(None)
 
     async def complete_run(self, fence: Fence, result: bytes, *, now: float) -> None:
         def tx(conn: sqlite3.Connection) -> None:
