@@ -137,4 +137,6 @@ async def test_a_decision_during_the_turn_is_polled_for_once_the_turn_ended(poll
     run_id = await pyworkflow.start(answered, 5)
     run = await pyworkflow.wait_for_run(run_id, 10)
     assert run.status.value == "completed" and run.result == {"i": 5}
-    assert len(polls) - before == 2  # the decision's wake-up, and the end of the turn's
+    # The decision's wake-up and the end of the turn's: two polls, or one if the deferred end
+    # committed before the loop got to the first (a slow machine); never a poll a turn.
+    assert 1 <= len(polls) - before <= 2
