@@ -122,10 +122,11 @@ async def test_a_turn_that_stores_a_due_time_has_the_loop_poll_then(polls: list[
     released = asyncio.get_running_loop().time()
     run = await pyworkflow.wait_for_run(run_id, 10)  # not poll_interval's 30 s later
     assert run.status.value == "completed" and run.result == 4
-    # One poll: at the timer's deadline (0.3 s after the turn), which expired its wait and
-    # claimed the run; none at the suspension itself.
-    assert len(polls) - before == 1
-    assert polls[-1] - released >= 0.3 - 0.05
+    # Polled at the timer's deadline (0.3 s after the turn), which expired its wait and claimed
+    # the run, and not before: none at the suspension itself.
+    after = polls[before:]
+    assert 1 <= len(after) <= 2  # a second if the first came a hair before the deadline
+    assert all(t - released >= 0.3 - 0.05 for t in after)
 
 
 async def test_a_decision_during_the_turn_is_polled_for_once_the_turn_ended(polls: list[float]) -> None:
