@@ -37,7 +37,6 @@ from pyworkflow.store import SQLiteStore
 from pyworkflow.store._sqlite import (
     SQL_APPEND_EVENT,
     SQL_FENCE,
-    SQL_INSERT_WAIT,
     SQL_SET_RUN_STATUS,
     SQL_WAIT_BY_KEY,
 )
@@ -48,6 +47,14 @@ from pyworkflow.store._sqlite_statements import (
     SQL_END_RUN,
     WRITER_STATEMENTS,
 )
+
+#: A wait's insertion as the store wrote it from Python before ``pyworkflow_create_wait`` took
+#: its place (1403e50^): the baseline of ``wait_from_python``.
+SQL_INSERT_WAIT = """
+INSERT INTO waits (id, run_id, wait_key, kind, name, step_key, token_digest, status, created_at, expires_at,
+                   payload_schema)
+VALUES (?, ?, ?, ?, ?, ?, ?, 'pending', ?, ?, ?)
+"""
 
 #: The forms: as written, and SQLite's default conflict resolution (views renamed ``abort_*``).
 FORMS = ("or_fail", "abort")

@@ -155,12 +155,6 @@ SQL_WAIT_BY_KEY = f"SELECT {WAIT_COLUMNS} FROM waits WHERE run_id = ? AND wait_k
 SQL_WAIT_BY_ID = f"SELECT {WAIT_COLUMNS} FROM waits WHERE id = ?"
 SQL_WAIT_BY_TOKEN = f"SELECT {WAIT_COLUMNS} FROM waits WHERE token_digest = ?"
 SQL_WAIT_ID_BY_EXTRA_TOKEN = "SELECT wait_id FROM wait_tokens WHERE token_digest = ?"
-# A step retry's wait (a turn's own waits are pyworkflow_create_wait, _sqlite_statements.py).
-SQL_INSERT_WAIT = """
-INSERT INTO waits (id, run_id, wait_key, kind, name, step_key, token_digest, status, created_at, expires_at,
-                   payload_schema)
-VALUES (?, ?, ?, ?, ?, ?, ?, 'pending', ?, ?, ?)
-"""
 SQL_INSERT_WAIT_TOKEN = "INSERT INTO wait_tokens (token_digest, wait_id) VALUES (?, ?)"
 SQL_MARK_NOTIFIED = "UPDATE waits SET notified = 1 WHERE id = ?"
 # The single transition out of 'pending': whoever updates the row first wins.
@@ -520,8 +514,8 @@ class SQLiteStore:
                     f"step {step_key!r} of run {fence.run_id} already has a result"
                 )
             _event(conn, fence.run_id, now, "step_retrying" if retry else "step_failed", step_key, error)
-            if retry is not None:
-                _insert_wait(conn, fence.run_id, retry, now)
+            if retry is not None:  # (a retry's wait of that key, written by an earlier turn, stands)
+                _create_wait(conn, fence, retry, now, suspend=False)
             else:  # a final failure: the step never runs again, its checkpoints go with it
                 conn.execute(SQL_DELETE_STEP_CHECKPOINTS, (fence.run_id, step_key))
 
@@ -556,12 +550,9 @@ class SQLiteStore:
     async def create_wait(
         self, fence: Fence, wait: NewWait, *, now: float, suspend: bool = False
     ) -> WaitRecord:
-        params = (fence.run_id, fence.epoch, wait.id, wait.wait_key, wait.kind, wait.name, wait.step_key,
-                  wait.token_digest, wait.expires_at, wait.payload_schema, suspend, now)  # fmt: skip
-
         def tx(conn: sqlite3.Connection) -> WaitRecord:
             # The wait, and with it the suspension's status and event (one statement).
-            if _transition(conn, SQL_CREATE_WAIT, params, fence):
+            if _create_wait(conn, fence, wait, now, suspend=suspend):
                 return pending_wait(fence.run_id, wait, now)
             # The run has a wait of that key already (the fence held): the turn suspends on it.
             if suspend:
@@ -739,23 +730,13 @@ def _resolve(conn: sqlite3.Connection, token_digest: bytes | None, wait_id: str 
     return wait
 
 
-def _insert_wait(conn: sqlite3.Connection, run_id: str, wait: NewWait, now: float) -> None:
-    conn.execute(
-        SQL_INSERT_WAIT,
-        (
-            wait.id,
-            run_id,
-            wait.wait_key,
-            wait.kind,
-            wait.name,
-            wait.step_key,
-            wait.token_digest,
-            now,
-            wait.expires_at,
-            wait.payload_schema,
-        ),
-    )
-    _event(conn, run_id, now, "wait_created", wait.wait_key)
+def _create_wait(conn: sqlite3.Connection, fence: Fence, wait: NewWait, now: float, *, suspend: bool) -> bool:
+    """A turn's wait (a hook, a timer, a step's retry back-off) with its event, and with
+    ``suspend`` the run's suspension: one statement (``pyworkflow_create_wait``). False, with
+    nothing written, when the run has a wait of that key already."""
+    params = (fence.run_id, fence.epoch, wait.id, wait.wait_key, wait.kind, wait.name, wait.step_key,
+              wait.token_digest, wait.expires_at, wait.payload_schema, suspend, now)  # fmt: skip
+    return _transition(conn, SQL_CREATE_WAIT, params, fence)
 
 
 def _find_by_token(conn: sqlite3.Connection, token_digest: bytes) -> WaitRecord | None:

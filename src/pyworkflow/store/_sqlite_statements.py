@@ -30,9 +30,10 @@ Each is its PostgreSQL function's copy (pyworkflow's PostgreSQL migrations):
   waits cancelled, its queue row and its steps' checkpoints deleted (scope '' is the run's
   own, an atfgraph traverser's, read after it ended: it stays), the event
   (``pyworkflow_end_run()``, 0009, and ``pyworkflow_finish_run()`` for the fenced end);
-- ``pyworkflow_create_wait``: the fence, a wait of that key refused as ``WAIT_EXISTS`` (the
-  caller reads it), the wait, ``wait_created``, and with ``suspend`` the suspension
-  (``pyworkflow_create_wait()``, 0002, and ``pyworkflow_create_wait_suspending()``, 0018);
+- ``pyworkflow_create_wait``: a turn's wait (a hook, a timer, a retry's back-off): the fence, a
+  wait of that key refused as ``WAIT_EXISTS`` (the caller reads it), the wait, ``wait_created``,
+  and with ``suspend`` the suspension (``pyworkflow_create_wait()``, 0002, and
+  ``pyworkflow_create_wait_suspending()``, 0018);
 - ``pyworkflow_suspended``: a run's suspended status and ``run_suspended``, for a turn that
   suspends with its wait, on a wait that existed, or at its end (``suspend_run``).
 """
@@ -89,9 +90,7 @@ AS SELECT NULL, NULL, NULL, NULL, NULL, NULL, NULL WHERE 0""",
     f"""CREATE TEMP TRIGGER IF NOT EXISTS pyworkflow_end_run
 INSTEAD OF INSERT ON pyworkflow_end_run
 BEGIN
-    SELECT RAISE(FAIL, '{FENCE_REFUSED}')
-    WHERE NEW.epoch IS NOT NULL
-      AND NOT EXISTS (SELECT 1 FROM queue WHERE run_id = NEW.run_id AND epoch = NEW.epoch);
+    {_FENCE} AND NEW.epoch IS NOT NULL;
     UPDATE OR FAIL runs SET status = NEW.status, result = NEW.result, error = NEW.error, updated_at = NEW.at,
         finished_at = NEW.at
     WHERE id = NEW.run_id;
