@@ -7,10 +7,12 @@ trigger does the writes: ``pyworkflow/store/_sqlite_statements.py``) is timed on
 its own, as written (its writes ``OR FAIL``) and in SQLite's default form (``ABORT``: the same
 text with the conflict clauses taken out), and a wait's creation also as the six statements from
 Python that wrote it before (the fence's read, the key's read, the wait, its event, the run's
-status, its event). With ABORT a trigger that writes more than once makes SQLite keep a statement
-journal, a copy of each page the statement changes, to be able to undo that statement alone; the
-store never needs that (a refusal comes before any write, and an error after one rolls the whole
-transaction back), so its triggers are written ``OR FAIL``.
+status, its event), a checkpoint's save as the four before ``pyworkflow_save_checkpoint`` (the
+fence's read, the revision's, the write, the event). With ABORT a trigger that writes more
+than once makes SQLite keep a statement journal, a copy of each page the statement changes, to
+be able to undo that statement alone; the store never needs that (a refusal comes before any
+write, and an error after one rolls the whole transaction back), so its triggers are written
+``OR FAIL``.
 
 Each round runs every form ``n`` times, ``--batch`` (32) a transaction as in a writer's batch, on
 a fresh run each time (created beforehand in the same transaction, untimed), with ``synchronous =
@@ -34,6 +36,7 @@ from pathlib import Path
 from typing import Any
 
 from pyworkflow.store import SQLiteStore
+from pyworkflow.store._rows import SQL_CHECKPOINT_REVISION, SQL_UPSERT_CHECKPOINT
 from pyworkflow.store._sqlite import (
     SQL_APPEND_EVENT,
     SQL_FENCE,
@@ -45,6 +48,7 @@ from pyworkflow.store._sqlite_statements import (
     SQL_CREATE_RUN,
     SQL_CREATE_WAIT,
     SQL_END_RUN,
+    SQL_SAVE_CHECKPOINT,
     WRITER_STATEMENTS,
 )
 
@@ -55,6 +59,9 @@ INSERT INTO waits (id, run_id, wait_key, kind, name, step_key, token_digest, sta
                    payload_schema)
 VALUES (?, ?, ?, ?, ?, ?, ?, 'pending', ?, ?, ?)
 """
+
+#: A step checkpoint's value, as bench.hitl's (about 200 bytes).
+_CHECKPOINT = b'{"c":"' + b"c" * 190 + b'"}'
 
 #: The forms: as written, and SQLite's default conflict resolution (views renamed ``abort_*``).
 FORMS = ("or_fail", "abort")
@@ -103,6 +110,16 @@ def _transitions(conn: sqlite3.Connection) -> dict[str, dict[str, Callable[[str,
         conn.execute(SQL_SET_RUN_STATUS, ("suspended", 2.0, run))
         conn.execute(SQL_APPEND_EVENT, (run, 2.0, "run_suspended", None, None))
 
+    def checkpoint(form: str) -> Callable[[str, int], Any]:
+        sql = _form(SQL_SAVE_CHECKPOINT, form)
+        return lambda run, i: conn.execute(sql, (run, 1, "s#1", "", _CHECKPOINT, 0, 2.0))
+
+    def checkpoint_from_python(run: str, i: int) -> None:
+        conn.execute(SQL_FENCE, (run,)).fetchone()
+        conn.execute(SQL_CHECKPOINT_REVISION, (run, "s#1", "")).fetchone()
+        conn.execute(SQL_UPSERT_CHECKPOINT, (run, "s#1", "", _CHECKPOINT, 1, 2.0))
+        conn.execute(SQL_APPEND_EVENT, (run, 2.0, "checkpoint_saved", "s#1", None))
+
     def end(form: str) -> Callable[[str, int], Any]:
         sql = _form(SQL_END_RUN, form)
         return lambda run, i: conn.execute(sql, (run, 1, "completed", b"1", None, "run_completed", 3.0))
@@ -111,6 +128,7 @@ def _transitions(conn: sqlite3.Connection) -> dict[str, dict[str, Callable[[str,
         "create_run": {f: created(f) for f in FORMS},
         "complete_step": {f: step(f) for f in FORMS},
         "create_wait (suspending)": {**{f: wait(f) for f in FORMS}, "python": wait_from_python},
+        "save_checkpoint": {**{f: checkpoint(f) for f in FORMS}, "python": checkpoint_from_python},
         "end_run (fenced)": {f: end(f) for f in FORMS},
     }
 

@@ -239,6 +239,9 @@ async def test_checkpoints_compare_and_set(store: Store) -> None:
     assert state.checkpoints[("s#1", "")].value == b'{"n":3}'
     assert state.checkpoints[("s#1", "")].revision == 3
     assert state.checkpoints[("s#1", "other")].revision == 1
+    # One event a save, keyed scope[/name]; a refused save (a conflict) writes nothing.
+    saved = [e.key for e in await store.get_events(f.run_id) if e.type == "checkpoint_saved"]
+    assert saved == ["s#1", "s#1", "s#1", "s#1/other"]
     assert await store.delete_checkpoint(f, "s#1", "", now=T0) is True
     assert await store.delete_checkpoint(f, "s#1", "", now=T0) is False
     assert await store.delete_checkpoint(f, "s#1", "other", now=T0) is True
@@ -252,7 +255,11 @@ async def test_checkpoints_compare_and_set(store: Store) -> None:
     [taken] = await store.claim("w2", limit=1, now=T0 + TTL + 1, lease_ttl=TTL, max_crashes=3)
     with pytest.raises(LeaseLostError):
         await store.delete_checkpoint(f, "s#1", "", now=T0 + TTL + 2)
+    # ... nor saves one, even at the revision it expects.
+    with pytest.raises(LeaseLostError):
+        await store.save_checkpoint(f, "s#1", "", b"[]", expected_revision=1, now=T0 + TTL + 2)
     assert (await taken.load_state(store)).checkpoints[("s#1", "")].value == b"{}"
+    assert [e.type for e in await store.get_events(f.run_id)].count("checkpoint_saved") == 5
 
 
 async def test_concurrent_checkpoint_writers_one_wins(store_url: str, store: Store) -> None:

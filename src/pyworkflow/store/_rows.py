@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 import logging
+import sqlite3
 from collections.abc import Callable, Sequence
-from typing import Any
+from typing import Any, NoReturn
 
 from .._errors import (
     CancellationError,
@@ -16,6 +17,7 @@ from .._errors import (
     LeaseLostError,
 )
 from ._protocol import Fence, NewWait, RunRecord, RunStatus, WaitKind, WaitRecord, WaitStatus
+from ._sqlite_statements import REVISION_REFUSED, SQL_PUT_CHECKPOINT
 
 log = logging.getLogger("pyworkflow.store")
 
@@ -140,12 +142,6 @@ def list_runs_sql(
 
 #: A checkpoint's current revision (primary key lookup).
 SQL_CHECKPOINT_REVISION = "SELECT revision FROM checkpoints WHERE run_id = ? AND scope = ? AND name = ?"
-#: Write a checkpoint at the revision the caller checked (see :func:`write_checkpoint`).
-SQL_UPSERT_CHECKPOINT = """
-INSERT INTO checkpoints (run_id, scope, name, value, revision, updated_at) VALUES (?, ?, ?, ?, ?, ?)
-ON CONFLICT (run_id, scope, name) DO UPDATE SET
-    value = excluded.value, revision = excluded.revision, updated_at = excluded.updated_at
-"""
 
 
 def check_revision(what: str, expected: int | None, current: int) -> int:
@@ -159,17 +155,54 @@ def check_revision(what: str, expected: int | None, current: int) -> int:
     return current + 1
 
 
+#: Write a checkpoint at the revision the caller checked (PostgreSQL's synchronous connection).
+SQL_UPSERT_CHECKPOINT = """
+INSERT INTO checkpoints (run_id, scope, name, value, revision, updated_at) VALUES (?, ?, ?, ?, ?, ?)
+ON CONFLICT (run_id, scope, name) DO UPDATE SET
+    value = excluded.value, revision = excluded.revision, updated_at = excluded.updated_at
+"""
+
+
 def write_checkpoint(
     conn: Any, run_id: str, scope: str, name: str, value: bytes, expected_revision: int | None, now: float
 ) -> int:
     """Compare-and-set a checkpoint inside the caller's write transaction on a kit database
-    connection (SQLite's, or PostgreSQL's synchronous one, which locks the run first); returns the
-    new revision. PostgreSQL's pipelined store applies the same rule server-side
-    (``pyworkflow_save_checkpoint``, migration 0002)."""
+    connection; returns the new revision. On SQLite (a writer connection of a store's database)
+    one statement, ``pyworkflow_put_checkpoint`` (``_sqlite_statements.py``: the rule pyworkflow's
+    own saves apply too); on PostgreSQL's synchronous connection, which locks the run first, the
+    revision's read and the write. PostgreSQL's stores apply the rule server-side
+    (``pyworkflow_save_checkpoint``, migration 0002; atfgraph's ``atfg_save_checkpoint``)."""
+    if isinstance(conn, sqlite3.Connection):
+        try:
+            conn.execute(SQL_PUT_CHECKPOINT, (run_id, scope, name, value, expected_revision, now))
+        except sqlite3.IntegrityError as exc:
+            raise_checkpoint_refusal(conn, exc, run_id, scope, name, expected_revision)
+        return checkpoint_written(conn, run_id, scope, name, expected_revision)
     row = conn.execute(SQL_CHECKPOINT_REVISION, (run_id, scope, name)).fetchone()
     revision = check_revision(f"checkpoint {name!r}", expected_revision, row[0] if row else 0)
     conn.execute(SQL_UPSERT_CHECKPOINT, (run_id, scope, name, value, revision, now))
     return revision
+
+
+def raise_checkpoint_refusal(
+    conn: sqlite3.Connection, error: sqlite3.IntegrityError, run_id: str, scope: str, name: str,
+    expected_revision: int | None,
+) -> NoReturn:  # fmt: skip
+    """SQLite's refusal of a checkpoint's compare-and-set (``REVISION_REFUSED``) as
+    ``CheckpointConflictError`` with the current revision; any other error as it is."""
+    if str(error) == REVISION_REFUSED:
+        row = conn.execute(SQL_CHECKPOINT_REVISION, (run_id, scope, name)).fetchone()
+        check_revision(f"checkpoint {name!r}", expected_revision, row[0] if row else 0)
+    raise error
+
+
+def checkpoint_written(
+    conn: sqlite3.Connection, run_id: str, scope: str, name: str, expected_revision: int | None
+) -> int:
+    """The revision a compare-and-set just wrote: the one after the expected, else read back."""
+    if expected_revision is not None:
+        return expected_revision + 1
+    return int(conn.execute(SQL_CHECKPOINT_REVISION, (run_id, scope, name)).fetchone()[0])
 
 
 def log_deferred(

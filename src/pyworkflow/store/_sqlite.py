@@ -40,17 +40,18 @@ from ._rows import (
     SQL_RUN_CURSOR,
     WAIT_COLUMNS,
     cancel_reason,
+    checkpoint_written,
     fence_refused,
     hook_not_found,
     list_runs_sql,
     list_waits_sql,
     log_deferred,
     pending_wait,
+    raise_checkpoint_refusal,
     raise_if_resolved,
     refuse_approval,
     run_from_row,
     wait_from_row,
-    write_checkpoint,
 )
 from ._sqlite_db import SQLiteDatabase
 from ._sqlite_statements import (
@@ -60,6 +61,7 @@ from ._sqlite_statements import (
     SQL_CREATE_RUN,
     SQL_CREATE_WAIT,
     SQL_END_RUN,
+    SQL_SAVE_CHECKPOINT,
     SQL_SUSPENDED,
     WAIT_EXISTS,
     WRITER_STATEMENTS,
@@ -524,11 +526,16 @@ class SQLiteStore:
     async def save_checkpoint(
         self, fence: Fence, scope: str, name: str, value: bytes, *, expected_revision: int | None, now: float
     ) -> int:
+        run_id = fence.run_id
+
         def tx(conn: sqlite3.Connection) -> int:
-            _check_fence(conn, fence)
-            revision = write_checkpoint(conn, fence.run_id, scope, name, value, expected_revision, now)
-            _event(conn, fence.run_id, now, "checkpoint_saved", f"{scope}/{name}" if name else scope)
-            return revision
+            # The fence, the compare-and-set (write_checkpoint's rule) and the event: one statement.
+            params = (run_id, fence.epoch, scope, name, value, expected_revision, now)
+            try:
+                _transition(conn, SQL_SAVE_CHECKPOINT, params, fence)
+            except sqlite3.IntegrityError as exc:
+                raise_checkpoint_refusal(conn, exc, run_id, scope, name, expected_revision)
+            return checkpoint_written(conn, run_id, scope, name, expected_revision)
 
         return await self.db.write(tx)
 

@@ -35,7 +35,20 @@ Each is its PostgreSQL function's copy (pyworkflow's PostgreSQL migrations):
   and with ``suspend`` the suspension (``pyworkflow_create_wait()``, 0002, and
   ``pyworkflow_create_wait_suspending()``, 0018);
 - ``pyworkflow_suspended``: a run's suspended status and ``run_suspended``, for a turn that
-  suspends with its wait, on a wait that existed, or at its end (``suspend_run``).
+  suspends with its wait, on a wait that existed, or at its end (``suspend_run``);
+- ``pyworkflow_save_checkpoint``: the fence, the checkpoint's compare-and-set (refused as
+  ``REVISION_REFUSED``: the caller reads the current revision for its error), ``checkpoint_saved``
+  (``pyworkflow_save_checkpoint()``, 0002); ``pyworkflow_put_checkpoint`` is the compare-and-set
+  alone, which the graph store's traversers save theirs with (``write_checkpoint``): one text,
+  ``_PUT_CHECKPOINT``, in both.
+
+Where many turns run at once, every statement a write function runs from Python also gives up
+the GIL while SQLite works and takes it back from the event loop: three trivial statements more a
+write (``SELECT 1``) cost phases A and C all at once 8-35 % of their runs/s (bench/README.md),
+several times their CPU. A checkpoint's save was six such round trips (the fence's read and the
+revision's, each a step for the row and one to see there is no other, the write, the event), now
+one. A checkpoint's deletion stays three statements from Python: as a trigger (the fence, the
+event if there was a checkpoint, the deletion) it took more instructions, not fewer.
 """
 
 from __future__ import annotations
@@ -45,6 +58,8 @@ from __future__ import annotations
 FENCE_REFUSED = "pyworkflow: fence"
 HAS_RESULT = "pyworkflow: has_result"
 WAIT_EXISTS = "pyworkflow: exists"
+#: ``RAISE(FAIL, ...)``: the checkpoint is not at the revision the caller expected.
+REVISION_REFUSED = "pyworkflow: revision"
 
 #: The fence of a turn: NEW.run_id's queue row at NEW.epoch (``pyworkflow_fence()`` on PostgreSQL).
 _FENCE = f"""SELECT RAISE(FAIL, '{FENCE_REFUSED}')
@@ -54,6 +69,20 @@ _FENCE = f"""SELECT RAISE(FAIL, '{FENCE_REFUSED}')
 _EVENT = """INSERT OR FAIL INTO events (run_id, seq, at, type, key, data)
     VALUES (NEW.{run}, (SELECT COALESCE(MAX(seq), 0) + 1 FROM events WHERE run_id = NEW.{run}),
             NEW.at, {type}, {key}, {data})"""
+#: A checkpoint's name in its events: the scope, and ``/name`` when it has one.
+_CHECKPOINT_KEY = "CASE NEW.name WHEN '' THEN NEW.scope ELSE NEW.scope || '/' || NEW.name END"
+#: NEW's checkpoint (the primary key).
+_CHECKPOINT = "checkpoints WHERE run_id = NEW.run_id AND scope = NEW.scope AND name = NEW.name"
+#: The compare-and-set of NEW's checkpoint, the rule of both faces on SQLite: refused unless it is
+#: at the revision NEW.expected (NULL: any; 0: none yet), then written at the next revision. In
+#: the triggers' text rather than a view of its own that they insert into: a nested trigger
+#: costs about as much as the statements it saves.
+_PUT_CHECKPOINT = f"""SELECT RAISE(FAIL, '{REVISION_REFUSED}')
+    WHERE NEW.expected IS NOT NULL AND NEW.expected <> COALESCE((SELECT revision FROM {_CHECKPOINT}), 0);
+    INSERT OR FAIL INTO checkpoints (run_id, scope, name, value, revision, updated_at)
+    VALUES (NEW.run_id, NEW.scope, NEW.name, NEW.value, 1, NEW.at)
+    ON CONFLICT (run_id, scope, name) DO UPDATE SET
+        value = excluded.value, revision = checkpoints.revision + 1, updated_at = excluded.updated_at"""
 
 WRITER_STATEMENTS = (
     """CREATE TEMP VIEW IF NOT EXISTS pyworkflow_complete_step (run_id, epoch, step_key, result, at)
@@ -124,6 +153,24 @@ BEGIN
     {_EVENT.format(run="run_id", type="'wait_created'", key="NEW.wait_key", data="NULL")};
     INSERT INTO pyworkflow_suspended SELECT NEW.run_id, NEW.at WHERE NEW.suspend;
 END""",
+    # A checkpoint's compare-and-set alone, for the graph store's traversers (write_checkpoint).
+    """CREATE TEMP VIEW IF NOT EXISTS pyworkflow_put_checkpoint (run_id, scope, name, value, expected, at)
+AS SELECT NULL, NULL, NULL, NULL, NULL, NULL WHERE 0""",
+    f"""CREATE TEMP TRIGGER IF NOT EXISTS pyworkflow_put_checkpoint
+INSTEAD OF INSERT ON pyworkflow_put_checkpoint
+BEGIN
+    {_PUT_CHECKPOINT};
+END""",
+    """CREATE TEMP VIEW IF NOT EXISTS pyworkflow_save_checkpoint
+    (run_id, epoch, scope, name, value, expected, at)
+AS SELECT NULL, NULL, NULL, NULL, NULL, NULL, NULL WHERE 0""",
+    f"""CREATE TEMP TRIGGER IF NOT EXISTS pyworkflow_save_checkpoint
+INSTEAD OF INSERT ON pyworkflow_save_checkpoint
+BEGIN
+    {_FENCE};
+    {_PUT_CHECKPOINT};
+    {_EVENT.format(run="run_id", type="'checkpoint_saved'", key=_CHECKPOINT_KEY, data="NULL")};
+END""",
 )
 
 #: A step's result, its checkpoints deleted and the event, in one statement (fenced).
@@ -151,14 +198,28 @@ VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
 """
 #: The suspension alone (a turn that suspends on a wait it did not create): (run, at).
 SQL_SUSPENDED = "INSERT INTO pyworkflow_suspended (run_id, at) VALUES (?, ?)"
+#: A checkpoint's compare-and-set alone: (run, scope, name, value, expected revision or NULL for
+#: any, at).
+SQL_PUT_CHECKPOINT = """
+INSERT INTO pyworkflow_put_checkpoint (run_id, scope, name, value, expected, at) VALUES (?, ?, ?, ?, ?, ?)
+"""
+#: A turn's checkpoint: the fence, the compare-and-set, the event: (run, epoch, scope, name,
+#: value, expected revision or NULL for any, at).
+SQL_SAVE_CHECKPOINT = """
+INSERT INTO pyworkflow_save_checkpoint (run_id, epoch, scope, name, value, expected, at)
+VALUES (?, ?, ?, ?, ?, ?, ?)
+"""
 
 __all__ = [
     "FENCE_REFUSED",
     "HAS_RESULT",
+    "REVISION_REFUSED",
     "SQL_COMPLETE_STEP",
     "SQL_CREATE_RUN",
     "SQL_CREATE_WAIT",
     "SQL_END_RUN",
+    "SQL_PUT_CHECKPOINT",
+    "SQL_SAVE_CHECKPOINT",
     "SQL_SUSPENDED",
     "WAIT_EXISTS",
     "WRITER_STATEMENTS",
