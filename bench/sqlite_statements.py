@@ -8,7 +8,8 @@ its own, as written (its writes ``OR FAIL``) and in SQLite's default form (``ABO
 text with the conflict clauses taken out), and a wait's creation also as the six statements from
 Python that wrote it before (the fence's read, the key's read, the wait, its event, the run's
 status, its event), a checkpoint's save as the four before ``pyworkflow_save_checkpoint`` (the
-fence's read, the revision's, the write, the event). With ABORT a trigger that writes more
+fence's read, the revision's, the write, the event), a claim's lease as the three before
+``pyworkflow_lease`` (the queue row, the run's status, the event). With ABORT a trigger that writes more
 than once makes SQLite keep a statement journal, a copy of each page the statement changes, to
 be able to undo that statement alone; the store never needs that (a refusal comes before any
 write, and an error after one rolls the whole transaction back), so its triggers are written
@@ -40,7 +41,6 @@ from pyworkflow.store._rows import SQL_CHECKPOINT_REVISION, SQL_UPSERT_CHECKPOIN
 from pyworkflow.store._sqlite import (
     SQL_APPEND_EVENT,
     SQL_FENCE,
-    SQL_SET_RUN_STATUS,
     SQL_WAIT_BY_KEY,
 )
 from pyworkflow.store._sqlite_statements import (
@@ -48,9 +48,19 @@ from pyworkflow.store._sqlite_statements import (
     SQL_CREATE_RUN,
     SQL_CREATE_WAIT,
     SQL_END_RUN,
+    SQL_LEASE,
     SQL_SAVE_CHECKPOINT,
     WRITER_STATEMENTS,
 )
+
+#: A run's status as the store set it from Python (the suspension before ``pyworkflow_suspended``).
+SQL_SET_RUN_STATUS = "UPDATE runs SET status = ?, updated_at = ? WHERE id = ?"
+
+#: A claim's lease as the store wrote it from Python before ``pyworkflow_lease`` (with the run's
+#: status and the event).
+SQL_LEASE_QUEUE = """
+UPDATE queue SET epoch = epoch + 1, lease_owner = ?, lease_expires_at = ?, crashes = ? WHERE run_id = ?
+"""
 
 #: A wait's insertion as the store wrote it from Python before ``pyworkflow_create_wait`` took
 #: its place (1403e50^): the baseline of ``wait_from_python``.
@@ -120,6 +130,15 @@ def _transitions(conn: sqlite3.Connection) -> dict[str, dict[str, Callable[[str,
         conn.execute(SQL_UPSERT_CHECKPOINT, (run, "s#1", "", _CHECKPOINT, 1, 2.0))
         conn.execute(SQL_APPEND_EVENT, (run, 2.0, "checkpoint_saved", "s#1", None))
 
+    def lease(form: str) -> Callable[[str, int], Any]:
+        sql = _form(SQL_LEASE, form)
+        return lambda run, i: conn.execute(sql, (run, "w2", 130.0, 0, "run_resumed", 2.0))
+
+    def lease_from_python(run: str, i: int) -> None:
+        conn.execute(SQL_LEASE_QUEUE, ("w2", 130.0, 0, run))
+        conn.execute(SQL_SET_RUN_STATUS, ("running", 2.0, run))
+        conn.execute(SQL_APPEND_EVENT, (run, 2.0, "run_resumed", None, None))
+
     def end(form: str) -> Callable[[str, int], Any]:
         sql = _form(SQL_END_RUN, form)
         return lambda run, i: conn.execute(sql, (run, 1, "completed", b"1", None, "run_completed", 3.0))
@@ -129,6 +148,7 @@ def _transitions(conn: sqlite3.Connection) -> dict[str, dict[str, Callable[[str,
         "complete_step": {f: step(f) for f in FORMS},
         "create_wait (suspending)": {**{f: wait(f) for f in FORMS}, "python": wait_from_python},
         "save_checkpoint": {**{f: checkpoint(f) for f in FORMS}, "python": checkpoint_from_python},
+        "lease (a resume)": {**{f: lease(f) for f in FORMS}, "python": lease_from_python},
         "end_run (fenced)": {f: end(f) for f in FORMS},
     }
 

@@ -51,11 +51,15 @@ def test_sqlite_reads_the_next_due_queue_row_through_indexes(tmp_path: Path) -> 
     assert any("INDEX queue_local_leases" in step for step in plan), plan
     assert not [step for step in plan if "TEMP B-TREE" in step], plan  # the indexes give the order
     conn = sqlite3.connect(tmp_path / "plans.db")
-    try:  # the claim walks queue_ready in order (SQLite takes node_id IS NULL as fixing node_id)
+    try:  # the claim walks queue_ready in order (SQLite takes node_id IS NULL as fixing node_id),
+        # and finds each row's run by its primary key
         plan = [row[-1] for row in conn.execute("EXPLAIN QUERY PLAN " + SQL_READY, (1.0, 10))]
     finally:
         conn.close()
-    assert plan == ["SEARCH queue USING INDEX queue_ready (node_id=? AND available_at<?)"], plan
+    assert plan == [
+        "SEARCH q USING INDEX queue_ready (node_id=? AND available_at<?)",
+        "SEARCH r USING INDEX sqlite_autoindex_runs_1 (id=?) LEFT-JOIN",
+    ], plan
     conn = sqlite3.connect(tmp_path / "plans.db")
     try:  # the runtime's one statement: the queue's two lookups and the first pending deadline
         plan = [row[-1] for row in conn.execute("EXPLAIN QUERY PLAN " + SQL_NEXT_DUE)]

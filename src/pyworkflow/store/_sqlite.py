@@ -61,6 +61,7 @@ from ._sqlite_statements import (
     SQL_CREATE_RUN,
     SQL_CREATE_WAIT,
     SQL_END_RUN,
+    SQL_LEASE,
     SQL_SAVE_CHECKPOINT,
     SQL_SUSPENDED,
     WAIT_EXISTS,
@@ -85,7 +86,6 @@ VALUES (?1, (SELECT COALESCE(MAX(seq), 0) + 1 FROM events WHERE run_id = ?1), ?2
 """
 SQL_FENCE = "SELECT epoch FROM queue WHERE run_id = ?"
 SQL_RUN_STATUS = "SELECT status FROM runs WHERE id = ?"
-SQL_SET_RUN_STATUS = "UPDATE runs SET status = ?, updated_at = ? WHERE id = ?"
 # End a turn: drop the row, while the turn holds it, unless a wake-up arrived during the turn ...
 SQL_DELETE_QUEUE_IF_QUIET = "DELETE FROM queue WHERE run_id = ? AND epoch = ? AND wake_seq = ?"
 # ... in which case keep it, unleased and due now, for another turn.
@@ -96,25 +96,25 @@ SQL_DELETE_QUEUE = "DELETE FROM queue WHERE run_id = ?"
 # Due rows nobody holds (never leased, released, or whose lease ran out). Every read of the queue
 # here is of pyworkflow's own rows (node_id NULL; a remote run's row is its node's workers'), and
 # walks queue_ready (node_id, available_at).
-SQL_READY = """
-SELECT run_id, epoch, wake_seq, lease_owner, crashes FROM queue
-WHERE node_id IS NULL AND available_at <= ?1 AND (lease_expires_at IS NULL OR lease_expires_at < ?1)
-ORDER BY available_at LIMIT ?2
+# Each row comes with what the claim needs of its run (by the runs' primary key; NULL for a row
+# whose run is gone): one statement, where a read of the run for each row was two more GIL round
+# trips for the writer (see _sqlite_statements.py).
+_CLAIMABLE = """
+SELECT q.run_id, q.epoch, q.wake_seq, q.lease_owner, q.crashes, r.workflow, r.input, r.status
+FROM queue q LEFT JOIN runs r ON r.id = q.run_id"""
+SQL_READY = f"""{_CLAIMABLE}
+WHERE q.node_id IS NULL AND q.available_at <= ?1 AND (q.lease_expires_at IS NULL OR q.lease_expires_at < ?1)
+ORDER BY q.available_at LIMIT ?2
 """
 # One run's queue row, if it is claimable (SQL_READY's conditions; the primary key serves it).
-SQL_READY_RUN = """
-SELECT run_id, epoch, wake_seq, lease_owner, crashes FROM queue
-WHERE run_id = ?1 AND node_id IS NULL AND available_at <= ?2
-  AND (lease_expires_at IS NULL OR lease_expires_at < ?2)
+SQL_READY_RUN = f"""{_CLAIMABLE}
+WHERE q.run_id = ?1 AND q.node_id IS NULL AND q.available_at <= ?2
+  AND (q.lease_expires_at IS NULL OR q.lease_expires_at < ?2)
 """
 SQL_ANY_READY = """
 SELECT 1 FROM queue
 WHERE node_id IS NULL AND available_at <= ?1 AND (lease_expires_at IS NULL OR lease_expires_at < ?1) LIMIT 1
 """
-SQL_LEASE = """
-UPDATE queue SET epoch = epoch + 1, lease_owner = ?, lease_expires_at = ?, crashes = ? WHERE run_id = ?
-"""
-SQL_RUN_FOR_CLAIM = "SELECT workflow, input, status FROM runs WHERE id = ?"
 SQL_HEARTBEAT = "UPDATE queue SET lease_expires_at = ? WHERE lease_owner = ? AND node_id IS NULL"
 SQL_EXPIRE_LEASES = "UPDATE queue SET lease_expires_at = ? WHERE lease_owner = ? AND node_id IS NULL"
 SQL_LEASE_OWNERS = """
@@ -272,9 +272,8 @@ def _claim_row(conn: sqlite3.Connection, row: Sequence[Any], owner: str, now: fl
     crash or ``run_resumed`` for a suspended run's next turn (none for a pending run's first turn,
     as when ``create_run`` leases the run itself). PostgreSQL's copy of the rule is the
     server-side ``pyworkflow_claim_row`` (migrations 0008, 0014)."""
-    run_id, epoch, wake_seq, previous_owner, crashes = row
-    run = conn.execute(SQL_RUN_FOR_CLAIM, (run_id,)).fetchone()
-    if run is None or RunStatus(run[2]).is_terminal:
+    run_id, epoch, wake_seq, previous_owner, crashes, workflow, input_, status = row
+    if status is None or RunStatus(status).is_terminal:
         conn.execute(SQL_DELETE_QUEUE, (run_id,))
         return None
     if previous_owner is not None:  # a turn that never ended: its worker died
@@ -282,18 +281,15 @@ def _claim_row(conn: sqlite3.Connection, row: Sequence[Any], owner: str, now: fl
         if crashes > max_crashes:
             _end_run(conn, run_id, RunStatus.FAILED, None, _crashed(crashes), now)
             return None
-    conn.execute(SQL_LEASE, (owner, now + lease_ttl, crashes, run_id))
-    conn.execute(SQL_SET_RUN_STATUS, (RunStatus.RUNNING, now, run_id))
-    fresh = run[2] == RunStatus.PENDING
-    if previous_owner is not None:
-        _event(conn, run_id, now, "run_recovered")
-    elif not fresh:  # a run's first turn is no resume: its history starts with run_created
-        _event(conn, run_id, now, "run_resumed")
+    fresh = status == RunStatus.PENDING
+    # A run's first turn is no resume: its history starts with run_created.
+    event = "run_recovered" if previous_owner is not None else None if fresh else "run_resumed"
+    conn.execute(SQL_LEASE, (run_id, owner, now + lease_ttl, crashes, event, now))
     # A resumed run's state is read here, in the claim's transaction on the writer's connection,
     # rather than by the runtime's loop afterwards: three reads fewer on the event loop (each
     # gave up the GIL to the writer thread and waited to get it back), and one snapshot.
     state = RunState() if fresh else _read_state(conn, run_id)
-    return Claim(Fence(run_id, epoch + 1, wake_seq), run[0], run[1], resumed=not fresh, state=state)
+    return Claim(Fence(run_id, epoch + 1, wake_seq), workflow, input_, resumed=not fresh, state=state)
 
 
 def _read_state(conn: sqlite3.Connection, run_id: str) -> RunState:

@@ -36,6 +36,9 @@ Each is its PostgreSQL function's copy (pyworkflow's PostgreSQL migrations):
   ``pyworkflow_create_wait_suspending()``, 0018);
 - ``pyworkflow_suspended``: a run's suspended status and ``run_suspended``, for a turn that
   suspends with its wait, on a wait that existed, or at its end (``suspend_run``);
+- ``pyworkflow_lease``: a claim's lease on the run's queue row (a new epoch), its running
+  status and its event (``run_resumed``, ``run_recovered`` after a crash, none for a first
+  turn), once ``_sqlite._claim_row`` applied the crash limit (``pyworkflow_claim_row()``, 0008);
 - ``pyworkflow_save_checkpoint``: the fence, the checkpoint's compare-and-set (refused as
   ``REVISION_REFUSED``: the caller reads the current revision for its error), ``checkpoint_saved``
   (``pyworkflow_save_checkpoint()``, 0002); ``pyworkflow_put_checkpoint`` is the compare-and-set
@@ -65,10 +68,14 @@ REVISION_REFUSED = "pyworkflow: revision"
 _FENCE = f"""SELECT RAISE(FAIL, '{FENCE_REFUSED}')
     WHERE NOT EXISTS (SELECT 1 FROM queue WHERE run_id = NEW.run_id AND epoch = NEW.epoch)"""
 
-#: A history row of NEW.run_id (``SQL_APPEND_EVENT`` of ``_sqlite.py``, in a trigger's terms).
-_EVENT = """INSERT OR FAIL INTO events (run_id, seq, at, type, key, data)
-    VALUES (NEW.{run}, (SELECT COALESCE(MAX(seq), 0) + 1 FROM events WHERE run_id = NEW.{run}),
-            NEW.at, {type}, {key}, {data})"""
+#: A history row of NEW.run_id (``SQL_APPEND_EVENT`` of ``_sqlite.py``, in a trigger's terms) ...
+_EVENT_ROW = """NEW.{run}, (SELECT COALESCE(MAX(seq), 0) + 1 FROM events WHERE run_id = NEW.{run}),
+            NEW.at, {type}, {key}, {data}"""
+_EVENT = f"""INSERT OR FAIL INTO events (run_id, seq, at, type, key, data)
+    VALUES ({_EVENT_ROW})"""
+#: ... and one written only ``{{when}}``.
+_EVENT_IF = f"""INSERT OR FAIL INTO events (run_id, seq, at, type, key, data)
+    SELECT {_EVENT_ROW} WHERE {{when}}"""
 #: A checkpoint's name in its events: the scope, and ``/name`` when it has one.
 _CHECKPOINT_KEY = "CASE NEW.name WHEN '' THEN NEW.scope ELSE NEW.scope || '/' || NEW.name END"
 #: NEW's checkpoint (the primary key).
@@ -153,6 +160,17 @@ BEGIN
     {_EVENT.format(run="run_id", type="'wait_created'", key="NEW.wait_key", data="NULL")};
     INSERT INTO pyworkflow_suspended SELECT NEW.run_id, NEW.at WHERE NEW.suspend;
 END""",
+    """CREATE TEMP VIEW IF NOT EXISTS pyworkflow_lease (run_id, owner, expires_at, crashes, event, at)
+AS SELECT NULL, NULL, NULL, NULL, NULL, NULL WHERE 0""",
+    f"""CREATE TEMP TRIGGER IF NOT EXISTS pyworkflow_lease
+INSTEAD OF INSERT ON pyworkflow_lease
+BEGIN
+    UPDATE OR FAIL queue SET epoch = epoch + 1, lease_owner = NEW.owner, lease_expires_at = NEW.expires_at,
+        crashes = NEW.crashes
+    WHERE run_id = NEW.run_id;
+    UPDATE OR FAIL runs SET status = 'running', updated_at = NEW.at WHERE id = NEW.run_id;
+    {_EVENT_IF.format(run="run_id", type="NEW.event", key="NULL", data="NULL", when="NEW.event IS NOT NULL")};
+END""",
     # A checkpoint's compare-and-set alone, for the graph store's traversers (write_checkpoint).
     """CREATE TEMP VIEW IF NOT EXISTS pyworkflow_put_checkpoint (run_id, scope, name, value, expected, at)
 AS SELECT NULL, NULL, NULL, NULL, NULL, NULL WHERE 0""",
@@ -198,6 +216,10 @@ VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
 """
 #: The suspension alone (a turn that suspends on a wait it did not create): (run, at).
 SQL_SUSPENDED = "INSERT INTO pyworkflow_suspended (run_id, at) VALUES (?, ?)"
+#: A claim's lease: (run, owner, lease expiry, crashes, event or NULL for none, at).
+SQL_LEASE = """
+INSERT INTO pyworkflow_lease (run_id, owner, expires_at, crashes, event, at) VALUES (?, ?, ?, ?, ?, ?)
+"""
 #: A checkpoint's compare-and-set alone: (run, scope, name, value, expected revision or NULL for
 #: any, at).
 SQL_PUT_CHECKPOINT = """
@@ -218,6 +240,7 @@ __all__ = [
     "SQL_CREATE_RUN",
     "SQL_CREATE_WAIT",
     "SQL_END_RUN",
+    "SQL_LEASE",
     "SQL_PUT_CHECKPOINT",
     "SQL_SAVE_CHECKPOINT",
     "SQL_SUSPENDED",
