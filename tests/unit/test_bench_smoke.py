@@ -98,17 +98,23 @@ def test_disk_benchmark_times_commits_by_pages(tmp_path: Path) -> None:
 
 
 def test_statements_benchmark_times_each_transition_in_each_form(tmp_path: Path) -> None:
-    """``bench.sqlite_statements``: every transition in both forms (and a wait's creation from
-    Python too), a positive time each, the same figures in its JSON file; bad counts refused."""
+    """``bench.sqlite_statements``: every transition in both forms (and a wait's creation, a
+    checkpoint's save and a lease from Python too), a positive time each, the same figures in its
+    JSON file; bad counts refused."""
     out = tmp_path / "statements.json"
     cmd = [sys.executable, "-m", "bench.sqlite_statements", "--n", "50", "--rounds", "2", "--out", str(out)]
     proc = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=120)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     figures = json.loads(out.read_text())["us"]
-    assert list(figures) == ["create_run", "complete_step", "create_wait (suspending)", "end_run (fenced)"]
+    assert list(figures) == [
+        "create_run", "complete_step", "create_wait (suspending)", "save_checkpoint", "lease (a resume)",
+        "end_run (fenced)",
+    ]  # fmt: skip
     assert all(set(forms) >= {"or_fail", "abort"} and min(forms.values()) > 0 for forms in figures.values())
-    assert "python" in figures["create_wait (suspending)"]
-    assert len(proc.stdout.splitlines()) == 5 and proc.stdout.count("or_fail/abort") == 4, proc.stdout
+    assert [name for name, forms in figures.items() if "python" in forms] == [
+        "create_wait (suspending)", "save_checkpoint", "lease (a resume)",
+    ]  # fmt: skip
+    assert len(proc.stdout.splitlines()) == 7 and proc.stdout.count("or_fail/abort") == 6, proc.stdout
     bad = subprocess.run([*cmd[:3], "--n", "0"], cwd=ROOT, capture_output=True, text=True, timeout=60)
     assert bad.returncode == 2 and "at least 1" in bad.stderr, bad.stderr
 
