@@ -6,6 +6,7 @@ PostgreSQL's lock timeout and a server that went away: tests/contract/test_postg
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
 import sqlite3
 import time
@@ -17,6 +18,7 @@ import pytest
 
 from pyworkflow import CheckpointConflictError, DatabaseUnavailableError, LeaseLostError
 from pyworkflow.store import Migration, SQLiteDatabase, SQLiteStore, database_failed
+from pyworkflow.store._sqlite_db import LOCK_POLL_FIRST
 
 SCHEMA = [Migration("test", 1, "t", "CREATE TABLE t (k TEXT NOT NULL UNIQUE);")]
 #: The write timeout of these tests: short, so that each one takes well under a second.
@@ -84,6 +86,54 @@ async def test_a_write_queued_behind_a_blocked_batch_is_not_made_to_wait_twice(d
     finally:
         other.execute("ROLLBACK")
         other.close()
+
+
+async def test_a_lock_released_within_the_bound_is_taken_by_trying_again(db: SQLiteDatabase) -> None:
+    """Another process's write lock, released within the write timeout: the writer (whose
+    connection has no busy handler of SQLite's, which sleeps up to 100 ms a try) tries again
+    after short sleeps, not in a busy loop, and its batch goes through once the lock is free.
+    The lock is released once the writer has tried 20 times."""
+    readers_bound = db.reader().execute("PRAGMA busy_timeout").fetchone()[0]
+    assert readers_bound == int(TIMEOUT * 1000)  # readers keep SQLite's own wait
+    assert await db.write(lambda c: c.execute("PRAGMA busy_timeout").fetchone()[0]) == 0
+    loop = asyncio.get_running_loop()
+    other = exclusive(db.path)
+    other.execute("INSERT INTO t (k) VALUES ('other')")
+    tries: list[float] = []
+    begin = db._begin_now
+
+    def counted(conn: sqlite3.Connection) -> None:  # on the writer's thread
+        tries.append(time.monotonic())
+        if len(tries) == 20:
+            loop.call_soon_threadsafe(lambda: (other.execute("COMMIT"), other.close()))
+        begin(conn)
+
+    db._begin_now = counted  # type: ignore[method-assign]
+    try:
+        await asyncio.gather(*(db.write(insert(f"k{n}")) for n in range(5)))
+    finally:
+        with contextlib.suppress(sqlite3.ProgrammingError):
+            other.close()
+    assert keys(db) == ["other", "k0", "k1", "k2", "k3", "k4"]  # the other's commit came first
+    assert len(tries) >= 21, len(tries)  # 20 refused, then the one that began
+    # Each try after a sleep of at least 0.1 ms (LOCK_POLL_FIRST, doubling to 1 ms).
+    assert tries[19] - tries[0] >= 19 * LOCK_POLL_FIRST, tries[19] - tries[0]
+
+
+async def test_a_statement_alone_waits_for_the_lock_as_a_batch_does(db: SQLiteDatabase) -> None:
+    """A statement alone (``submit`` with no key) runs in autocommit, outside ``BEGIN``: it too
+    tries again while another process holds the lock (with no busy handler it would be refused
+    at once), and goes through once the lock is free."""
+    other = exclusive(db.path)
+    loop = asyncio.get_running_loop()
+    release = loop.call_later(TIMEOUT / 6, lambda: (other.execute("COMMIT"), other.close()))
+    try:
+        assert await db.submit("INSERT INTO t (k) VALUES ('alone') RETURNING k", (), None) == [("alone",)]
+    finally:
+        release.cancel()
+        with contextlib.suppress(sqlite3.ProgrammingError):
+            other.close()
+    assert keys(db) == ["alone"]
 
 
 def test_the_blocking_form_is_bounded_too(db: SQLiteDatabase) -> None:

@@ -12,6 +12,19 @@ write timeout (then :class:`~pyworkflow.DatabaseUnavailableError`), and before e
 the writer checks that the path still names the file it opened (and the WAL it writes): a file
 deleted or replaced under the process takes no more writes, since they would go to a file nobody
 will open again (:meth:`SQLiteDatabase.check_file`).
+
+**Waiting for another process's write lock.** Several processes may write one file (local
+runtimes, a graph server, the CLI); SQLite lets one at a time hold its write lock. Its own busy
+handler waits by sleeping longer and longer (1, 2, 5, 10, ... up to 100 ms a try), so a process
+whose writer takes the lock for batch after batch (all at once, a batch of 500 runs' writes
+takes some 20 ms) keeps it, while the other sleeps through the gaps: two local runtimes on one
+file ran no faster than one (4,286 and 4,500 runs/s against 4,061 and 4,417, one process done
+well before the other). The writer's connection therefore has no busy timeout:
+:meth:`SQLiteDatabase._begin` tries ``BEGIN IMMEDIATE`` and, while the lock is taken, tries again
+after a short sleep (:data:`LOCK_POLL_FIRST`, doubling to :data:`LOCK_POLL_MAX`) until the
+batch's bound; the two processes then take turns, 5,049-5,251 runs/s (``python -m
+bench.processes``; bench/README.md). Readers keep SQLite's handler: in WAL mode they wait for
+nobody.
 """
 
 from __future__ import annotations
@@ -26,7 +39,7 @@ from pathlib import Path
 from typing import TypeVar
 
 from .._errors import DatabaseUnavailableError
-from ._group_commit import WRITE_TIMEOUT, GroupCommitWriter, check_write_timeout
+from ._group_commit import WRITE_TIMEOUT, GroupCommitWriter, Job, Rows, check_write_timeout
 from ._migrations import Migration, apply_migrations
 
 T = TypeVar("T")
@@ -49,10 +62,16 @@ _CACHE_KIB = 64 * 1024
 #: checkpoint instead of once per thousand frames; the log grows to about 40 MB before it is
 #: reused (docs/scaling.md).
 WAL_AUTOCHECKPOINT_PAGES = 10_000
+#: Seconds the writer sleeps before it tries again for a write lock another process holds, at
+#: first and at most (doubling in between): short, so that it is there when the lock is released
+#: between the other's batches; capped, so that a long wait costs about a thousand tries a second.
+LOCK_POLL_FIRST = 0.0001
+LOCK_POLL_MAX = 0.001
 
 
 class _Connection(sqlite3.Connection):
-    """A connection that remembers its busy timeout (the writer bounds it per transaction)."""
+    """A connection that remembers its busy timeout (a writer's: how long its next ``BEGIN``
+    may wait for the write lock, bounded per transaction; see :meth:`SQLiteDatabase._begin`)."""
 
     busy_ms: int
     #: how many of the database's writer statements this connection has run (prepare_writers)
@@ -91,6 +110,34 @@ def _set_wal(conn: sqlite3.Connection, timeout: float) -> None:
             time.sleep(0.01)
 
 
+def _waits_in_python(conn: sqlite3.Connection) -> None:
+    """A writer's connection: no busy handler of SQLite's (the writer waits for the lock itself,
+    :meth:`SQLiteDatabase._begin`); its migrations are applied already, with the handler."""
+    conn.execute("PRAGMA busy_timeout = 0")
+
+
+def _locked(exc: sqlite3.OperationalError) -> bool:
+    """SQLITE_BUSY: another connection holds the lock needed."""
+    return "database is locked" in str(exc) or "database is busy" in str(exc)
+
+
+def _until_unlocked(conn: sqlite3.Connection, attempt: Callable[[], T]) -> T:
+    """``attempt()`` on a writer's connection, outside a transaction, tried again while another
+    process holds the lock it needs (SQLITE_BUSY), after a sleep of :data:`LOCK_POLL_FIRST`
+    doubling to :data:`LOCK_POLL_MAX`, until the connection's bound (``busy_ms``); past it the
+    error is raised (the store's :class:`~pyworkflow.DatabaseUnavailableError`)."""
+    deadline = time.monotonic() + getattr(conn, "busy_ms", 0) / 1000
+    pause = LOCK_POLL_FIRST
+    while True:
+        try:
+            return attempt()
+        except sqlite3.OperationalError as exc:
+            if not _locked(exc) or conn.in_transaction or time.monotonic() + pause > deadline:
+                raise
+        time.sleep(pause)
+        pause = min(pause * 2, LOCK_POLL_MAX)
+
+
 def _file_id(path: str) -> tuple[int, int] | None:
     """The identity of the file at ``path`` (device, inode), or None when there is none."""
     try:
@@ -98,10 +145,6 @@ def _file_id(path: str) -> tuple[int, int] | None:
     except FileNotFoundError:
         return None
     return (st.st_dev, st.st_ino)
-
-
-#: The busy timeout is changed only when the bound it should have moved by more than this (ms).
-_BUSY_SLACK_MS = 50
 
 
 class SQLiteDatabase(GroupCommitWriter[sqlite3.Connection]):
@@ -134,6 +177,7 @@ class SQLiteDatabase(GroupCommitWriter[sqlite3.Connection]):
         conn = _connect(self.path, synchronous, busy_timeout_ms)
         try:
             apply_migrations(conn, migrations)
+            _waits_in_python(conn)
         except BaseException:
             conn.close()
             raise
@@ -151,7 +195,13 @@ class SQLiteDatabase(GroupCommitWriter[sqlite3.Connection]):
     # -- the writer's transactions (see GroupCommitWriter) ----------------------------------------
 
     def _connect_writer(self, lost: sqlite3.Connection | None) -> sqlite3.Connection:
-        return _connect(self.path, self.synchronous, self._busy_timeout_ms)
+        conn = _connect(self.path, self.synchronous, self._busy_timeout_ms)
+        try:
+            _waits_in_python(conn)
+        except BaseException:
+            conn.close()
+            raise
+        return conn
 
     def prepare_writers(self, statements: Sequence[str]) -> None:
         """Run ``statements`` (TEMP views and triggers a store writes through, each idempotent:
@@ -160,7 +210,19 @@ class SQLiteDatabase(GroupCommitWriter[sqlite3.Connection]):
         self._writer_statements += tuple(s for s in statements if s not in self._writer_statements)
 
     def _begin(self, conn: sqlite3.Connection) -> None:
+        """Begin the writer's transaction, waiting up to the connection's bound (:meth:`_bound_wait`)
+        for the write lock another process holds (:func:`_until_unlocked`)."""
         self.check_file()
+        try:
+            self._begin_now(conn)
+        except sqlite3.OperationalError as exc:
+            if not _locked(exc):
+                raise
+            _until_unlocked(conn, lambda: self._begin_now(conn))
+
+    def _begin_now(self, conn: sqlite3.Connection) -> None:
+        """The writer statements (:meth:`prepare_writers`) this connection has not run yet, then
+        ``BEGIN IMMEDIATE`` (SQLITE_BUSY at once while another process holds the write lock)."""
         statements = self._writer_statements
         done = getattr(conn, "prepared", 0)
         if done < len(statements):
@@ -171,21 +233,21 @@ class SQLiteDatabase(GroupCommitWriter[sqlite3.Connection]):
         conn.execute("BEGIN IMMEDIATE")
 
     def _bound_wait(self, conn: sqlite3.Connection, seconds: float) -> None:
-        wanted = (
-            self._busy_timeout_ms if seconds * 1000 >= self._busy_timeout_ms else max(1, int(seconds * 1000))
-        )
-        current = getattr(conn, "busy_ms", None)
-        if current is None or abs(current - wanted) > _BUSY_SLACK_MS:
-            conn.execute(f"PRAGMA busy_timeout = {wanted}")
-            if isinstance(conn, _Connection):
-                conn.busy_ms = wanted
+        if isinstance(conn, _Connection):
+            conn.busy_ms = (
+                self._busy_timeout_ms
+                if seconds * 1000 >= self._busy_timeout_ms
+                else max(1, int(seconds * 1000))
+            )
+
+    def _send_one(self, conn: sqlite3.Connection, job: Job) -> Rows:
+        """A statement alone (autocommit), waiting for another process's write lock as
+        :meth:`_begin` does (nothing of a statement refused for the lock was written)."""
+        return _until_unlocked(conn, lambda: super(SQLiteDatabase, self)._send_one(conn, job))
 
     def _unavailable(self, exc: BaseException) -> bool:
         # SQLITE_BUSY past the busy timeout: another process holds the write lock.
-        return super()._unavailable(exc) or (
-            isinstance(exc, sqlite3.OperationalError)
-            and ("database is locked" in str(exc) or "database is busy" in str(exc))
-        )
+        return super()._unavailable(exc) or (isinstance(exc, sqlite3.OperationalError) and _locked(exc))
 
     def check_file(self) -> None:
         """Raise :class:`~pyworkflow.DatabaseUnavailableError` if the path no longer names the
