@@ -23,6 +23,7 @@ from .._engine import execute_turn
 from ..store import (
     YOUNG_GC_THRESHOLD,
     Claim,
+    Fence,
     Purger,
     QueueVacuum,
     RunState,
@@ -102,6 +103,14 @@ class LocalRuntime:
         self._polled_at = 0.0  # loop time of the last poll
         self._ended = False  # a turn ended since the last poll began
         self._tasks: set[asyncio.Task[None]] = set()
+        #: the claim of each turn whose task has not begun yet (a task cancelled before it
+        #: began runs none of its code, so its lease is released by stop())
+        self._unstarted: dict[asyncio.Task[None], Fence] = {}
+        #: set except while the loop's poll is being made: stop() waits for it rather than
+        #: cancel it (a cancelled caller's write commits all the same, and its claims would be lost)
+        self._not_polling = asyncio.Event()
+        self._not_polling.set()
+        self._stopping = False  # stop() has begun: the loop makes no new poll
         self._in_turn: dict[str, int] = {}  # run id -> its turns active here (see in_turn())
         self._reserved = 0  # permits held for claims being made (see permits())
         self._runner: asyncio.Task[None] | None = None
@@ -155,21 +164,45 @@ class LocalRuntime:
         self._heart = asyncio.create_task(self._heartbeat(), name="pyworkflow-heartbeat")
 
     async def stop(self) -> None:
-        """Stop claiming; cancel active turns, whose leases are released for another process."""
+        """Stop claiming; cancel active turns, whose leases are released for another process:
+        by each turn as it is cancelled, and here those of the turns cancelled before they
+        began. A poll being made is let finish first (its claims become turns, cancelled with
+        the rest): cancelled, it would commit all the same and its claims be lost. A lease left
+        held would wait until it ran out (``lease_ttl``; sooner once this process is gone) and
+        then count as a crash of its run (``run_recovered``)."""
         if self._unsubscribe is not None:
             self._unsubscribe()
             self._unsubscribe = None
+        self._stopping = True
+        for turn in list(self._tasks):  # first, before a poll in flight lets them begin
+            turn.cancel()
+        await self._not_polling.wait()  # bounded by the store's write timeout
         for task in (self._runner, self._heart):
             if task is not None:
                 task.cancel()
-        for task in list(self._tasks):
-            task.cancel()
+        for turn in list(self._tasks):  # and the turns of that poll's claims
+            turn.cancel()
         pending = [t for t in (self._runner, self._heart, *self._tasks) if t is not None]
         if pending:
             await asyncio.gather(*pending, return_exceptions=True)
         self._runner = self._heart = None
         self._in_turn.clear()  # a turn cancelled before it began never left it
+        await self._release_orphans()
+        self._stopping = False
         self._let_go()
+
+    async def _release_orphans(self) -> None:
+        """Release the leases of the turns cancelled before they began (see :meth:`stop`)."""
+        fences = list(self._unstarted.values())
+        self._unstarted.clear()
+        if not fences:
+            return
+        now = _clock.now()
+        outcomes = await asyncio.gather(
+            *(self.store.release(f, now=now) for f in fences), return_exceptions=True
+        )
+        failed = sum(1 for o in outcomes if isinstance(o, BaseException))
+        log.info("released %d lease(s) of turns that never began (%d failed)", len(fences) - failed, failed)
 
     def _let_go(self) -> None:
         """Give back what :meth:`start` took besides the tasks: the queue's vacuum, the store's
@@ -236,6 +269,7 @@ class LocalRuntime:
         run_id = claim.fence.run_id
         task = asyncio.create_task(self._turn(claim, state), name=f"pyworkflow-turn:{run_id}")
         self._tasks.add(task)
+        self._unstarted[task] = claim.fence
         self._in_turn[run_id] = self._in_turn.get(run_id, 0) + 1
         metrics.PERMITS_IN_USE.inc()
         task.add_done_callback(self._turn_done)
@@ -249,6 +283,9 @@ class LocalRuntime:
 
     async def _turn(self, claim: Claim, state: RunState | None) -> None:
         run_id = claim.fence.run_id
+        task = asyncio.current_task()
+        if task is not None:
+            self._unstarted.pop(task, None)
         # Whether the turn may have left something for the loop's next poll: True unless the run
         # ended (completed, failed, cancelled) or its lease was lost, which stores no due time
         # and leaves nothing due (no run waits on another).
@@ -284,7 +321,6 @@ class LocalRuntime:
             # (at capacity, claiming nothing and then sleeping a poll_interval while every turn
             # ending meanwhile saw free permits and did not wake it).
             full = self.free_permits <= 0
-            task = asyncio.current_task()
             if task is not None:
                 self._turn_done(task)
             # A turn that frees capacity the loop was short of wakes it. One that suspends may
@@ -383,14 +419,22 @@ class LocalRuntime:
 
     async def _tick(self) -> float:
         """Expire due waits and claim due runs; return how long to sleep."""
+        if self._stopping:  # stop() waits for a poll in flight, and cancels the loop after it
+            return self.poll_interval
         now = _clock.now()
         self._polled_at = asyncio.get_running_loop().time()
         self._ended = False
         with self.permits(self.max_concurrency) as free:
             # One store call (one round trip on PostgreSQL): expire due waits, claim, next due time.
-            poll = await self.store.poll(
-                self.owner, limit=free, now=now, lease_ttl=self.lease_ttl, max_crashes=self.max_crashes
-            )
+            # Not cancelled by stop(), which waits for it (_not_polling): its claims become turns
+            # below, in this step, before stop() cancels them.
+            self._not_polling.clear()
+            try:
+                poll = await self.store.poll(
+                    self.owner, limit=free, now=now, lease_ttl=self.lease_ttl, max_crashes=self.max_crashes
+                )
+            finally:
+                self._not_polling.set()
             for claim in poll.claims:
                 crashpoint("after_claim")
                 self._spawn(claim, None)
