@@ -119,6 +119,25 @@ def test_statements_benchmark_times_each_transition_in_each_form(tmp_path: Path)
     assert bad.returncode == 2 and "at least 1" in bad.stderr, bad.stderr
 
 
+def test_processes_benchmark_shares_the_runs_among_processes(tmp_path: Path) -> None:
+    """``bench.processes``: one and two processes on one SQLite file, each count's figures (a
+    positive rate, one rate a process, CPU a run), the same in its JSON file and on stdout; every
+    run completed once (the benchmark checks it itself and fails otherwise); bad counts refused."""
+    out = tmp_path / "processes.json"
+    cmd = [sys.executable, "-m", "bench.processes", "--n", "60", "--repeat", "1", "--out", str(out)]
+    proc = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=240)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    figures = json.loads(out.read_text())["processes"]
+    assert list(figures) == ["1", "2"]
+    for count, f in figures.items():
+        assert f["runs_per_s"] > 0 and len(f["samples"]) == 1 and f["cpu_ms_per_run"] > 0, f
+        assert len(f["each_runs_per_s"]) == int(count) and min(f["each_runs_per_s"]) > 0, f
+        assert f"{f['runs_per_s']:,} runs/s" in proc.stdout, proc.stdout
+    for bad in (["--processes", "0"], ["--n", "1", "--processes", "2"], ["--repeat", "0"]):
+        refused = subprocess.run([*cmd[:3], *bad], cwd=ROOT, capture_output=True, text=True, timeout=60)
+        assert refused.returncode == 2 and "at least" in refused.stderr, refused.stderr
+
+
 def test_frames_benchmark_counts_each_transitions_pages(tmp_path: Path) -> None:
     """``bench.wal_frames``: each transition's commit wrote at least one frame (a checkpoint's save
     two: its row and the event), in its output and JSON; bad counts refused."""
