@@ -78,9 +78,10 @@ def _leave_out(parts: Sequence[str]) -> None:
         Counter.inc = lambda self, amount=1, exemplar=None: None  # type: ignore[method-assign]
         Gauge.inc = lambda self, amount=1: None  # type: ignore[method-assign]
         Gauge.dec = lambda self, amount=1: None  # type: ignore[method-assign]
-        from pyworkflow.store import metrics
+        from pyworkflow.store import _histograms, metrics
 
         metrics.WriterBatches.observe = lambda self, seconds, jobs: None  # type: ignore[method-assign]
+        _histograms._Child.observe = lambda self, amount: None  # type: ignore[method-assign]
 
 
 # -- the child, under valgrind --------------------------------------------------------------------

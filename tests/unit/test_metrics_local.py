@@ -209,3 +209,59 @@ def test_writer_batches_serve_what_two_histograms_would() -> None:
     after = served(registry)
     assert value(after, "pyworkflow_group_commit_batch_size_count") == len(observed) + 80_000
     assert value(after, "pyworkflow_group_commit_seconds_bucket", le="0.005") == 3 + 80_000
+
+
+def test_labelled_histograms_serve_what_prometheus_client_would() -> None:
+    """The engine's event histograms (steps, attempts, decisions to running, timers' lateness) are
+    ``LabelledHistogram``: plain counts a child under one lock, served as prometheus-client's
+    ``Histogram`` with the same labels would serve the same observations, sample for sample, the
+    ``_created`` of each child included; one child per set of values; a wrong number of values
+    refused as ``labels`` refuses it; concurrent observers lose none."""
+    import threading
+
+    from prometheus_client import CollectorRegistry, Histogram, generate_latest
+
+    from pyworkflow.store import metrics
+    from pyworkflow.store._histograms import LabelledHistogram
+
+    for metric in (metrics.STEP_SECONDS, metrics.ATTEMPT_SECONDS, metrics.DECISION_TO_RUNNING,
+                   metrics.TIMER_LATENESS):  # fmt: skip
+        assert isinstance(metric, LabelledHistogram)
+    registry, reference = CollectorRegistry(), CollectorRegistry()
+    bounds = (0.001, 0.005, 0.01, 1.0, 60.0)
+    ours = LabelledHistogram("t_seconds", "A test.", ["kind", "outcome"], buckets=bounds, registry=registry)
+    theirs = Histogram("t_seconds", "A test.", ["kind", "outcome"], buckets=bounds, registry=reference)
+    observed = [("a", "ok", 0.0), ("a", "ok", 0.001), ("a", "ok", 0.0010001), ("b", "failed", 60.0),
+                ("b", "failed", 1e9), ("a", "failed", 0.3)]  # fmt: skip
+    for kind, outcome, amount in observed:
+        ours.labels(kind, outcome).observe(amount)
+        theirs.labels(kind, outcome).observe(amount)
+    assert ours.labels("a", "ok") is ours.labels("a", "ok")
+    with pytest.raises(ValueError):
+        ours.labels("a")
+    mine, reference_samples = (
+        parse(generate_latest(registry).decode()),
+        parse(generate_latest(reference).decode()),
+    )
+    assert set(mine) == set(reference_samples)  # the _created samples too, per child
+    created = [k for k in mine if k[0] == "t_seconds_created"]
+    assert len(created) == 3 and all(mine[k] > 0 for k in created)
+    assert {k: v for k, v in mine.items() if k not in created} == {
+        k: v for k, v in reference_samples.items() if k not in created
+    }
+    assert value(mine, "t_seconds_bucket", kind="a", outcome="ok", le="0.001") == 2
+    assert value(mine, "t_seconds_bucket", kind="b", outcome="failed", le="+Inf") == 2
+    child = ours.labels("c", "ok")
+
+    def observe_many() -> None:
+        for _ in range(20_000):
+            child.observe(0.002)
+
+    threads = [threading.Thread(target=observe_many) for _ in range(4)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    after = parse(generate_latest(registry).decode())
+    assert value(after, "t_seconds_count", kind="c", outcome="ok") == 80_000
+    assert value(after, "t_seconds_bucket", kind="c", outcome="ok", le="0.005") == 80_000

@@ -21,14 +21,12 @@ from __future__ import annotations
 import bisect
 import concurrent.futures
 import functools
-import itertools
 import logging
 import threading
 import time
 from collections.abc import Callable, Iterable, Iterator
 from typing import Any
 
-import prometheus_client.metrics
 from prometheus_client import (
     CONTENT_TYPE_LATEST,
     CollectorRegistry,
@@ -43,7 +41,8 @@ from prometheus_client import (
 )
 from prometheus_client.core import GaugeMetricFamily, HistogramMetricFamily
 from prometheus_client.registry import Collector
-from prometheus_client.utils import floatToGoString as _untyped_go_string
+
+from ._histograms import LabelledHistogram, histogram_family
 
 log = logging.getLogger("pyworkflow.metrics")
 
@@ -70,21 +69,21 @@ _BATCH = (1, 2, 4, 8, 16, 32, 64, 128, 256, 512)
 
 # -- events --------------------------------------------------------------------------------------
 
-DECISION_TO_RUNNING = Histogram(
+DECISION_TO_RUNNING = LabelledHistogram(
     "pyworkflow_decision_to_running_seconds",
     "From a wait's resolution (a decision, a hook payload) to the start of the attempt that runs on.",
     ["kind"],
     buckets=_LATENCY,
     registry=REGISTRY,
 )
-ATTEMPT_SECONDS = Histogram(
+ATTEMPT_SECONDS = LabelledHistogram(
     "pyworkflow_attempt_seconds",
     "Duration of an attempt: a turn of a pyworkflow run, or a traverser's lease from claim to its end.",
     ["kind", "outcome"],
     buckets=_DURATION,
     registry=REGISTRY,
 )
-STEP_SECONDS = Histogram(
+STEP_SECONDS = LabelledHistogram(
     "pyworkflow_step_seconds",
     "Duration of one execution of a step function (one attempt of the step).",
     ["outcome"],
@@ -128,7 +127,7 @@ TIMERS_FIRED = Counter(
     ["kind"],
     registry=REGISTRY,
 )
-TIMER_LATENESS = Histogram(
+TIMER_LATENESS = LabelledHistogram(
     "pyworkflow_timer_lateness_seconds",
     "From a wait's deadline to the start of the attempt that acts on its expiry.",
     ["kind"],
@@ -152,23 +151,6 @@ HTTP_SECONDS = Histogram(
     buckets=_LATENCY,
     registry=REGISTRY,
 )
-
-
-#: A bucket's ``le`` as prometheus-client writes it ("0.005", "1.0", "+Inf").
-_go_string: Callable[[float], str] = _untyped_go_string
-
-
-def _histogram(name: str, doc: str, bounds: tuple[float, ...], counts: list[int], total: float,
-               created: float) -> HistogramMetricFamily:  # fmt: skip
-    """A histogram family as prometheus-client's :class:`Histogram` serves it (cumulative
-    buckets named as it names them, ``_count``, ``_sum``, ``_created`` unless disabled)."""
-    cumulative = list(itertools.accumulate(counts))
-    buckets = [(_go_string(bound), float(n)) for bound, n in zip(bounds, cumulative[:-1], strict=True)]
-    buckets.append(("+Inf", float(cumulative[-1])))
-    family = HistogramMetricFamily(name, doc, buckets=buckets, sum_value=total)
-    if getattr(prometheus_client.metrics, "_use_created", True):  # disable_created_metrics()
-        family.add_sample(f"{name}_created", {}, created)
-    return family
 
 
 class WriterBatches(Collector):
@@ -205,8 +187,10 @@ class WriterBatches(Collector):
         with self._lock:
             sizes, size_sum = list(self._sizes), float(self._size_sum)
             seconds, seconds_sum = list(self._seconds), self._seconds_sum
-        yield _histogram(self.SIZE, self.SIZE_DOC, _BATCH, sizes, size_sum, self._created)
-        yield _histogram(self.SECONDS, self.SECONDS_DOC, _LATENCY, seconds, seconds_sum, self._created)
+        yield histogram_family(self.SIZE, self.SIZE_DOC, (), _BATCH, [((), sizes, size_sum, self._created)])
+        yield histogram_family(
+            self.SECONDS, self.SECONDS_DOC, (), _LATENCY, [((), seconds, seconds_sum, self._created)]
+        )
 
 
 #: The writers' batches (:class:`WriterBatches`), on :data:`REGISTRY`.
