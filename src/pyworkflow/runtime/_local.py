@@ -201,8 +201,10 @@ class LocalRuntime:
         outcomes = await asyncio.gather(
             *(self.store.release(f, now=now) for f in fences), return_exceptions=True
         )
-        failed = sum(1 for o in outcomes if isinstance(o, BaseException))
-        log.info("released %d lease(s) of turns that never began (%d failed)", len(fences) - failed, failed)
+        failed = [o for o in outcomes if isinstance(o, BaseException)]
+        log.info("released %d lease(s) of turns that never began", len(fences) - len(failed))
+        if failed:  # each such lease runs out (lease_ttl) and its run is then recovered as a crash
+            log.warning("could not release %d lease(s) of turns that never began: %s", len(failed), failed[0])
 
     def _let_go(self) -> None:
         """Give back what :meth:`start` took besides the tasks: the queue's vacuum, the store's
