@@ -29,7 +29,7 @@ sys.argv[0] = "pytest"
 runpy.run_module("pytest", run_name="__main__", alter_sys=True)')
 SQLITE_ARGS=(-q --durations=15)
 POSTGRESQL_ARGS=(-q --durations=15
-  tests/contract tests/unit tests/acceptance/atfgraph tests/integration/test_runtime_stop.py
+  tests/contract tests/unit tests/acceptance/atfgraph tests/integration/test_runtime_stop.py tests/integration/test_cancelled_callers.py
   --ignore=tests/unit/contrib --ignore=tests/unit/test_bench_smoke.py
   tests/reliability/test_races.py tests/reliability/test_state_machine.py
   tests/reliability/test_hostile_corpus.py

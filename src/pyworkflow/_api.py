@@ -405,6 +405,7 @@ async def resume_hook(token: str, payload: Any = None) -> ResumeResult:
                 owner=runtime.owner,
                 lease_ttl=runtime.lease_ttl,
                 max_crashes=runtime.max_crashes,
+                abandoned=runtime.abandoned,
             )
         else:
             resolved = await store.resolve_wait(
@@ -415,7 +416,13 @@ async def resume_hook(token: str, payload: Any = None) -> ResumeResult:
             )
         crashpoint("after_hook_resumed")
         _log_received(resolved)
-        with await _tracing.decided(get_store(), resolved, began):
+        try:
+            span = await _tracing.decided(get_store(), resolved, began)
+        except asyncio.CancelledError:  # the decision and its claim are committed: run the turn
+            if claim is not None and runtime is not None:
+                runtime.adopt(claim)
+            raise
+        with span:
             if claim is not None and runtime is not None:
                 runtime.adopt(claim)
             else:

@@ -49,9 +49,11 @@ async def _queued(store: Store) -> list[str]:
     return ids
 
 
-async def _stop_at(store: Store, moment: str) -> LocalRuntime:
+async def _stop_at(store: Store, moment: str, calls: int = 1) -> LocalRuntime:
     """A runtime on ``store`` stopped at ``moment``: ``in_flight`` (its poll's write submitted,
-    not yet answered) or ``unstarted`` (the poll answered, its turns' tasks made, none begun)."""
+    not yet answered) or ``unstarted`` (the poll answered, its turns' tasks made, none begun);
+    with ``calls`` calls of ``stop()`` at once (``unstarted``), returning when the last one
+    returned."""
     runtime = LocalRuntime(store, poll_interval=3600, lease_ttl=600)
     real_poll = store.poll
     entered, gate = asyncio.Event(), asyncio.Event()
@@ -67,7 +69,7 @@ async def _stop_at(store: Store, moment: str) -> LocalRuntime:
         if not stopping:  # the first poll (the loop may poll again before stop() begins)
             # Scheduled before the turns' tasks are made (right after this returns): stop()
             # runs first and cancels them before they begin.
-            stopping.append(asyncio.ensure_future(runtime.stop()))
+            stopping.extend(asyncio.ensure_future(runtime.stop()) for _ in range(calls))
             entered.set()
         return result
 
@@ -80,7 +82,7 @@ async def _stop_at(store: Store, moment: str) -> LocalRuntime:
         gate.set()
         await asyncio.wait_for(stop, 10)
     else:
-        await asyncio.wait_for(stopping[0], 10)
+        await asyncio.wait_for(stopping[-1], 10)
     store.poll = real_poll  # type: ignore[method-assign]
     assert runtime.turns == 0  # no turn began
     return runtime
@@ -115,6 +117,19 @@ async def test_a_runtime_stopped_while_it_claims_leaves_no_lease(store_url: str,
     try:
         ids = await _queued(store)
         await _stop_at(store, moment)
+        await _check_released_then_run(store, ids)
+    finally:
+        store.close()
+
+
+async def test_a_second_stop_returns_once_the_first_has_released_every_lease(store_url: str) -> None:
+    """Two ``stop()`` at once: the second, which finds the first under way, returns only when the
+    first has released the leases of the turns that never began."""
+    store = open_store(store_url)
+    try:
+        ids = await _queued(store)
+        await _stop_at(store, "unstarted", calls=2)
+        assert await store.lease_owners(now=0.0) == []  # checked as the second call returns
         await _check_released_then_run(store, ids)
     finally:
         store.close()

@@ -111,6 +111,9 @@ class LocalRuntime:
         self._not_polling = asyncio.Event()
         self._not_polling.set()
         self._stopping = False  # stop() has begun: the loop makes no new poll
+        self._stopped: asyncio.Future[None] | None = None  # a stop() under way: later calls wait for it
+        #: releases of leases whose claims reached a stopped runtime (see abandoned())
+        self._releasing: set[asyncio.Task[None]] = set()
         self._in_turn: dict[str, int] = {}  # run id -> its turns active here (see in_turn())
         self._reserved = 0  # permits held for claims being made (see permits())
         self._runner: asyncio.Task[None] | None = None
@@ -169,7 +172,19 @@ class LocalRuntime:
         began. A poll being made is let finish first (its claims become turns, cancelled with
         the rest): cancelled, it would commit all the same and its claims be lost. A lease left
         held would wait until it ran out (``lease_ttl``; sooner once this process is gone) and
-        then count as a crash of its run (``run_recovered``)."""
+        then count as a crash of its run (``run_recovered``). A second call while one is under
+        way returns when that one has."""
+        if self._stopped is not None:
+            await asyncio.shield(self._stopped)
+            return
+        self._stopped = asyncio.get_running_loop().create_future()
+        try:
+            await self._stop()
+        finally:
+            self._stopped.set_result(None)
+            self._stopped = None
+
+    async def _stop(self) -> None:
         if self._unsubscribe is not None:
             self._unsubscribe()
             self._unsubscribe = None
@@ -188,6 +203,8 @@ class LocalRuntime:
         self._runner = self._heart = None
         self._in_turn.clear()  # a turn cancelled before it began never left it
         await self._release_orphans()
+        if self._releasing:
+            await asyncio.gather(*self._releasing, return_exceptions=True)
         self._stopping = False
         self._let_go()
 
@@ -235,6 +252,7 @@ class LocalRuntime:
                 now=_clock.now(),
                 lease_owner=self.owner if granted else None,
                 lease_ttl=self.lease_ttl,
+                abandoned=self.abandoned,
             )
             crashpoint("after_run_created")
             if claim is not None:
@@ -266,6 +284,29 @@ class LocalRuntime:
         transaction claimed the run it woke: ``Store.resolve_wait_and_claim``)."""
         crashpoint("after_claim")
         self._spawn(claim, None)
+
+    def abandoned(self, claim: Claim) -> None:
+        """A claim made for this runtime whose caller was cancelled while its write was in flight
+        (``start`` or ``resume_hook`` under a timeout): the write committed all the same, so the
+        lease is held here. The turn runs here as if the caller had waited; a runtime that
+        stopped releases the lease instead. Left alone, the lease would be renewed by every
+        heartbeat while other turns run, and the run would wait with nothing running it."""
+        if self.running and not self._stopping:
+            log.info(
+                "run %s: its caller stopped waiting for the claim; the turn runs all the same",
+                claim.fence.run_id,
+                extra={"run_id": claim.fence.run_id},
+            )
+            self._spawn(claim, None)
+            return
+        release = asyncio.ensure_future(self.store.release(claim.fence, now=_clock.now()))
+        self._releasing.add(release)
+        release.add_done_callback(self._released)
+
+    def _released(self, release: asyncio.Task[None]) -> None:
+        self._releasing.discard(release)
+        if not release.cancelled() and release.exception() is not None:
+            log.warning("could not release the lease of an abandoned claim: %s", release.exception())
 
     def _spawn(self, claim: Claim, state: RunState | None) -> None:
         run_id = claim.fence.run_id

@@ -129,7 +129,8 @@ class Job:
     ``deadline``: the ``time.monotonic()`` after which it must not start."""
 
     __slots__ = (
-        "carried", "deadline", "deferred", "error", "fn", "future", "key", "loop", "params", "sql", "value",
+        "abandoned", "carried", "deadline", "deferred", "error", "fn", "future", "key", "loop", "params",
+        "sql", "value",
     )  # fmt: skip
 
     def __init__(
@@ -154,6 +155,9 @@ class Job:
         self.deferred = False
         #: statements of the same key run just before this one, in its transaction (``submit``)
         self.carried: list[Job] | None = None
+        #: called on the caller's loop with the value when the job committed but its caller had
+        #: stopped waiting (cancelled): see :meth:`GroupCommitWriter.write`
+        self.abandoned: Callable[[Any], None] | None = None
 
 
 class _Slot(Generic[C]):
@@ -321,10 +325,20 @@ class GroupCommitWriter(Generic[C]):
         bound = self.write_timeout if timeout is None else timeout
         return _NEVER if bound is None else time.monotonic() + bound
 
-    async def write(self, fn: Callable[[C], T], *, timeout: float | None = None) -> T:
+    async def write(
+        self,
+        fn: Callable[[C], T],
+        *,
+        timeout: float | None = None,
+        abandoned: Callable[[T], None] | None = None,
+    ) -> T:
         """Run ``fn`` in a write transaction; return once it is committed (durable).
         :class:`DatabaseUnavailableError` if the database took no write within ``timeout``
-        seconds (default: :attr:`write_timeout`); then ``fn`` did not commit."""
+        seconds (default: :attr:`write_timeout`); then ``fn`` did not commit.
+
+        A caller cancelled while its job is in flight stops waiting, but the job commits all the
+        same: ``abandoned(value)`` is then called on the caller's loop, for what the caller would
+        have done with the value that must not be lost (a lease it took: a turn to run)."""
         loop = asyncio.get_running_loop()
         if self.inline and len(getattr(loop, "_ready", _MANY)) <= INLINE_MAX_READY:
             # Next to nothing else is ready on this loop: nobody would share the commit.
@@ -335,7 +349,9 @@ class GroupCommitWriter(Generic[C]):
                 value: T = job.value
                 return value
         future: asyncio.Future[T] = loop.create_future()
-        self._put(Job(fn, None, None, None, loop, future, self._deadline(timeout)))
+        job = Job(fn, None, None, None, loop, future, self._deadline(timeout))
+        job.abandoned = abandoned
+        self._put(job)
         return await future
 
     def _write_inline(self, job: Job) -> bool:
@@ -446,12 +462,19 @@ class GroupCommitWriter(Generic[C]):
             return True
 
     def submit(
-        self, sql: str, params: Any, key: str | None = "", *, carried: Sequence[Job] = ()
+        self,
+        sql: str,
+        params: Any,
+        key: str | None = "",
+        *,
+        carried: Sequence[Job] = (),
+        abandoned: Callable[[Rows], None] | None = None,
     ) -> asyncio.Future[Rows]:
         """Hand one statement to the writers (``key``: the run it locks, ``""`` for a read,
         :data:`LOCKS_LAST` for one that finds its run itself, ``None`` to run alone); the
         future, on the running loop, settles with its rows after its transaction ended. A
-        caller that stops waiting does not stop the statement. ``sql`` is the kit's SQL, as a
+        caller that stops waiting does not stop the statement: ``abandoned(rows)`` is then called
+        on its loop once the statement committed (see :meth:`write`). ``sql`` is the kit's SQL, as a
         write function's: ``?`` placeholders with a sequence of ``params``,
         ``:name`` with a dict (PostgreSQL's database translates it for psycopg).
 
@@ -465,6 +488,7 @@ class GroupCommitWriter(Generic[C]):
         job = Job(None, sql, params, key, loop, future, self._deadline(None))
         if carried:
             job.carried = list(carried)
+        job.abandoned = abandoned
         self._put(job)
         return future
 
@@ -769,8 +793,18 @@ def _settle(jobs: list[Job]) -> None:
     for job in jobs:
         future = job.future
         if future.done():  # the caller was cancelled; its work is committed all the same
+            if job.abandoned is not None and job.error is None:
+                _hand_over(job)
             continue
         if job.error is not None:
             future.set_exception(job.error)
         else:
             future.set_result(job.value)
+
+
+def _hand_over(job: Job) -> None:
+    """Give a committed job's value to its ``abandoned`` callback (its caller was cancelled)."""
+    try:
+        job.abandoned(job.value)  # type: ignore[misc]
+    except Exception:
+        log.exception("a cancelled caller's committed write: its hand-over failed")

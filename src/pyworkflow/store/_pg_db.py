@@ -417,16 +417,23 @@ class PostgresDatabase(GroupCommitWriter[PgConnection]):
     # -- inline statements (see the module's docstring) -------------------------------------------
 
     def submit(
-        self, sql: str, params: Any, key: str | None = "", *, carried: Sequence[Job] = ()
+        self,
+        sql: str,
+        params: Any,
+        key: str | None = "",
+        *,
+        carried: Sequence[Job] = (),
+        abandoned: Callable[[Rows], None] | None = None,
     ) -> asyncio.Future[Rows]:
         if self._inline_lock is None or key is None:  # the graph server's database: no look at the loop
-            return super().submit(sql, params, key, carried=carried)
+            return super().submit(sql, params, key, carried=carried, abandoned=abandoned)
         loop = asyncio.get_running_loop()
         if len(getattr(loop, "_ready", _MANY)) > INLINE_MAX_READY:
-            return super().submit(sql, params, key, carried=carried)
+            return super().submit(sql, params, key, carried=carried, abandoned=abandoned)
         future: asyncio.Future[Rows] = loop.create_future()
         job = Job(None, sql, params, key, loop, future, self._deadline(None))
         job.carried = list(carried) or None
+        job.abandoned = abandoned  # settled here when sent inline: only if queued can it be
         if not self._send_inline(job):
             self._put(job)
         return future

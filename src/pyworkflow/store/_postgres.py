@@ -253,14 +253,20 @@ class PostgresStore(CeleryQueue):
         return await self._on_loop(run())
 
     def _submit(
-        self, sql: str, params: Any, key: str | None, carried: Sequence[Job] = ()
+        self,
+        sql: str,
+        params: Any,
+        key: str | None,
+        carried: Sequence[Job] = (),
+        abandoned: Callable[[Rows], None] | None = None,
     ) -> asyncio.Future[Rows]:
         """Hand one statement to the group commit; the future settles after its transaction ended.
-        A caller that is cancelled stops waiting; the statement still runs to its commit.
-        ``carried``: the run's deferred statements, run just before it (``RunDeferrals``)."""
+        A caller that is cancelled stops waiting; the statement still runs to its commit (then
+        ``abandoned(rows)``). ``carried``: the run's deferred statements, run just before it
+        (``RunDeferrals``)."""
         if self._closed:
             raise RuntimeError("store is closed")
-        return self._writer.submit(sql, params, key, carried=carried)
+        return self._writer.submit(sql, params, key, carried=carried, abandoned=abandoned)
 
     async def _call(self, sql: str, params: Any, run_id: str) -> str:
         """One statement that is a whole transition of ``run_id`` (a server-side function that
@@ -271,11 +277,13 @@ class PostgresStore(CeleryQueue):
         )
         return str(rows[0][0])
 
-    async def _fetch(self, sql: str, params: Any, run_id: str = "") -> Rows:
+    async def _fetch(
+        self, sql: str, params: Any, run_id: str = "", abandoned: Callable[[Rows], None] | None = None
+    ) -> Rows:
         """One statement's rows: a read (no lock, ``run_id`` empty) or a transition of ``run_id``
         (after the run's deferred statements, as :meth:`_call`)."""
         carried = await self._deferred.in_order(run_id) if run_id and self._deferred else ()
-        return await self._submit(sql, params, run_id, carried)
+        return await self._submit(sql, params, run_id, carried, abandoned)
 
     async def _alone(self, sql: str, params: Any) -> Rows:
         """One statement that may lock several runs in any order: its own transaction, never in a group."""
@@ -368,6 +376,7 @@ class PostgresStore(CeleryQueue):
         lease_owner: str | None,
         lease_ttl: float,
         also: Callable[[Any], None] | None = None,
+        abandoned: Callable[[Claim], None] | None = None,
     ) -> Claim | None:
         epoch = 1 if lease_owner else 0
         params = {
@@ -381,8 +390,11 @@ class PostgresStore(CeleryQueue):
             "expires": now + lease_ttl if lease_owner else None,
             "notify": not lease_owner,  # a run nobody holds is work for someone
         }
-        if also is None:
-            await self._fetch(SQL_CREATE_RUN, params, run_id)  # one statement, committed in a group
+        if also is None:  # one statement, committed in a group
+            lost = None
+            if abandoned is not None and lease_owner:
+                lost = lambda _rows: abandoned(Claim(Fence(run_id, epoch, 0), workflow, input, resumed=False))  # noqa: E731
+            await self._fetch(SQL_CREATE_RUN, params, run_id, lost)
         else:
             # With what must commit with it (an operator's audit entry): a write function on the
             # same writer (not the hot path).
@@ -685,7 +697,9 @@ class PostgresStore(CeleryQueue):
         also: Callable[[Any], None] | None = None,
     ) -> WaitRecord:
         by_token = also is None  # a caller's write joins a decision by id
-        wait, decided = await self._wait_to_decide(token_digest, wait_id, payload, now, check, None, by_token)
+        wait, decided = await self._wait_to_decide(
+            token_digest, wait_id, payload, now, check, None, by_token=by_token
+        )
         if decided is not None:
             return wait
         params = (wait.id, wait.run_id, payload, now)
@@ -714,20 +728,23 @@ class PostgresStore(CeleryQueue):
         owner: str,
         lease_ttl: float,
         max_crashes: int,
+        abandoned: Callable[[Claim], None] | None = None,
     ) -> tuple[WaitRecord, Claim | None]:
         # One statement (migration 0017): the decision, the woken run's claim for ``owner`` with
         # its state, and a NOTIFY only when the run is left for another runtime to take; with the
         # wait's lookup by token too when it can (0021, see _wait_to_decide).
         claiming = (owner, lease_ttl, max_crashes)
-        wait, rows = await self._wait_to_decide(token_digest, None, payload, now, check, claiming)
+        lost = None if abandoned is None else _claimed(abandoned, 1 + TOKEN_WAIT_COLUMNS)
+        wait, rows = await self._wait_to_decide(token_digest, None, payload, now, check, claiming, lost)
         claim_at = 1 + TOKEN_WAIT_COLUMNS  # the outcome and the wait's columns come first
         if rows is None:
             params = (wait.id, wait.run_id, payload, now, *claiming)
-            rows = await self._fetch(SQL_FN_RESOLVE_WAIT_AND_CLAIM, params, wait.run_id)
+            lost = None if abandoned is None else _claimed(abandoned, 1)
+            rows = await self._fetch(SQL_FN_RESOLVE_WAIT_AND_CLAIM, params, wait.run_id, lost)
             wait = _decided(wait, str(rows[0][0]) if rows else "missing", payload, now, token_digest, None)
             claim_at = 1
-        claims = _claims_with_states([r[claim_at:] for r in rows]).claims
-        return wait, claims[0] if claims else None
+        claim = _claim_in(rows, claim_at)
+        return wait, claim
 
     async def _wait_to_decide(
         self,
@@ -737,6 +754,7 @@ class PostgresStore(CeleryQueue):
         now: float,
         check: Callable[[WaitRecord], None] | None,
         claiming: tuple[str, float, int] | None,
+        abandoned: Callable[[Rows], None] | None = None,
         by_token: bool = True,
     ) -> tuple[WaitRecord, Sequence[Sequence[Any]] | None]:
         """The wait a decision is for, refused as the decision would be (an approval, already
@@ -750,10 +768,11 @@ class PostgresStore(CeleryQueue):
         then the wait as decided and the statement's rows (the outcome, the wait's columns, the
         claim's), or the wait to decide by id as above when it has a schema to check first or
         its run was locked elsewhere (nothing written). Sent after the statements of its group
-        that are sorted by run (``LOCKS_LAST``): it never waits for a lock."""
+        that are sorted by run (``LOCKS_LAST``): it never waits for a lock. ``abandoned(rows)``:
+        the statement's, if its caller is cancelled while it is in flight."""
         if token_digest is not None and by_token and not self._deferred:
             params = (token_digest, payload, now, *(claiming or (None, None, None)))
-            rows = await self._submit(SQL_FN_RESOLVE_TOKEN, params, LOCKS_LAST)
+            rows = await self._submit(SQL_FN_RESOLVE_TOKEN, params, LOCKS_LAST, (), abandoned)
             outcome = str(rows[0][0])
             if outcome == "unknown":
                 raise hook_not_found(token_digest, None)
@@ -774,3 +793,20 @@ class PostgresStore(CeleryQueue):
         # each other in a cycle; it may lock several runs, so it runs alone, not in a group.
         rows = await self._alone(SQL_FN_EXPIRE_DUE_WAITS, (now, limit))
         return int(rows[0][0])
+
+
+def _claim_in(rows: Sequence[Sequence[Any]], at: int) -> Claim | None:
+    """The claim a decision's statement returned (its columns from ``at``), or None."""
+    claims = _claims_with_states([r[at:] for r in rows]).claims
+    return claims[0] if claims else None
+
+
+def _claimed(abandoned: Callable[[Claim], None], at: int) -> Callable[[Rows], None]:
+    """A statement's ``abandoned`` for a decision's caller's: the claim in its rows, if any."""
+
+    def hand_over(rows: Rows) -> None:
+        claim = _claim_in(rows, at)
+        if claim is not None:
+            abandoned(claim)
+
+    return hand_over

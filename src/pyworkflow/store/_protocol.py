@@ -227,10 +227,14 @@ class Store(Protocol):
         lease_owner: str | None,
         lease_ttl: float,
         also: Callable[[Any], None] | None = None,
+        abandoned: Callable[[Claim], None] | None = None,
     ) -> Claim | None:
         """Insert a run and its queue row. With ``lease_owner`` the row is claimed at once (the
         caller runs the first turn itself) and the claim is returned. ``also(conn)`` runs in the
-        same transaction (an audit entry that must commit with the run, or not at all)."""
+        same transaction (an audit entry that must commit with the run, or not at all).
+        ``abandoned(claim)``: called on the caller's loop with the claim if the caller was
+        cancelled while the write was in flight and it committed all the same (the lease is
+        held: the claim must still become a turn, or be released)."""
         ...
 
     async def get_run(self, run_id: str) -> RunRecord | None: ...
@@ -431,10 +435,12 @@ class Store(Protocol):
         owner: str,
         lease_ttl: float,
         max_crashes: int,
+        abandoned: Callable[[Claim], None] | None = None,
     ) -> tuple[WaitRecord, Claim | None]:
         """:meth:`resolve_wait` by token, and the woken run's claim for ``owner`` if nobody holds
         it (the local runtime's resumed turn, as :meth:`create_run` claims a new run's first):
-        in the same transaction, or None and the run is claimed as any woken run is."""
+        in the same transaction, or None and the run is claimed as any woken run is.
+        ``abandoned(claim)`` as :meth:`create_run`'s, if the decision claimed the run."""
         ...
 
     async def expire_due_waits(self, *, now: float, limit: int = 500) -> int: ...

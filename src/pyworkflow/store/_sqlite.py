@@ -292,6 +292,18 @@ def _claim_row(conn: sqlite3.Connection, row: Sequence[Any], owner: str, now: fl
     return Claim(Fence(run_id, epoch + 1, wake_seq), workflow, input_, resumed=not fresh, state=state)
 
 
+def _claimed(abandoned: Callable[[Claim], None], at: int | None = None) -> Callable[[Any], None]:
+    """A write's ``abandoned`` for a store caller's: its value is a claim or None (``at``: the
+    claim's place in a tuple)."""
+
+    def hand_over(value: Any) -> None:
+        claim = value if at is None else value[at]
+        if claim is not None:
+            abandoned(claim)
+
+    return hand_over
+
+
 def _read_state(conn: sqlite3.Connection, run_id: str) -> RunState:
     """Everything replay of ``run_id`` needs: its steps, waits and checkpoints."""
     state = RunState()
@@ -350,6 +362,7 @@ class SQLiteStore:
         lease_owner: str | None,
         lease_ttl: float,
         also: Callable[[Any], None] | None = None,
+        abandoned: Callable[[Claim], None] | None = None,
     ) -> Claim | None:
         def tx(conn: sqlite3.Connection) -> Claim | None:
             status = RunStatus.RUNNING if lease_owner else RunStatus.PENDING
@@ -360,7 +373,7 @@ class SQLiteStore:
                 also(conn)
             return Claim(Fence(run_id, epoch, 0), workflow, input, resumed=False) if lease_owner else None
 
-        return await self.db.write(tx)
+        return await self.db.write(tx, abandoned=_claimed(abandoned) if abandoned and lease_owner else None)
 
     async def get_run(self, run_id: str) -> RunRecord | None:
         row = self.db.reader().execute(SQL_GET_RUN, (run_id,)).fetchone()
@@ -675,6 +688,7 @@ class SQLiteStore:
         owner: str,
         lease_ttl: float,
         max_crashes: int,
+        abandoned: Callable[[Claim], None] | None = None,
     ) -> tuple[WaitRecord, Claim | None]:
         def tx(conn: sqlite3.Connection) -> tuple[WaitRecord, Claim | None]:
             wait = _resolve(conn, token_digest, None, payload, now, check)
@@ -685,7 +699,7 @@ class SQLiteStore:
             claim = _claim_row(conn, row, owner, now, lease_ttl, max_crashes) if row else None
             return wait, claim
 
-        wait, claim = await self.db.write(tx)
+        wait, claim = await self.db.write(tx, abandoned=_claimed(abandoned, 1) if abandoned else None)
         if wait.status == WaitStatus.EXPIRED:
             raise_if_resolved(wait)
         return wait, claim
