@@ -125,7 +125,8 @@ LOCKS_LAST = "\U0010ffff"
 class Job:
     """One unit of work for the writer and where its caller waits: a function of the connection
     (``fn``), or one statement (``sql`` and ``params``; ``key``: the run it locks, ``""`` for a
-    read, ``None`` to run alone). ``loop`` None: ``future`` is a ``concurrent.futures.Future``.
+    read, ``None`` to run alone). ``loop`` None: ``future`` is a ``concurrent.futures.Future`` (or,
+    for a deferred write, a :class:`_Then`).
     ``deadline``: the ``time.monotonic()`` after which it must not start."""
 
     __slots__ = (
@@ -158,6 +159,28 @@ class Job:
         #: called on the caller's loop with the value when the job committed but its caller had
         #: stopped waiting (cancelled): see :meth:`GroupCommitWriter.write`
         self.abandoned: Callable[[Any], None] | None = None
+
+
+class _Then:
+    """Where a deferred write's outcome goes (``then(error)``, on the thread that settles it): in
+    place of a ``concurrent.futures.Future``, whose lock and condition nobody waits on here."""
+
+    __slots__ = ("then",)
+
+    def __init__(self, then: Callable[[BaseException | None], None]) -> None:
+        self.then = then
+
+    def set_result(self, value: Any) -> None:
+        self._tell(None)
+
+    def set_exception(self, error: BaseException) -> None:
+        self._tell(error)
+
+    def _tell(self, error: BaseException | None) -> None:
+        try:
+            self.then(error)
+        except Exception:  # as a future's callback: logged, and the other callers still hear
+            log.exception("a deferred write's callback failed")
 
 
 class _Slot(Generic[C]):
@@ -409,9 +432,7 @@ class GroupCommitWriter(Generic[C]):
         ``then(error)`` runs on the writer thread once it committed (``None``) or failed. Jobs
         keep their order on one writer; with several writers this is :meth:`write` unawaited
         in order, committed at once."""
-        future: concurrent.futures.Future[Any] = concurrent.futures.Future()
-        future.add_done_callback(lambda f: then(f.exception()))
-        job = Job(fn, None, None, None, None, future)
+        job = Job(fn, None, None, None, None, _Then(then))
         job.deferred = len(self._threads) == 1
         self._put(job)
 

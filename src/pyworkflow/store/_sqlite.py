@@ -7,7 +7,7 @@ from __future__ import annotations
 import logging
 import sqlite3
 from collections.abc import Callable, Sequence
-from typing import Any
+from typing import Any, cast
 
 from .._errors import (
     ConfigurationError,
@@ -292,12 +292,12 @@ def _claim_row(conn: sqlite3.Connection, row: Sequence[Any], owner: str, now: fl
     return Claim(Fence(run_id, epoch + 1, wake_seq), workflow, input_, resumed=not fresh, state=state)
 
 
-def _claimed(abandoned: Callable[[Claim], None], at: int | None = None) -> Callable[[Any], None]:
-    """A write's ``abandoned`` for a store caller's: its value is a claim or None (``at``: the
-    claim's place in a tuple)."""
+def _claimed(abandoned: Callable[[Claim], None], at: int) -> Callable[[Any], None]:
+    """A write's ``abandoned`` for a store caller's: its value is a tuple, the claim (or None)
+    at ``at``."""
 
     def hand_over(value: Any) -> None:
-        claim = value if at is None else value[at]
+        claim = value[at]
         if claim is not None:
             abandoned(claim)
 
@@ -373,7 +373,9 @@ class SQLiteStore:
                 also(conn)
             return Claim(Fence(run_id, epoch, 0), workflow, input, resumed=False) if lease_owner else None
 
-        return await self.db.write(tx, abandoned=_claimed(abandoned) if abandoned and lease_owner else None)
+        # With an owner, the write's value is the claim itself: ``abandoned`` takes it as it is.
+        given = cast("Callable[[Claim | None], None] | None", abandoned if lease_owner else None)
+        return await self.db.write(tx, abandoned=given)
 
     async def get_run(self, run_id: str) -> RunRecord | None:
         row = self.db.reader().execute(SQL_GET_RUN, (run_id,)).fetchone()
