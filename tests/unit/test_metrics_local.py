@@ -265,3 +265,39 @@ def test_labelled_histograms_serve_what_prometheus_client_would() -> None:
     after = parse(generate_latest(registry).decode())
     assert value(after, "t_seconds_count", kind="c", outcome="ok") == 80_000
     assert value(after, "t_seconds_bucket", kind="c", outcome="ok", le="0.005") == 80_000
+
+
+_held = asyncio.Event()
+
+
+@step
+async def held_open() -> str:
+    await _held.wait()
+    return "done"
+
+
+@workflow
+async def holding() -> str:
+    return await held_open()
+
+
+async def test_permits_in_use_counts_the_turns_running_now(engine: str) -> None:
+    """Read at scrape time from the runtime's turns (nothing is counted a turn): two turns held
+    open in a step are two permits in use, and none once they ended or the runtime stopped."""
+    _held.clear()
+    port = pyworkflow.start_metrics_server(0)
+    first = await pyworkflow.start(holding)
+    second = await pyworkflow.start(holding)
+    assert value(await scrape(port), "pyworkflow_worker_permits_in_use") == 2
+    _held.set()
+    for run_id in (first, second):
+        assert (await pyworkflow.wait_for_run(run_id, timeout=30)).result == "done"
+    deadline = asyncio.get_running_loop().time() + 10
+    while value(await scrape(port), "pyworkflow_worker_permits_in_use") != 0:
+        assert asyncio.get_running_loop().time() < deadline, "permits stayed in use"
+        await asyncio.sleep(0.02)
+    _held.clear()
+    await pyworkflow.start(holding)
+    assert value(await scrape(port), "pyworkflow_worker_permits_in_use") == 1
+    await pyworkflow.shutdown()  # the stopped runtime's cancelled turn counts no more
+    assert value(await scrape(port), "pyworkflow_worker_permits_in_use") == 0

@@ -85,6 +85,7 @@ class Worker:
         self._turn_thread.start()
         self._beat = threading.Thread(target=self._heartbeat, name="pyworkflow-heartbeat", daemon=True)
         self._beat.start()
+        self._uncount = metrics.count_in_use(lambda: self._active)
 
     def run(self, run_id: str, woken_by: dict[str, str] | None = None) -> int:
         """The turn task: run the turns ``run_id`` is due for; return how many ran (0: not due).
@@ -112,7 +113,6 @@ class Worker:
             crashpoint("after_claim")
             with self._lock:
                 self._active += 1
-            metrics.PERMITS_IN_USE.inc()
             try:
                 state = await claim.load_state(self.store)
                 suspended = await execute_turn(self.store, claim, state)
@@ -130,7 +130,6 @@ class Worker:
                     await self.store.release(claim.fence, now=_clock.now())
                 raise
             finally:
-                metrics.PERMITS_IN_USE.dec()
                 with self._lock:
                     self._active -= 1
                     self.turns += 1
@@ -154,6 +153,7 @@ class Worker:
             loop.close()
 
     def close(self) -> None:
+        self._uncount()
         self._stop.set()
         self._turn_loop.call_soon_threadsafe(self._turn_loop.stop)
         self._turn_thread.join(timeout=10)

@@ -130,6 +130,7 @@ class LocalRuntime:
         #: (store/_gc.py; None leaves the collector alone)
         self.gc_threshold = gc_threshold
         self._gc_release: Callable[[], None] | None = None
+        self._uncount: Callable[[], None] | None = None  # see metrics.count_in_use
         metrics.PERMITS.set(max_concurrency)
 
     # -- lifecycle ------------------------------------------------------------------------------
@@ -155,6 +156,8 @@ class LocalRuntime:
         go = asyncio.Event()
         self.vacuum = QueueVacuum.of(getattr(self.store, "database", None))
         self._gc_release = hold_gc_pace(self.gc_threshold)
+        tasks = self._tasks
+        self._uncount = metrics.count_in_use(lambda: len(tasks))
         self._runner = asyncio.create_task(self._run(go), name="pyworkflow-runtime")
         try:
             await self._free_dead_leases()
@@ -200,6 +203,9 @@ class LocalRuntime:
         pending = [t for t in (self._runner, self._heart, *self._tasks) if t is not None]
         if pending:
             await asyncio.gather(*pending, return_exceptions=True)
+        # A turn cancelled before it began never freed its permit (its own code frees it)
+        for turn in [t for t in self._tasks if t.done()]:
+            self._tasks.discard(turn)
         self._runner = self._heart = None
         self._in_turn.clear()  # a turn cancelled before it began never left it
         await self._release_orphans()
@@ -235,6 +241,9 @@ class LocalRuntime:
         if self._gc_release is not None:
             self._gc_release()
             self._gc_release = None
+        if self._uncount is not None:
+            self._uncount()
+            self._uncount = None
 
     def wake(self) -> None:
         self._wake.set()
@@ -314,15 +323,6 @@ class LocalRuntime:
         self._tasks.add(task)
         self._unstarted[task] = claim.fence
         self._in_turn[run_id] = self._in_turn.get(run_id, 0) + 1
-        metrics.PERMITS_IN_USE.inc()
-        task.add_done_callback(self._turn_done)
-
-    def _turn_done(self, task: asyncio.Task[None]) -> None:
-        """Free ``task``'s permit, once: at the end of its turn, or when it is done without
-        having run (cancelled before it began)."""
-        if task in self._tasks:
-            self._tasks.discard(task)
-            metrics.PERMITS_IN_USE.dec()
 
     async def _turn(self, claim: Claim, state: RunState | None) -> None:
         run_id = claim.fence.run_id
@@ -365,7 +365,7 @@ class LocalRuntime:
             # ending meanwhile saw free permits and did not wake it).
             full = self.free_permits <= 0
             if task is not None:
-                self._turn_done(task)
+                self._tasks.discard(task)
             # A turn that frees capacity the loop was short of wakes it. One that suspends may
             # have stored a due time (a timer, a deadline, a retry's back-off) that the last poll
             # did not see, or have left the run due again (a wake-up during the turn). The

@@ -139,6 +139,34 @@ PERMITS_IN_USE = Gauge(
     "Turns this process is running now (of pyworkflow_worker_permits).",
     registry=REGISTRY,
 )
+#: The turns in flight of each runtime of this process (a local runtime, a Celery worker), summed
+#: at scrape time into PERMITS_IN_USE: nothing is counted a turn (see :func:`count_in_use`).
+_in_use: dict[object, Callable[[], int]] = {}
+_in_use_lock = threading.Lock()
+
+
+def count_in_use(count: Callable[[], int]) -> Callable[[], None]:
+    """Report ``count()``, a runtime's turns in flight, in ``pyworkflow_worker_permits_in_use``
+    until the function returned is called. ``count`` is called on the scraping thread: it must
+    only read (the size of a set, an int)."""
+    key = object()
+    with _in_use_lock:
+        _in_use[key] = count
+
+    def forget() -> None:
+        with _in_use_lock:
+            _in_use.pop(key, None)
+
+    return forget
+
+
+def _permits_in_use() -> float:
+    with _in_use_lock:
+        counts = list(_in_use.values())
+    return float(sum(count() for count in counts))
+
+
+PERMITS_IN_USE.set_function(_permits_in_use)
 PERMITS = Gauge(
     "pyworkflow_worker_permits",
     "Turns this process may run at once.",
