@@ -74,8 +74,29 @@ class _Connection(sqlite3.Connection):
     may wait for the write lock, bounded per transaction; see :meth:`SQLiteDatabase._begin`)."""
 
     busy_ms: int
-    #: how many of the database's writer statements this connection has run (prepare_writers)
-    prepared: int
+    #: how many of the database's writer statements this connection has run (prepare_writers);
+    #: a class default, so the look before each ``BEGIN`` never fails (a failed attribute
+    #: lookup formats an AttributeError, some 2,000 instructions)
+    prepared: int = 0
+
+
+def _bind_as_is() -> None:
+    """Have the sqlite3 module bind ``bytes`` and ``None`` parameters as they are without first
+    looking for an adapter. It binds int, float and str directly, but sends every other value
+    through its adapter lookup, which for these two ends in a failed attribute lookup on its
+    PrepareProtocol class (an AttributeError formatted and thrown away, each parameter): the
+    engine binds ``None`` and ``bytes`` some ten times a run. An identity adapter registered for
+    each makes the lookup succeed at once, with the same result (None binds NULL, bytes a
+    BLOB). Process-wide, as sqlite3's adapters are; an adapter someone registered before is
+    kept."""
+    if (bytes, sqlite3.PrepareProtocol) not in sqlite3.adapters:
+        sqlite3.register_adapter(bytes, bytes)
+    if (type(None), sqlite3.PrepareProtocol) not in sqlite3.adapters:
+        empty: dict[None, None] = {}
+        sqlite3.register_adapter(type(None), empty.get)  # empty.get(None) is None, in C
+
+
+_bind_as_is()
 
 
 def _connect(path: str, synchronous: str, busy_timeout_ms: int) -> sqlite3.Connection:
