@@ -291,7 +291,10 @@ class GroupCommitWriter(Generic[C]):
         (one writer only; the database's :meth:`_begin` must fail at once, as unavailable, while
         another process holds the write lock after :meth:`_bound_wait` of ``INLINE_BUSY_MS``)."""
         self.write_timeout = check_write_timeout(write_timeout)
-        self._cv = threading.Condition(threading.Lock())
+        #: the queue's lock, and its condition (taken as ``with self._mutex``: a Condition's own
+        #: ``with`` is two Python calls more, each time)
+        self._mutex = threading.Lock()
+        self._cv = threading.Condition(self._mutex)
         self._queue: list[Job] = []
         #: whether ``write`` may run a job inline, and whether a thread (the writer, or an inline
         #: caller) has the connection now; ``inline_commits`` counts the inline transactions
@@ -328,7 +331,7 @@ class GroupCommitWriter(Generic[C]):
             thread.start()
 
     def _put(self, job: Job) -> None:
-        with self._cv:
+        with self._mutex:
             if self._closing:
                 raise RuntimeError("database is closed")
             self._queue.append(job)
@@ -380,7 +383,7 @@ class GroupCommitWriter(Generic[C]):
     def _write_inline(self, job: Job) -> bool:
         """Run ``job`` (and the deferred jobs queued before it) on this thread if the writer is
         idle and no caller's job is queued; False if it did not run (the caller queues it)."""
-        with self._cv:
+        with self._mutex:
             if self._busy or self._urgent or self._closing:
                 return False
             jobs = self._queue[: MAX_GROUP - 1]
@@ -393,7 +396,7 @@ class GroupCommitWriter(Generic[C]):
         try:
             ran = self._functions_inline(self._slots[0], jobs)
         finally:
-            with self._cv:
+            with self._mutex:
                 self._busy = False
                 self._holder = None
                 if not ran:  # back to the front of the queue, in order, for the writer
@@ -475,7 +478,7 @@ class GroupCommitWriter(Generic[C]):
     def take_back(self, job: Job) -> bool:
         """Take a deferred ``job`` out of the queue before a writer took it (True): the caller
         then carries it with a statement of its own. False: a writer has it already."""
-        with self._cv:
+        with self._mutex:
             try:
                 self._queue.remove(job)
             except ValueError:
@@ -515,7 +518,7 @@ class GroupCommitWriter(Generic[C]):
 
     def _stop_writer(self, timeout: float = 30.0) -> None:
         """Let the queued jobs finish, then stop the writers (idempotent)."""
-        with self._cv:
+        with self._mutex:
             if self._closing:
                 return
             self._closing = True
@@ -527,10 +530,10 @@ class GroupCommitWriter(Generic[C]):
     # -- the writers ------------------------------------------------------------------------------
 
     def _run(self, slot: _Slot[C]) -> None:
-        cv, queue = self._cv, self._queue
+        cv, mutex, queue = self._cv, self._mutex, self._queue
         try:
             while True:
-                with cv:
+                with mutex:
                     while self._busy or (not self._urgent and not self._closing):
                         linger = self._deferred_at + DEFER_LINGER - time.monotonic()
                         if linger > 0:
@@ -580,7 +583,7 @@ class GroupCommitWriter(Generic[C]):
                         raise
                     log.exception("group commit failed")
                 finally:
-                    with cv:
+                    with mutex:
                         self._busy = False
                         self._working -= 1
                     _deliver(jobs)
@@ -670,7 +673,7 @@ class GroupCommitWriter(Generic[C]):
             for job in jobs:
                 job.error = exc
             return
-        with self._cv:
+        with self._mutex:
             self.groups += 1
             self.statements += len(jobs)
         try:
@@ -752,7 +755,7 @@ class GroupCommitWriter(Generic[C]):
                     return
 
     def _count_commit(self) -> None:
-        with self._cv:
+        with self._mutex:
             self.commits += 1
 
 

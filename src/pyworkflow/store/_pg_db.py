@@ -446,7 +446,7 @@ class PostgresDatabase(GroupCommitWriter[PgConnection]):
         if lock is None or not lock.acquire(blocking=False):
             return False
         try:
-            with self._cv:
+            with self._mutex:
                 queued = self._queue
                 if (
                     self._working
@@ -463,7 +463,7 @@ class PostgresDatabase(GroupCommitWriter[PgConnection]):
             if not self._inline_transaction(jobs):
                 for each in jobs:
                     each.value, each.error = _PENDING, None
-                with self._cv:
+                with self._mutex:
                     queued[:0] = deferred
                     if deferred:
                         self._cv.notify()
@@ -502,7 +502,7 @@ class PostgresDatabase(GroupCommitWriter[PgConnection]):
             if len(jobs) == 1:
                 jobs[0].value = self._send_one(conn, jobs[0])
             else:
-                with self._cv:
+                with self._mutex:
                     self.groups += 1
                     self.statements += len(jobs)
                 self._send_group(conn, jobs)
