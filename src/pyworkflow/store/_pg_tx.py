@@ -23,6 +23,7 @@ from ._protocol import (
     WaitKind,
     WaitRecord,
     WaitStatus,
+    step_status,
 )
 from ._rows import fence_refused, hook_not_found, raise_if_resolved, refuse_approval, wait_from_row
 
@@ -85,7 +86,7 @@ def _add_state_row(state: RunState, r: Sequence[Any], k: int) -> None:
     the checkpoint's four."""
     if r[k] == 1:
         key = r[k + 1]
-        state.steps[key] = StepRecord(key, StepStatus(r[k + 2]), r[k + 3], r[k + 4], r[k + 5], r[k + 6])
+        state.steps[key] = StepRecord(key, step_status(r[k + 2]), r[k + 3], r[k + 4], r[k + 5], r[k + 6])
     elif r[k] == 2:
         wait = wait_from_row(r[k + 7 : k + 20])
         state.waits[wait.wait_key] = wait

@@ -13,7 +13,7 @@ import sys
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from enum import StrEnum
-from typing import Any, Protocol, runtime_checkable
+from typing import Any, Protocol, TypeVar, runtime_checkable
 
 from .._errors import DatabaseUnavailableError
 
@@ -95,6 +95,23 @@ class StepStatus(StrEnum):
     RUNNING = "running"  # suspended inside the step (progress such as delivered chunks kept)
     COMPLETED = "completed"
     FAILED = "failed"  # retries exhausted or a FatalError: the error is replayed
+
+
+_E = TypeVar("_E", bound=StrEnum)
+
+
+def _by_value(kind: type[_E]) -> Callable[[str], _E]:
+    """``kind(value)`` for a value read from the database, as one dict lookup: an Enum's call
+    goes through ``EnumType.__call__`` and ``Enum.__new__`` (about a microsecond), and the
+    engine converts a few statuses a run. A value that is not one of ``kind``'s: KeyError."""
+    return {member.value: member for member in kind}.__getitem__
+
+
+#: ``RunStatus(value)``, ``WaitStatus(value)``, ... for values read from rows (see _by_value)
+run_status = _by_value(RunStatus)
+wait_status = _by_value(WaitStatus)
+wait_kind = _by_value(WaitKind)
+step_status = _by_value(StepStatus)
 
 
 @dataclass(frozen=True, slots=True)

@@ -16,7 +16,18 @@ from .._errors import (
     HookNotFoundError,
     LeaseLostError,
 )
-from ._protocol import Fence, NewWait, RunRecord, RunStatus, WaitKind, WaitRecord, WaitStatus
+from ._protocol import (
+    Fence,
+    NewWait,
+    RunRecord,
+    RunStatus,
+    WaitKind,
+    WaitRecord,
+    WaitStatus,
+    run_status,
+    wait_kind,
+    wait_status,
+)  # fmt: skip
 from ._sqlite_statements import REVISION_REFUSED, SQL_PUT_CHECKPOINT
 
 log = logging.getLogger("pyworkflow.store")
@@ -29,7 +40,7 @@ RUN_COLUMNS = "id, workflow, status, input, result, error, created_at, updated_a
 
 
 def run_from_row(row: Sequence[Any]) -> RunRecord:
-    return RunRecord(row[0], row[1], RunStatus(row[2]), row[3], row[4], row[5], row[6], row[7], row[8])
+    return RunRecord(row[0], row[1], run_status(row[2]), row[3], row[4], row[5], row[6], row[7], row[8])
 
 
 def wait_from_row(row: Sequence[Any]) -> WaitRecord:
@@ -37,10 +48,10 @@ def wait_from_row(row: Sequence[Any]) -> WaitRecord:
         id=row[0],
         run_id=row[1],
         wait_key=row[2],
-        kind=WaitKind(row[3]),
+        kind=wait_kind(row[3]),
         name=row[4],
         step_key=row[5],
-        status=WaitStatus(row[6]),
+        status=wait_status(row[6]),
         notified=bool(row[7]),
         created_at=row[8],
         expires_at=row[9],

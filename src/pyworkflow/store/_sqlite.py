@@ -33,6 +33,8 @@ from ._protocol import (
     WaitKind,
     WaitRecord,
     WaitStatus,
+    run_status,
+    step_status,
 )
 from ._remote import wake_run
 from ._rows import (
@@ -273,7 +275,7 @@ def _claim_row(conn: sqlite3.Connection, row: Sequence[Any], owner: str, now: fl
     as when ``create_run`` leases the run itself). PostgreSQL's copy of the rule is the
     server-side ``pyworkflow_claim_row`` (migrations 0008, 0014)."""
     run_id, epoch, wake_seq, previous_owner, crashes, workflow, input_, status = row
-    if status is None or RunStatus(status).is_terminal:
+    if status is None or run_status(status).is_terminal:
         conn.execute(SQL_DELETE_QUEUE, (run_id,))
         return None
     if previous_owner is not None:  # a turn that never ended: its worker died
@@ -308,7 +310,7 @@ def _read_state(conn: sqlite3.Connection, run_id: str) -> RunState:
     """Everything replay of ``run_id`` needs: its steps, waits and checkpoints."""
     state = RunState()
     for r in conn.execute(SQL_STATE_STEPS, (run_id,)):
-        state.steps[r[0]] = StepRecord(r[0], StepStatus(r[1]), r[2], r[3], r[4], r[5])
+        state.steps[r[0]] = StepRecord(r[0], step_status(r[1]), r[2], r[3], r[4], r[5])
     for r in conn.execute(SQL_STATE_WAITS, (run_id,)):
         w = wait_from_row(r)
         state.waits[w.wait_key] = w
@@ -421,7 +423,7 @@ class SQLiteStore:
             row = conn.execute(SQL_RUN_STATUS, (run_id,)).fetchone()
             if row is None:
                 raise WorkflowNotFoundError(f"no run {run_id!r}")
-            if RunStatus(row[0]).is_terminal:
+            if run_status(row[0]).is_terminal:
                 return False
             _end_run(conn, run_id, RunStatus.CANCELLED, None, None, now)
             if reason is not None:
