@@ -79,6 +79,23 @@ def _dead_local_owners(owners: Iterable[str], me: str) -> list[str]:
     return dead
 
 
+class _Permits:
+    """Permits held by :meth:`LocalRuntime.permits` until the block ends (a class, not a
+    generator's context manager: one of these a start and a decision)."""
+
+    __slots__ = ("granted", "runtime")
+
+    def __init__(self, runtime: LocalRuntime, granted: int) -> None:
+        self.runtime = runtime
+        self.granted = granted
+
+    def __enter__(self) -> int:
+        return self.granted
+
+    def __exit__(self, *exc: object) -> None:
+        self.runtime._reserved -= self.granted
+
+
 class LocalRuntime:
     def __init__(
         self,
@@ -275,18 +292,15 @@ class LocalRuntime:
         held for claims being made."""
         return self.max_concurrency - len(self._tasks) - self._reserved
 
-    @contextlib.contextmanager
-    def permits(self, wanted: int) -> Iterator[int]:
+    def permits(self, wanted: int) -> _Permits:
         """Hold up to ``wanted`` free permits for claims about to be made, across the store call
-        that makes them; yields how many were granted (0 at capacity). Each claim made must be
-        spawned (a task) before the block ends. Without the hold, a burst of starts or decisions
-        all saw the same free permits while their claims were committing, and all ran at once."""
+        that makes them (``with runtime.permits(n) as granted:``); ``granted``: how many (0 at
+        capacity). Each claim made must be spawned (a task) before the block ends. Without the
+        hold, a burst of starts or decisions all saw the same free permits while their claims
+        were committing, and all ran at once."""
         granted = max(0, min(wanted, self.free_permits))
         self._reserved += granted
-        try:
-            yield granted
-        finally:
-            self._reserved -= granted
+        return _Permits(self, granted)
 
     def adopt(self, claim: Claim) -> None:
         """Run a turn claimed for this runtime elsewhere in this process (a decision's
