@@ -44,7 +44,7 @@ def dumps(value: Any, *, what: str = "the value", root: str = "$") -> bytes:
         data = orjson.dumps(value)
     except TypeError as exc:  # orjson.JSONEncodeError
         raise SerializationError(f"{what} cannot be stored as JSON: {inexact(value, root) or exc}") from None
-    if b"null" in data:
+    if data.find(b"null") >= 0:  # not ``in``: bytes.__contains__ formats a TypeError first
         # NaN and ±Infinity were written as null. A value that reads back equal (one C-level
         # comparison) holds none; only one that does not (or a tuple, a dataclass...) is walked.
         try:

@@ -55,7 +55,7 @@ from ._rows import (
     run_from_row,
     wait_from_row,
 )
-from ._sqlite_db import SQLiteDatabase
+from ._sqlite_db import SQLiteDatabase, bind_as_is
 from ._sqlite_statements import (
     FENCE_REFUSED,
     HAS_RESULT,
@@ -72,6 +72,12 @@ from ._sqlite_statements import (
 from ._url import sqlite_url
 
 log = logging.getLogger("pyworkflow.store")
+
+
+# The statuses and kinds the store passes as parameters bind as their text, without sqlite3's
+# failing adapter lookup (see bind_as_is); str(member) is the value, in C.
+for _kind in (RunStatus, WaitStatus, WaitKind, StepStatus):
+    bind_as_is(_kind, str)
 
 
 def pyworkflow_migrations() -> list[Migration]:

@@ -36,7 +36,7 @@ import threading
 import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import TypeVar
+from typing import Any, TypeVar
 
 from .._errors import DatabaseUnavailableError
 from ._group_commit import WRITE_TIMEOUT, GroupCommitWriter, Job, Rows, check_write_timeout
@@ -80,20 +80,26 @@ class _Connection(sqlite3.Connection):
     prepared: int = 0
 
 
+def bind_as_is(kind: type, as_is: Callable[[Any], Any]) -> None:
+    """Have the sqlite3 module bind values of exactly ``kind`` through ``as_is`` (a C callable
+    returning what sqlite3 would have bound anyway) instead of its failing adapter lookup.
+
+    sqlite3 binds int, float and str directly but sends every other value, subclasses included,
+    through its adapters; when none is registered that lookup ends in a failed attribute lookup
+    on its PrepareProtocol class (an AttributeError formatted and thrown away, each parameter),
+    and then the value is bound as it is. The engine binds ``None``, ``bytes``, ``bool`` and its
+    status enums a dozen times a run. An identity adapter makes the lookup succeed at once with
+    the same result. Process-wide, as sqlite3's adapters are; an adapter someone registered
+    before is kept."""
+    if (kind, sqlite3.PrepareProtocol) not in sqlite3.adapters:
+        sqlite3.register_adapter(kind, as_is)
+
+
 def _bind_as_is() -> None:
-    """Have the sqlite3 module bind ``bytes`` and ``None`` parameters as they are without first
-    looking for an adapter. It binds int, float and str directly, but sends every other value
-    through its adapter lookup, which for these two ends in a failed attribute lookup on its
-    PrepareProtocol class (an AttributeError formatted and thrown away, each parameter): the
-    engine binds ``None`` and ``bytes`` some ten times a run. An identity adapter registered for
-    each makes the lookup succeed at once, with the same result (None binds NULL, bytes a
-    BLOB). Process-wide, as sqlite3's adapters are; an adapter someone registered before is
-    kept."""
-    if (bytes, sqlite3.PrepareProtocol) not in sqlite3.adapters:
-        sqlite3.register_adapter(bytes, bytes)
-    if (type(None), sqlite3.PrepareProtocol) not in sqlite3.adapters:
-        empty: dict[None, None] = {}
-        sqlite3.register_adapter(type(None), empty.get)  # empty.get(None) is None, in C
+    bind_as_is(bytes, bytes)
+    empty: dict[None, None] = {}
+    bind_as_is(type(None), empty.get)  # empty.get(None) is None, in C
+    bind_as_is(bool, int)  # sqlite3 binds a bool as the integer 1 or 0
 
 
 _bind_as_is()
