@@ -20,7 +20,7 @@ from pyworkflow import (
     PayloadValidationError,
 )
 from pyworkflow.store import NewWait, PostgresStore, WaitKind, WaitStatus
-from pyworkflow.store._group_commit import LOCKS_LAST
+from pyworkflow.store._jobs import LOCKS_LAST
 
 pytestmark = pytest.mark.postgres
 T0 = 1_700_000_000.0

@@ -25,6 +25,7 @@ import pytest
 import pyworkflow
 from pyworkflow import step, step_hook, workflow
 from pyworkflow.store import _group_commit, _pg_db
+from pyworkflow.store._jobs import Job
 
 TOKENS: dict[int, str] = {}
 
@@ -72,11 +73,11 @@ class Held:
 
     def __init__(self, database: Any) -> None:
         self.database = database
-        self.jobs: list[_group_commit.Job] = []
-        self._put: Callable[[_group_commit.Job], None] = database._put
+        self.jobs: list[Job] = []
+        self._put: Callable[[Job], None] = database._put
         database._put = self.put
 
-    def put(self, job: _group_commit.Job) -> None:
+    def put(self, job: Job) -> None:
         if job.abandoned is not None:
             self.jobs.append(job)
         else:

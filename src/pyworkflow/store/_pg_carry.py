@@ -29,7 +29,8 @@ from typing import Any
 import psycopg
 
 from .._errors import DatabaseUnavailableError
-from ._group_commit import GroupCommitWriter, Job, Rows
+from ._group_commit import GroupCommitWriter
+from ._jobs import Job, Rows
 from ._pg_tx import _check_outcome
 from ._protocol import Fence
 

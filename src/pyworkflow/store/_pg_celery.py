@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from ._group_commit import Rows
+from ._jobs import Rows
 from ._pg_sql import SQL_COUNT_READY, SQL_FN_CLAIM_WITH_STATES, SQL_NEXT_WAKE, SQL_READY_IDS
 from ._pg_tx import _claims_with_states
 from ._protocol import Claim

@@ -67,17 +67,13 @@ from psycopg.rows import tuple_row
 
 from ._group_commit import (
     _MANY,
-    _PENDING,
     INLINE_MAX_READY,
     MAX_GROUP,
     WRITE_TIMEOUT,
     GroupCommitWriter,
-    Job,
-    Rows,
-    _by_key,
-    _deliver,
     check_write_timeout,
 )
+from ._jobs import _PENDING, Job, Rows, _by_key, _deliver
 from ._metrics import GROUP_COMMITS
 from ._migrations import Migration, apply_postgres_migrations
 from ._url import redact_url

@@ -9,6 +9,7 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from .._errors import StepAlreadyCompletedError
+from ._jobs import Rows
 from ._pg_db import AsyncPgConnection
 from ._pg_sql import SQL_APPEND_EVENT, SQL_FN_FENCE, SQL_INSERT_WAIT, SQL_STEP
 from ._protocol import (
@@ -152,3 +153,20 @@ def _decided(
         raise RuntimeError(f"unexpected outcome {outcome!r} of a decision")
     wait.status, wait.payload, wait.resolved_at = WaitStatus.RECEIVED, payload, now
     return wait
+
+
+def _claim_in(rows: Sequence[Sequence[Any]], at: int) -> Claim | None:
+    """The claim a decision's statement returned (its columns from ``at``), or None."""
+    claims = _claims_with_states([r[at:] for r in rows]).claims
+    return claims[0] if claims else None
+
+
+def _claimed(abandoned: Callable[[Claim], None], at: int) -> Callable[[Rows], None]:
+    """A statement's ``abandoned`` for a decision's caller's: the claim in its rows, if any."""
+
+    def hand_over(rows: Rows) -> None:
+        claim = _claim_in(rows, at)
+        if claim is not None:
+            abandoned(claim)
+
+    return hand_over

@@ -56,7 +56,7 @@ import psycopg
 from psycopg_pool import AsyncConnectionPool
 
 from .._errors import WorkflowNotFoundError
-from ._group_commit import LOCKS_LAST, Job, Rows
+from ._jobs import LOCKS_LAST, Job, Rows
 from ._manage import SQL_CANCEL_REASON, retry_run_tx
 from ._migrations import Migration
 from ._migrations import pyworkflow_migrations as _migrations_of
@@ -102,6 +102,8 @@ from ._pg_tx import (
     _affected,
     _check_fence,
     _check_outcome,
+    _claim_in,
+    _claimed,
     _claims_with_states,
     _decided,
     _event,
@@ -793,20 +795,3 @@ class PostgresStore(CeleryQueue):
         # each other in a cycle; it may lock several runs, so it runs alone, not in a group.
         rows = await self._alone(SQL_FN_EXPIRE_DUE_WAITS, (now, limit))
         return int(rows[0][0])
-
-
-def _claim_in(rows: Sequence[Sequence[Any]], at: int) -> Claim | None:
-    """The claim a decision's statement returned (its columns from ``at``), or None."""
-    claims = _claims_with_states([r[at:] for r in rows]).claims
-    return claims[0] if claims else None
-
-
-def _claimed(abandoned: Callable[[Claim], None], at: int) -> Callable[[Rows], None]:
-    """A statement's ``abandoned`` for a decision's caller's: the claim in its rows, if any."""
-
-    def hand_over(rows: Rows) -> None:
-        claim = _claim_in(rows, at)
-        if claim is not None:
-            abandoned(claim)
-
-    return hand_over

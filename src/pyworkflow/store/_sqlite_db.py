@@ -39,7 +39,8 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 from .._errors import DatabaseUnavailableError
-from ._group_commit import WRITE_TIMEOUT, GroupCommitWriter, Job, Rows, check_write_timeout
+from ._group_commit import WRITE_TIMEOUT, GroupCommitWriter, check_write_timeout
+from ._jobs import Job, Rows
 from ._migrations import Migration, apply_migrations
 
 T = TypeVar("T")
