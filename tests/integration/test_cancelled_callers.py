@@ -56,8 +56,11 @@ async def asks(i: int) -> Any:
 @pytest.fixture
 async def engine(store_url: str, monkeypatch: pytest.MonkeyPatch) -> AsyncIterator[str]:
     """pyworkflow on a fresh store whose runtime never polls (a run leased and forgotten would
-    wait for its lease, 600 s) and whose writes never run inline."""
+    wait for its lease, 600 s) and whose writes never run inline or in waves: each goes to the
+    writer thread."""
     monkeypatch.setattr(_group_commit, "INLINE_MAX_READY", -1)
+    # (a caller cancelled while its job waits in a wave: tests/unit/test_group_commit_waves.py)
+    monkeypatch.setattr(_group_commit, "WAVES", False)
     monkeypatch.setattr(_pg_db, "INLINE_MAX_READY", -1)
     pyworkflow.configure(storage=store_url, poll_interval=3600, lease_ttl=600)
     TOKENS.clear()

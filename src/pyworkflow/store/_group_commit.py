@@ -41,18 +41,11 @@ deferred statement may also be queued (:meth:`GroupCommitWriter.submit_deferred`
 next batch of any caller; while it is still queued, :meth:`GroupCommitWriter.take_back` takes it
 out again for a later statement of its run to carry.
 
-**Inline writes.** A waiting caller is what the writer thread saves: while one caller's commit
-flushes, the others queue behind it and share the next commit. A caller with nobody to share
-with (the writer idle, no caller's job queued, and at most :data:`INLINE_MAX_READY` other
-callbacks ready on its event loop: one run at a time) gains nothing from the thread and pays two
-thread hand-offs per commit. So on a database that allows it (``inline=True`` to
-:meth:`GroupCommitWriter._start_writer`: SQLite's single writer), :meth:`GroupCommitWriter.write`
-runs such a job on the caller's own thread, with the deferred jobs queued before it, in one
-transaction, exactly as the writer would have. The event loop is held for that one transaction
-(a few statements and the flush); it does not wait for another process: when another process
-holds the file's write lock (past :data:`INLINE_BUSY_MS`), nothing runs inline and the jobs go
-to the writer thread, which waits as usual. (A batch in which one job fails re-runs each job
-alone, as the writer does, on the caller's thread.)
+**Inline writes and waves** (SQLite's single writer, ``inline=True`` to
+:meth:`GroupCommitWriter._start_writer`): a caller with nobody to share its commit with runs its
+job on its own thread, and the jobs that callers on one event loop make in one pass of the loop
+are committed together on the loop (a *wave*), rather than crossing to the writer thread and back
+(``store/_inline.py``).
 
 Either way, a connection lost in the middle fails the callers of the work in flight (whether it
 committed is unknown, as for any call), and the writer reconnects for the next. A free writer
@@ -82,9 +75,11 @@ from collections.abc import Callable, Sequence
 from typing import Any, Generic, TypeVar
 
 from .._errors import DatabaseUnavailableError
+from ._inline import _MANY, INLINE_MAX_READY, WAVES, InlineWrites, _Waves
 from ._jobs import (
     _NEVER,
     _PENDING,
+    MAX_GROUP,
     Job,
     Rows,
     Then,
@@ -100,21 +95,11 @@ C = TypeVar("C")
 
 log = logging.getLogger("pyworkflow.store.group_commit")
 
-#: Jobs a writer takes at once.
-MAX_GROUP = 512
 #: Seconds a deferred write waits for a caller's write to join before it is committed alone.
 #: One run at a time, the next run's first write comes well within this (about 0.1-1 ms later).
 DEFER_LINGER = 0.01
 #: Seconds a write may wait for the database by default (the graph server's ``--write-timeout``).
 WRITE_TIMEOUT = 10.0
-#: Milliseconds an inline write waits for another process's write lock before it hands its jobs
-#: to the writer thread (which waits up to the write timeout).
-INLINE_BUSY_MS = 1
-#: Callbacks other than the caller's that may be ready on its event loop for a write to run
-#: inline: the ends of the turn before (a task's done callback, a waiter woken) are not writers
-#: that would share the commit; at most this many could, and they then share the next one.
-INLINE_MAX_READY = 2
-_MANY = range(INLINE_MAX_READY + 1)  # a loop that does not show what is ready (uvloop): never
 #: Runs of a write function that failed alone with a transient error (see ``_transient``).
 _TRANSIENT_RETRIES = 3
 
@@ -128,7 +113,7 @@ class _Slot(Generic[C]):
         self.conn = conn
 
 
-class GroupCommitWriter(Generic[C]):
+class GroupCommitWriter(InlineWrites, Generic[C]):
     """The writer threads and their job queue: the base of both database classes. Subclasses
     implement the connection hooks and call :meth:`_start_writer` once their connection is ready.
     ``commits`` counts the transactions of write functions committed; ``groups`` and
@@ -232,6 +217,10 @@ class GroupCommitWriter(Generic[C]):
         self._mutex = threading.Lock()
         self._cv = threading.Condition(self._mutex)
         self._queue: list[Job] = []
+        #: the writes of one pass of an event loop, committed on it together (one attribute:
+        #: an instance with more than 30 makes CPython 3.11 give up its shared-key dict, and
+        #: every attribute of the database reads slower)
+        self._waves = _Waves()
         #: whether ``write`` may run a job inline, and whether a thread (the writer, or an inline
         #: caller) has the connection now; ``inline_commits`` counts the inline transactions
         self.inline = inline and writers <= 1
@@ -302,7 +291,7 @@ class GroupCommitWriter(Generic[C]):
         same: ``abandoned(value)`` is then called on the caller's loop, for what the caller would
         have done with the value that must not be lost (a lease it took: a turn to run)."""
         loop = asyncio.get_running_loop()
-        if self.inline and len(getattr(loop, "_ready", _MANY)) <= INLINE_MAX_READY:
+        if self.inline and not self._waves.jobs and len(getattr(loop, "_ready", _MANY)) <= INLINE_MAX_READY:
             # Next to nothing else is ready on this loop: nobody would share the commit.
             job = Job(fn, None, None, None, None, None, self._deadline(timeout))
             if self._write_inline(job):
@@ -313,56 +302,9 @@ class GroupCommitWriter(Generic[C]):
         future: asyncio.Future[T] = loop.create_future()
         job = Job(fn, None, None, None, loop, future, self._deadline(timeout))
         job.abandoned = abandoned
-        self._put(job)
+        if not (self.inline and WAVES and self._join_wave(job, loop)):
+            self._put(job)
         return await future
-
-    def _write_inline(self, job: Job) -> bool:
-        """Run ``job`` (and the deferred jobs queued before it) on this thread if the writer is
-        idle and no caller's job is queued; False if it did not run (the caller queues it)."""
-        with self._mutex:
-            if self._busy or self._urgent or self._closing:
-                return False
-            jobs = self._queue[: MAX_GROUP - 1]
-            del self._queue[: MAX_GROUP - 1]
-            jobs.append(job)
-            self._busy = True
-            self._holder = threading.get_ident()
-        ran = False
-        started = time.perf_counter()
-        try:
-            ran = self._functions_inline(self._slots[0], jobs)
-        finally:
-            with self._mutex:
-                self._busy = False
-                self._holder = None
-                if not ran:  # back to the front of the queue, in order, for the writer
-                    self._queue[:0] = jobs[:-1]
-                    if len(self._queue) == len(jobs) - 1 and self._queue:
-                        self._deferred_at = time.monotonic()
-                if self._queue or self._closing:
-                    self._cv.notify()
-        if ran:
-            self.inline_commits += 1
-            _deliver(jobs[:-1])
-            GROUP_COMMITS.observe(time.perf_counter() - started, len(jobs))
-        return ran
-
-    def _functions_inline(self, slot: _Slot[C], jobs: list[Job]) -> bool:
-        """:meth:`_functions` on the caller's thread, beginning without waiting for another
-        process's write lock: False, with nothing run, when the transaction could not begin."""
-        try:
-            conn = self._connection(slot)
-            self._bound_wait(conn, INLINE_BUSY_MS / 1000)
-            self._begin(conn)
-        except Exception:
-            # Not begun (the lock is held, the file is gone, the connection failed): the writer
-            # thread runs these jobs as usual and gives each caller its outcome.
-            with contextlib.suppress(Exception):
-                if slot.conn is not None:
-                    self._rollback(slot.conn)
-            return False
-        self._functions(slot, jobs, begun=True)
-        return True
 
     def write_deferred(self, fn: Callable[[C], Any], then: Callable[[BaseException | None], None]) -> None:
         """Queue ``fn`` to run in the transaction of the next caller's write (or alone after
@@ -373,7 +315,8 @@ class GroupCommitWriter(Generic[C]):
         in order, committed at once."""
         job = Job(fn, None, None, None, None, _Then(then))
         job.deferred = len(self._threads) == 1
-        self._put(job)
+        if not (self.inline and self._waves.jobs and self._join_wave(job, None)):
+            self._put(job)
 
     def write_sync(self, fn: Callable[[C], T], *, timeout: float | None = None) -> T:
         """Blocking form of :meth:`write`, for code that has no event loop."""
@@ -458,6 +401,12 @@ class GroupCommitWriter(Generic[C]):
             if self._closing:
                 return
             self._closing = True
+            # a wave not flushed yet: the writer thread commits it (its callers are released on
+            # their loop as any queued job's)
+            waves = self._waves
+            self._queue.extend(waves.jobs)
+            self._urgent += sum(1 for job in waves.jobs if not job.deferred)
+            waves.jobs, waves.loop, waves.thread = [], None, None
             self._cv.notify_all()
         for thread in self._threads:
             if thread is not threading.current_thread():

@@ -19,6 +19,8 @@ Rows = list[tuple[Any, ...]]
 #: What a statement nobody waits for calls when its transaction ended: ``then(rows, error)``.
 Then = Callable[[Rows | None, BaseException | None], None]
 _NEVER = float("inf")
+#: Jobs a writer takes at once (a transaction's most).
+MAX_GROUP = 512
 #: A job's value before it ran.
 _PENDING: Any = object()
 _by_key = operator.attrgetter("key")

@@ -65,15 +65,9 @@ from psycopg import pq
 from psycopg.pq import TransactionStatus
 from psycopg.rows import tuple_row
 
-from ._group_commit import (
-    _MANY,
-    INLINE_MAX_READY,
-    MAX_GROUP,
-    WRITE_TIMEOUT,
-    GroupCommitWriter,
-    check_write_timeout,
-)
-from ._jobs import _PENDING, Job, Rows, _by_key, _deliver
+from ._group_commit import WRITE_TIMEOUT, GroupCommitWriter, check_write_timeout
+from ._inline import _MANY, INLINE_MAX_READY
+from ._jobs import _PENDING, MAX_GROUP, Job, Rows, _by_key, _deliver
 from ._metrics import GROUP_COMMITS
 from ._migrations import Migration, apply_postgres_migrations
 from ._url import redact_url
