@@ -59,7 +59,7 @@ async def engine(store_url: str, monkeypatch: pytest.MonkeyPatch) -> AsyncIterat
     wait for its lease, 600 s) and whose writes never run inline or in waves: each goes to the
     writer thread."""
     monkeypatch.setattr(_group_commit, "INLINE_MAX_READY", -1)
-    # (a caller cancelled while its job waits in a wave: tests/unit/test_group_commit_waves.py)
+    # (a caller cancelled while its job waits in a wave: tests/unit/test_group_commit.py)
     monkeypatch.setattr(_group_commit, "WAVES", False)
     monkeypatch.setattr(_pg_db, "INLINE_MAX_READY", -1)
     pyworkflow.configure(storage=store_url, poll_interval=3600, lease_ttl=600)
