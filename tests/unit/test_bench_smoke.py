@@ -138,6 +138,35 @@ def test_processes_benchmark_shares_the_runs_among_processes(tmp_path: Path) -> 
         assert refused.returncode == 2 and "at least" in refused.stderr, refused.stderr
 
 
+def test_streams_benchmark_measures_each_k_with_both_engines(tmp_path: Path) -> None:
+    """``bench.streams``: K streams each taking its runs one at a time, with the waves and with
+    the writer thread alone: every phase's figures, and the commits split by who made them."""
+    out = tmp_path / "streams.json"
+    cmd = [sys.executable, "-m", "bench.streams", "--n", "40", "--streams", "1", "4", "--repeat", "1",
+           "--out", str(out)]  # fmt: skip
+    proc = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=240)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    streams = json.loads(out.read_text())["streams"]
+    assert set(streams) == {"1", "4"} and all(set(e) == {"waves", "thread"} for e in streams.values())
+    for k, engines in streams.items():
+        for engine, phases in engines.items():
+            assert set(phases) == {"A", "B", "C"}
+            for f in phases.values():
+                assert f["runs_per_s"] > 0 and 0 < f["latency_ms_p50"] <= f["latency_ms_p99"], f
+                split = f["inline_commits_per_run"] + f["wave_commits_per_run"] + f["thread_commits_per_run"]
+                assert abs(split - f["commits_per_run"]) <= 0.003, f
+                if engine == "thread":  # no waves without them
+                    assert f["wave_commits_per_run"] == 0, f
+            if k == "1":  # one at a time, every transition is a commit of its own (a stray
+                # commit of the runtime's periodic work: up to 0.1 a run, as in the HITL test)
+                got = [phases[p]["commits_per_run"] for p in "ABC"]
+                assert all(abs(a - b) <= 0.1 for a, b in zip(got, [4, 3, 5], strict=True)), phases
+    assert "K=4" in proc.stdout and "the writer thread only (no waves)" in proc.stdout, proc.stdout
+    for bad in (["--streams", "0"], ["--n", "3", "--streams", "4"], ["--engines", "fast"]):
+        wrong = subprocess.run([*cmd[:3], *bad], cwd=ROOT, capture_output=True, text=True, timeout=60)
+        assert wrong.returncode == 2, wrong.stderr
+
+
 def test_frames_benchmark_counts_each_transitions_pages(tmp_path: Path) -> None:
     """``bench.wal_frames``: each transition's commit wrote at least one frame (a checkpoint's save
     two: its row and the event), in its output and JSON; bad counts refused."""
