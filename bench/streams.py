@@ -39,7 +39,7 @@ from pyworkflow.store import _group_commit
 
 from ._costs import cpu_now
 from ._machine import describe
-from ._observers import RESULTS_DIR, save_and_report, storage_url
+from ._observers import RESULTS_DIR, SQLiteObserver, save_and_report, storage_url
 from .hitl import COUNTERS, HITL, LABELS, PLAIN, RunSettings, hitl, payload_for, plain, wait_run
 
 #: ``--engines``: how the writes made on the event loop are committed (``WAVES`` of
@@ -120,19 +120,19 @@ async def sample(k: int, n: int, engine: str, path: Path) -> dict[str, Any]:
 
 def _check(path: Path, n: int) -> None:
     """Every HITL run completed with its own payload, ``prepare`` ran once a run, and every plain
-    run completed (and the warm-up's)."""
-    conn = sqlite3.connect(path)
+    run completed (and the warm-up's), read through a connection of its own."""
+    obs = SQLiteObserver(str(path))
     try:
-        counts = dict(
-            conn.execute("SELECT workflow, COUNT(*) FROM runs WHERE status = 'completed' GROUP BY 1")
-        )
-        others = conn.execute("SELECT COUNT(*) FROM runs WHERE status <> 'completed'").fetchone()[0]
+        hitl_done, plain_done = obs.count(HITL, "completed"), obs.count(PLAIN, "completed")
+        others = obs.conn.execute("SELECT COUNT(*) FROM runs WHERE status <> 'completed'").fetchone()[0]
+        wrong = [r for r in obs.results(HITL) if r.get("feedback") != payload_for(r["i"])]
     finally:
-        conn.close()
-    if counts.get(HITL) != n or counts.get(PLAIN) != n + 1 or others or COUNTERS.prepare_calls != n:
+        obs.close()
+    if (hitl_done, plain_done, others, len(wrong), COUNTERS.prepare_calls) != (n, n + 1, 0, 0, n):
         raise RuntimeError(
-            f"completed {counts}, {others} others, prepare ran {COUNTERS.prepare_calls} times (expected"
-            f" {n} HITL, {n + 1} plain, 0, {n})"
+            f"{hitl_done} HITL runs completed, {len(wrong)} without their own payload; {plain_done} plain"
+            f" runs completed; {others} not completed; prepare ran {COUNTERS.prepare_calls} times"
+            f" (expected {n}, 0; {n + 1}; 0; {n})"
         )
 
 
