@@ -41,6 +41,7 @@ from ._costs import cpu_now
 from ._machine import describe
 from ._observers import RESULTS_DIR, SQLiteObserver, save_and_report, storage_url
 from .hitl import COUNTERS, HITL, LABELS, PLAIN, RunSettings, hitl, payload_for, plain, wait_run
+from .parked import quantiles
 
 #: ``--engines``: how the writes made on the event loop are committed (``WAVES`` of
 #: ``pyworkflow.store._group_commit``), and what the report calls each.
@@ -48,11 +49,6 @@ ENGINES = {
     "waves": (True, "waves committed on the loop (the default engine)"),
     "thread": (False, "the writer thread only (no waves)"),
 }
-
-
-def _percentile(samples: Sequence[float], q: float) -> float:
-    ordered = sorted(samples)
-    return ordered[min(len(ordered) - 1, round(q * (len(ordered) - 1)))]
 
 
 def _commits() -> tuple[int, int, int]:
@@ -148,12 +144,12 @@ def run(n: int, ks: Sequence[int], repeat: int, engines: Sequence[str]) -> dict[
         by_phase = {}
         for name in ("A", "B", "C"):
             rates = [n / s[name][0] for s in got]
-            latencies = [ms for s in got for ms in s[name][1]]
+            latency = quantiles([ms for s in got for ms in s[name][1]])
             by_phase[name] = {
                 "runs_per_s": round(statistics.median(rates), 1),
                 "samples": [round(x, 1) for x in rates],
-                "latency_ms_p50": round(_percentile(latencies, 0.5), 2),
-                "latency_ms_p99": round(_percentile(latencies, 0.99), 2),
+                "latency_ms_p50": round(latency["p50"], 2),
+                "latency_ms_p99": round(latency["p99"], 2),
                 "commits_per_run": round(statistics.median(s[name][3][0] / n for s in got), 3),
                 # by who committed: a caller inline, a wave on the loop, the writer thread
                 "inline_commits_per_run": round(statistics.median(s[name][3][1] / n for s in got), 3),

@@ -153,14 +153,19 @@ def test_streams_benchmark_measures_each_k_with_both_engines(tmp_path: Path) -> 
             assert set(phases) == {"A", "B", "C"}
             for f in phases.values():
                 assert f["runs_per_s"] > 0 and 0 < f["latency_ms_p50"] <= f["latency_ms_p99"], f
-                split = f["inline_commits_per_run"] + f["wave_commits_per_run"] + f["thread_commits_per_run"]
-                assert abs(split - f["commits_per_run"]) <= 0.003, f
+                # the writer thread's share is the rest of the commits: never below zero
+                assert f["thread_commits_per_run"] >= 0, f
                 if engine == "thread":  # no waves without them
                     assert f["wave_commits_per_run"] == 0, f
-            if k == "1":  # one at a time, every transition is a commit of its own (a stray
-                # commit of the runtime's periodic work: up to 0.1 a run, as in the HITL test)
+                elif k == "4":  # four callers at once share their commits in waves
+                    assert f["wave_commits_per_run"] > 0, f
+            if k == "1":  # one at a time, every transition is a commit of its own, made inline (a
+                # stray commit of the runtime's periodic work: up to 0.1 a run, as in the HITL test)
                 got = [phases[p]["commits_per_run"] for p in "ABC"]
                 assert all(abs(a - b) <= 0.1 for a, b in zip(got, [4, 3, 5], strict=True)), phases
+                assert all(p["commits_per_run"] - p["inline_commits_per_run"] <= 0.1 for p in phases.values())
+            elif engine == "thread":  # without waves, callers at once hand their writes to the thread
+                assert all(p["thread_commits_per_run"] > 0 for p in phases.values()), phases
     assert "K=4" in proc.stdout and "the writer thread only (no waves)" in proc.stdout, proc.stdout
     for bad in (["--streams", "0"], ["--n", "3", "--streams", "4"], ["--engines", "fast"]):
         wrong = subprocess.run([*cmd[:3], *bad], cwd=ROOT, capture_output=True, text=True, timeout=60)
