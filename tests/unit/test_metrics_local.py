@@ -268,12 +268,24 @@ def test_labelled_histograms_serve_what_prometheus_client_would() -> None:
 
 
 _held = asyncio.Event()
+#: how many steps have entered ``held_open`` (a turn is running once its step is inside)
+_inside: list[int] = [0]
 
 
 @step
 async def held_open() -> str:
+    _inside[0] += 1
     await _held.wait()
     return "done"
+
+
+async def _until_inside(count: int) -> None:
+    """Wait until ``count`` steps are inside ``held_open``: a turn may start a moment after
+    ``start`` returned (on PostgreSQL the runtime claims it on its next wake-up)."""
+    deadline = asyncio.get_running_loop().time() + 10
+    while _inside[0] < count:
+        assert asyncio.get_running_loop().time() < deadline, f"{_inside[0]} of {count} turns started"
+        await asyncio.sleep(0.01)
 
 
 @workflow
@@ -285,9 +297,11 @@ async def test_permits_in_use_counts_the_turns_running_now(engine: str) -> None:
     """Read at scrape time from the runtime's turns (nothing is counted a turn): two turns held
     open in a step are two permits in use, and none once they ended or the runtime stopped."""
     _held.clear()
+    _inside[0] = 0
     port = pyworkflow.start_metrics_server(0)
     first = await pyworkflow.start(holding)
     second = await pyworkflow.start(holding)
+    await _until_inside(2)
     assert value(await scrape(port), "pyworkflow_worker_permits_in_use") == 2
     _held.set()
     for run_id in (first, second):
@@ -298,6 +312,7 @@ async def test_permits_in_use_counts_the_turns_running_now(engine: str) -> None:
         await asyncio.sleep(0.02)
     _held.clear()
     await pyworkflow.start(holding)
+    await _until_inside(3)
     assert value(await scrape(port), "pyworkflow_worker_permits_in_use") == 1
     await pyworkflow.shutdown()  # the stopped runtime's cancelled turn counts no more
     assert value(await scrape(port), "pyworkflow_worker_permits_in_use") == 0
